@@ -1,0 +1,87 @@
+// Backend: the small set of ops a model needs (DESIGN §3). The model code is
+// written once against this interface; CPU and CUDA implement it.
+//
+// Pointers passed to ops live in the backend's memory space (host memory for
+// the CPU backend). Activations are f32; weights are WeightViews in whatever
+// dtype the backend keeps them. Ops on one backend are issued from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace tessera {
+
+// A 2-D weight matrix [rows, cols] (row-major) resident on a backend.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool empty() const { return data == nullptr; }
+  int64_t bytes() const { return rows * cols * DTypeSize(dtype); }
+};
+
+// Paged KV cache of one layer, in the layout the backend chose.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+struct AttentionParams {
+  int64_t num_tokens = 0;
+  int64_t num_q_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 0;
+  int64_t sliding_window = 0;  // 0 = full causal
+  float scale = 1.0f;
+  const int32_t* positions = nullptr;
+  const int32_t* token_to_seq = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t max_blocks_per_seq = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Makes a host weight (e.g. an mmapped safetensors tensor) usable by ops.
+  // The CPU backend returns a view of the same memory; `host` must outlive it.
+  virtual StatusOr<WeightView> UploadWeight(const WeightView& host) = 0;
+  // Allocates zeroed activation or cache memory; owned by the returned handle.
+  virtual StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
+  virtual void CopyFromHost(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Rows of src [*, cols] at indices[i] go to dst row i.
+  virtual void GatherRows(const float* src, int64_t cols, const int32_t* indices, int64_t n,
+                          float* dst) = 0;
+
+  virtual void Embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // y[m, :] = x[m, :] @ w^T + bias, y row stride ldy.
+  virtual void Linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y,
+                      int64_t ldy) = 0;
+  virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+                       float* out) = 0;
+  virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
+                          int64_t dim, float eps, float* out) = 0;
+  virtual void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) = 0;
+  virtual void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride,
+                    const int32_t* positions, const float* cos_sin) = 0;
+  virtual void WriteKv(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+                       int64_t tokens, int64_t kv_heads, int64_t head_dim,
+                       const int64_t* slot_mapping, KvLayerView cache) = 0;
+  virtual void Attention(const float* q, int64_t q_stride, KvLayerView cache,
+                         const AttentionParams& p, float* out) = 0;
+};
+
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: all hardware threads available to the process
+};
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace tessera

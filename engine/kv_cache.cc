@@ -1,0 +1,24 @@
+#include "engine/kv_cache.h"
+
+namespace tessera {
+
+StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend* backend,
+                                                   int64_t num_blocks, int64_t block_size) {
+  if (num_blocks <= 0 || block_size <= 0) {
+    return InvalidArgument("kv cache: num_blocks and block_size must be positive");
+  }
+  auto cache = std::unique_ptr<KvCache>(new KvCache());
+  cache->num_blocks_ = num_blocks;
+  cache->block_size_ = block_size;
+  const int64_t per_layer = num_blocks * block_size * c.num_kv_heads * c.head_dim * 4;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    ASSIGN_OR_RETURN(auto k, backend->Allocate(per_layer));
+    ASSIGN_OR_RETURN(auto v, backend->Allocate(per_layer));
+    cache->k_.push_back(std::move(k));
+    cache->v_.push_back(std::move(v));
+  }
+  cache->bytes_ = 2 * per_layer * c.num_layers;
+  return cache;
+}
+
+}  // namespace tessera

@@ -1,0 +1,303 @@
+#include "engine/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/safetensors.h"
+#include "engine/weight_specs.h"
+
+namespace tessera {
+namespace {
+
+float* F(const std::shared_ptr<void>& p) { return static_cast<float*>(p.get()); }
+
+}  // namespace
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_dir, Backend* backend) {
+  auto m = std::unique_ptr<Model>(new Model());
+  m->dir_ = model_dir;
+  m->backend_ = backend;
+  ASSIGN_OR_RETURN(m->config_, LoadModelConfig(model_dir));
+  ASSIGN_OR_RETURN(m->store_, WeightStore::Open(model_dir));
+  RETURN_IF_ERROR(m->BindWeights());
+  m->rope_ = std::make_unique<RopeTable>(m->config_);
+  spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
+               static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
+  return m;
+}
+
+Status Model::BindWeights() {
+  const ModelConfig& c = config_;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, WeightView* out) -> Status {
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, store_->Require(name, {rows, cols}));
+    WeightView host{t->data, *t->dtype, rows, cols};
+    ASSIGN_OR_RETURN(*out, backend_->UploadWeight(host));
+    weight_bytes_ += host.bytes();
+    return Status::Ok();
+  };
+  // Small vectors are converted to f32 and copied to the backend.
+  auto vec = [&](const std::string& name, int64_t len, std::shared_ptr<void>* out) -> Status {
+    ASSIGN_OR_RETURN(const SafetensorsTensor* t, store_->Require(name, {len}));
+    std::vector<float> host(len);
+    for (int64_t i = 0; i < len; ++i) {
+      switch (*t->dtype) {
+        case DType::kF32: std::memcpy(&host[i], t->data + 4 * i, 4); break;
+        case DType::kF16: {
+          uint16_t v;
+          std::memcpy(&v, t->data + 2 * i, 2);
+          host[i] = F16ToF32(v);
+          break;
+        }
+        case DType::kBF16: {
+          uint16_t v;
+          std::memcpy(&v, t->data + 2 * i, 2);
+          host[i] = Bf16ToF32(v);
+          break;
+        }
+        default: return InvalidArgument(t->file + ": tensor '" + name + "' has unsupported dtype");
+      }
+    }
+    ASSIGN_OR_RETURN(*out, backend_->Allocate(len * 4));
+    backend_->CopyFromHost(out->get(), host.data(), len * 4);
+    weight_bytes_ += t->end - t->begin;
+    return Status::Ok();
+  };
+
+  layers_.resize(c.num_layers);
+  for (const WeightSpec& spec : ExpectedWeights(c)) {
+    LayerWeights* L = spec.layer >= 0 ? &layers_[spec.layer] : nullptr;
+    const auto& s = spec.shape;
+    using R = WeightRole;
+    switch (spec.role) {
+      case R::kEmbed: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &embed_)); break;
+      case R::kLmHead: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &lm_head_)); break;
+      case R::kFinalNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &final_norm_)); break;
+      case R::kInputNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->input_norm)); break;
+      case R::kPostNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->post_norm)); break;
+      case R::kQNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->q_norm)); break;
+      case R::kKNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->k_norm)); break;
+      case R::kQ: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->q)); break;
+      case R::kK: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->k)); break;
+      case R::kV: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->v)); break;
+      case R::kO: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->o)); break;
+      case R::kQBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->q_bias)); break;
+      case R::kKBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->k_bias)); break;
+      case R::kVBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->v_bias)); break;
+      case R::kOBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->o_bias)); break;
+      case R::kGate: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->gate)); break;
+      case R::kUp: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->up)); break;
+      case R::kDown: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->down)); break;
+      case R::kGateBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->gate_bias)); break;
+      case R::kUpBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->up_bias)); break;
+      case R::kDownBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->down_bias)); break;
+    }
+  }
+  if (c.tie_word_embeddings) lm_head_ = embed_;
+  return Status::Ok();
+}
+
+Status Model::CheckBatch(const ForwardBatch& b, const KvCache& cache) const {
+  const int64_t t = b.num_tokens();
+  auto sized = [&](size_t n, const char* what) -> Status {
+    if (static_cast<int64_t>(n) != t) {
+      return InvalidArgument(std::string("forward batch: '") + what + "' has " + std::to_string(n) +
+                             " entries, expected one per token (" + std::to_string(t) + ")");
+    }
+    return Status::Ok();
+  };
+  if (t == 0) return InvalidArgument("forward batch: no tokens");
+  RETURN_IF_ERROR(sized(b.positions.size(), "positions"));
+  RETURN_IF_ERROR(sized(b.token_to_seq.size(), "token_to_seq"));
+  RETURN_IF_ERROR(sized(b.slot_mapping.size(), "slot_mapping"));
+  if (b.num_seqs <= 0 || b.max_blocks_per_seq <= 0 ||
+      static_cast<int64_t>(b.block_tables.size()) != b.num_seqs * b.max_blocks_per_seq) {
+    return InvalidArgument("forward batch: 'block_tables' must hold num_seqs x max_blocks_per_seq entries");
+  }
+  for (int32_t blk : b.block_tables) {
+    if (blk < -1 || blk >= cache.num_blocks()) {
+      return InvalidArgument("forward batch: block id " + std::to_string(blk) + " out of range [0, " +
+                             std::to_string(cache.num_blocks()) + ")");
+    }
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (b.token_ids[i] < 0 || b.token_ids[i] >= config_.vocab_size) {
+      return InvalidArgument("forward batch: token id " + std::to_string(b.token_ids[i]) +
+                             " out of range [0, " + std::to_string(config_.vocab_size) + ")");
+    }
+    const int32_t seq = b.token_to_seq[i];
+    if (seq < 0 || seq >= b.num_seqs) return InvalidArgument("forward batch: token_to_seq out of range");
+    const int64_t pos = b.positions[i];
+    if (pos < 0 || pos / cache.block_size() >= b.max_blocks_per_seq ||
+        b.block_tables[seq * b.max_blocks_per_seq + pos / cache.block_size()] < 0) {
+      return InvalidArgument("forward batch: position " + std::to_string(pos) +
+                             " is not covered by its sequence's block table");
+    }
+    // The slot must be the one the block table gives for this position, since
+    // attention reads keys back through the block table.
+    const int64_t expect = static_cast<int64_t>(b.block_tables[seq * b.max_blocks_per_seq +
+                                                               pos / cache.block_size()]) *
+                               cache.block_size() + pos % cache.block_size();
+    if (b.slot_mapping[i] != expect) {
+      return InvalidArgument("forward batch: slot_mapping[" + std::to_string(i) +
+                             "] disagrees with the block table");
+    }
+  }
+  for (int32_t r : b.logits_indices) {
+    if (r < 0 || r >= t) return InvalidArgument("forward batch: logits index out of range");
+  }
+  return Status::Ok();
+}
+
+Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardBatch& b) {
+  const ModelConfig& c = config_;
+  const int64_t qkv_cols = (c.num_q_heads + 2 * c.num_kv_heads) * c.head_dim;
+  if (tokens > ws_.token_capacity) {
+    const int64_t cap = std::max<int64_t>(tokens, 16);
+    auto alloc = [&](int64_t floats, std::shared_ptr<void>* p) -> Status {
+      ASSIGN_OR_RETURN(*p, backend_->Allocate(floats * 4));
+      return Status::Ok();
+    };
+    RETURN_IF_ERROR(alloc(cap * c.hidden_size, &ws_.residual));
+    RETURN_IF_ERROR(alloc(cap * c.hidden_size, &ws_.hidden));
+    RETURN_IF_ERROR(alloc(cap * qkv_cols, &ws_.qkv));
+    RETURN_IF_ERROR(alloc(cap * c.num_q_heads * c.head_dim, &ws_.attn));
+    RETURN_IF_ERROR(alloc(cap * 2 * c.intermediate_size, &ws_.gate_up));
+    RETURN_IF_ERROR(alloc(cap * c.intermediate_size, &ws_.act));
+    RETURN_IF_ERROR(alloc(cap * c.hidden_size, &ws_.mlp_out));
+    ws_.token_capacity = cap;
+  }
+  if (logit_rows > ws_.logit_capacity) {
+    ASSIGN_OR_RETURN(ws_.gathered, backend_->Allocate(logit_rows * c.hidden_size * 4));
+    ASSIGN_OR_RETURN(ws_.logits, backend_->Allocate(logit_rows * c.vocab_size * 4));
+    ws_.logit_capacity = logit_rows;
+  }
+  // Step metadata, packed into one backend buffer.
+  const int64_t meta_bytes = tokens * (4 * 3 + 8) + static_cast<int64_t>(b.block_tables.size()) * 4 +
+                             logit_rows * 4 + 64;
+  if (meta_bytes > ws_.meta_capacity) {
+    ASSIGN_OR_RETURN(ws_.meta, backend_->Allocate(2 * meta_bytes));
+    ws_.meta_capacity = 2 * meta_bytes;
+  }
+  char* base = static_cast<char*>(ws_.meta.get());
+  int64_t off = 0;
+  auto put = [&](const void* src, int64_t bytes) {
+    char* dst = base + off;
+    if (bytes > 0) backend_->CopyFromHost(dst, src, bytes);
+    off += (bytes + 7) / 8 * 8;
+    return dst;
+  };
+  d_slots_ = reinterpret_cast<const int64_t*>(put(b.slot_mapping.data(), tokens * 8));
+  d_ids_ = reinterpret_cast<const int32_t*>(put(b.token_ids.data(), tokens * 4));
+  d_positions_ = reinterpret_cast<const int32_t*>(put(b.positions.data(), tokens * 4));
+  d_token_to_seq_ = reinterpret_cast<const int32_t*>(put(b.token_to_seq.data(), tokens * 4));
+  d_block_tables_ =
+      reinterpret_cast<const int32_t*>(put(b.block_tables.data(), static_cast<int64_t>(b.block_tables.size()) * 4));
+  d_logit_rows_ = reinterpret_cast<const int32_t*>(put(b.logits_indices.data(), logit_rows * 4));
+  step_max_blocks_ = b.max_blocks_per_seq;
+
+  // RoPE table covering the largest position in this step.
+  int64_t max_pos = 0;
+  for (int32_t p : b.positions) max_pos = std::max<int64_t>(max_pos, p);
+  if (max_pos >= rope_device_positions_) {
+    rope_->EnsurePositions(max_pos + 1);
+    const int64_t bytes = rope_->num_positions() * rope_->rot_dim() * 4;
+    ASSIGN_OR_RETURN(rope_device_, backend_->Allocate(bytes));
+    backend_->CopyFromHost(rope_device_.get(), rope_->data(), bytes);
+    rope_device_positions_ = rope_->num_positions();
+  }
+  return Status::Ok();
+}
+
+void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = layers_[li];
+  const int64_t d = c.head_dim;
+  const int64_t q_cols = c.num_q_heads * d, kv_cols = c.num_kv_heads * d;
+  const int64_t ld = q_cols + 2 * kv_cols;  // q | k | v packed per token row
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  float* qkv = F(ws_.qkv);
+  float* q = qkv;
+  float* k = qkv + q_cols;
+  float* v = qkv + q_cols + kv_cols;
+  const float* x = F(ws_.hidden);
+  backend_->Linear(x, t, L.q, F(L.q_bias), q, ld);
+  backend_->Linear(x, t, L.k, F(L.k_bias), k, ld);
+  backend_->Linear(x, t, L.v, F(L.v_bias), v, ld);
+  if (c.qk_norm) {
+    // Per-head RMSNorm over head_dim: rows are (token, head); q/k rows are strided,
+    // so normalise each token's head block in place.
+    for (int64_t i = 0; i < t; ++i) {
+      backend_->RmsNorm(q + i * ld, F(L.q_norm), c.num_q_heads, d, eps, q + i * ld);
+      backend_->RmsNorm(k + i * ld, F(L.k_norm), c.num_kv_heads, d, eps, k + i * ld);
+    }
+  }
+  const float* cos_sin = F(rope_device_);
+  backend_->Rope(q, t, c.num_q_heads, d, ld, d_positions_, cos_sin);
+  backend_->Rope(k, t, c.num_kv_heads, d, ld, d_positions_, cos_sin);
+  const KvLayerView kv = cache->layer(li);
+  backend_->WriteKv(k, ld, v, ld, t, c.num_kv_heads, d, d_slots_, kv);
+  AttentionParams p;
+  p.num_tokens = t;
+  p.num_q_heads = c.num_q_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = d;
+  p.block_size = cache->block_size();
+  p.sliding_window = c.layer_sliding_window[li];
+  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  p.positions = d_positions_;
+  p.token_to_seq = d_token_to_seq_;
+  p.block_tables = d_block_tables_;
+  p.max_blocks_per_seq = step_max_blocks_;
+  backend_->Attention(q, ld, kv, p, F(ws_.attn));
+  // o_proj output goes to mlp_out, added to the residual by the next AddRmsNorm.
+  backend_->Linear(F(ws_.attn), t, L.o, F(L.o_bias), F(ws_.mlp_out), c.hidden_size);
+}
+
+void Model::MlpBlock(int64_t li, int64_t t) {
+  const ModelConfig& c = config_;
+  const LayerWeights& L = layers_[li];
+  const int64_t inter = c.intermediate_size;
+  float* gate_up = F(ws_.gate_up);
+  backend_->Linear(F(ws_.hidden), t, L.gate, F(L.gate_bias), gate_up, 2 * inter);
+  backend_->Linear(F(ws_.hidden), t, L.up, F(L.up_bias), gate_up + inter, 2 * inter);
+  backend_->SiluMul(gate_up, t, inter, F(ws_.act));
+  backend_->Linear(F(ws_.act), t, L.down, F(L.down_bias), F(ws_.mlp_out), c.hidden_size);
+}
+
+Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>* logits) {
+  RETURN_IF_ERROR(CheckBatch(b, *cache));
+  const ModelConfig& c = config_;
+  const int64_t t = b.num_tokens();
+  const int64_t rows = static_cast<int64_t>(b.logits_indices.size());
+  RETURN_IF_ERROR(EnsureWorkspace(t, rows, b));
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t h = c.hidden_size;
+
+  // residual = embed(ids); each sub-block's output lands in mlp_out and is
+  // folded into the residual by the following AddRmsNorm.
+  backend_->Embedding(embed_, d_ids_, t, F(ws_.residual));
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    const LayerWeights& L = layers_[li];
+    if (li == 0) {
+      backend_->RmsNorm(F(ws_.residual), F(L.input_norm), t, h, eps, F(ws_.hidden));
+    } else {
+      backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.input_norm), t, h, eps, F(ws_.hidden));
+    }
+    AttentionBlock(li, t, cache);
+    backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.post_norm), t, h, eps, F(ws_.hidden));
+    MlpBlock(li, t);
+  }
+  backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(final_norm_), t, h, eps, F(ws_.hidden));
+  logits->resize(static_cast<size_t>(rows * c.vocab_size));
+  if (rows == 0) return Status::Ok();
+  backend_->GatherRows(F(ws_.hidden), h, d_logit_rows_, rows, F(ws_.gathered));
+  backend_->Linear(F(ws_.gathered), rows, lm_head_, nullptr, F(ws_.logits), c.vocab_size);
+  backend_->CopyToHost(logits->data(), ws_.logits.get(), rows * c.vocab_size * 4);
+  return Status::Ok();
+}
+
+}  // namespace tessera

@@ -1,0 +1,87 @@
+// Model: a dense decoder (Llama/Mistral/Qwen2/Qwen3) bound to a Backend.
+//
+// Forward() runs one flattened varlen batch (prefill chunks and decode tokens of
+// many sequences together) over a paged KV cache and returns logits only at the
+// requested token rows. Batch-invariant on the CPU backend: a sequence's logits
+// do not depend on what else is in the batch or how its prompt was chunked.
+// Thread safety: one Forward at a time (the engine loop thread).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/forward_batch.h"
+#include "engine/kv_cache.h"
+#include "engine/model_config.h"
+#include "engine/rope.h"
+
+namespace tessera {
+
+class WeightStore;
+
+struct LayerWeights {
+  WeightView q, k, v, o, gate, up, down;
+  // Small f32 parameters in backend memory (null when the model has none).
+  std::shared_ptr<void> input_norm, post_norm, q_norm, k_norm;
+  std::shared_ptr<void> q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
+};
+
+class Model {
+ public:
+  // Loads config.json and safetensors weights from an HF checkpoint directory,
+  // validating every tensor's presence, dtype and shape.
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& model_dir, Backend* backend);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  Backend* backend() const { return backend_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t num_blocks, int64_t block_size) const {
+    return KvCache::Create(config_, backend_, num_blocks, block_size);
+  }
+
+  // Runs the batch; `logits` receives [batch.logits_indices.size(), vocab] f32.
+  Status Forward(const ForwardBatch& batch, KvCache* cache, std::vector<float>* logits);
+
+ private:
+  Model() = default;
+  Status BindWeights();
+  Status CheckBatch(const ForwardBatch& b, const KvCache& cache) const;
+  Status EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardBatch& b);
+  void AttentionBlock(int64_t layer, int64_t tokens, KvCache* cache);
+  void MlpBlock(int64_t layer, int64_t tokens);
+
+  ModelConfig config_;
+  std::string dir_;
+  Backend* backend_ = nullptr;  // not owned
+  std::unique_ptr<WeightStore> store_;
+  std::vector<LayerWeights> layers_;
+  WeightView embed_, lm_head_;
+  std::shared_ptr<void> final_norm_;
+  int64_t weight_bytes_ = 0;
+  std::unique_ptr<RopeTable> rope_;
+  std::shared_ptr<void> rope_device_;
+  int64_t rope_device_positions_ = 0;
+
+  // Per-step workspace in backend memory, grown to the largest batch seen.
+  struct Workspace {
+    int64_t token_capacity = 0;
+    int64_t logit_capacity = 0;
+    int64_t meta_capacity = 0;
+    std::shared_ptr<void> residual, hidden, qkv, attn, gate_up, act, mlp_out, gathered, logits;
+    std::shared_ptr<void> meta;  // ids, positions, token_to_seq, slots, block tables, logit rows
+  } ws_;
+  // Device pointers into ws_.meta for the current step.
+  const int32_t* d_ids_ = nullptr;
+  const int32_t* d_positions_ = nullptr;
+  const int32_t* d_token_to_seq_ = nullptr;
+  const int64_t* d_slots_ = nullptr;
+  const int32_t* d_block_tables_ = nullptr;
+  const int32_t* d_logit_rows_ = nullptr;
+  int64_t step_max_blocks_ = 0;
+};
+
+}  // namespace tessera

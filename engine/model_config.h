@@ -1,0 +1,77 @@
+// ModelConfig: one dense decoder described as data, parsed from HF config.json.
+//
+// Llama, Mistral, Qwen2 and Qwen3 differ only in fields here (qkv bias, q/k norm,
+// sliding window, rope scaling); the forward pass reads these flags instead of
+// switching on the architecture name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera {
+
+enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+  // yarn
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double attention_factor = 0.0;  // 0: derived from factor (and mscale fields)
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  bool truncate = true;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // e.g. "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_q_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // biases on q/k/v projections
+  bool o_bias = false;    // bias on o_proj (Llama attention_bias)
+  bool mlp_bias = false;  // biases on gate/up/down (Llama mlp_bias)
+  bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
+  // Per layer: attention window in tokens (0 = full causal attention).
+  std::vector<int64_t> layer_sliding_window;
+  std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add)
+  int64_t bos_token_id = -1;
+  std::string torch_dtype;  // informational
+
+  // K and V bytes one token occupies across all layers, at `bytes_per_elem`.
+  int64_t KvBytesPerToken(int64_t bytes_per_elem) const {
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_elem;
+  }
+  // Approximate parameter count (embeddings, lm_head and all layers).
+  int64_t NumParameters() const;
+  std::string Summary() const;
+};
+
+// Supported HF architecture names.
+const std::vector<std::string>& SupportedArchitectures();
+
+// Parses config.json text. `file_label` names the file in error messages, which
+// also name the offending field, e.g. "m/config.json: field 'num_key_value_heads' ...".
+StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& file_label);
+// Reads and parses DIR/config.json.
+StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
+
+}  // namespace tessera

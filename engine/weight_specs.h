@@ -1,0 +1,40 @@
+// The checkpoint tensors a ModelConfig implies: HF names, shapes and roles.
+// One table, read by the loader (to bind and validate) and by the synthetic
+// checkpoint writer (to generate), so the two never disagree.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model_config.h"
+
+namespace tessera {
+
+enum class WeightRole {
+  kEmbed, kLmHead, kFinalNorm,
+  kInputNorm, kPostNorm, kQNorm, kKNorm,
+  kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias,
+  kGate, kUp, kDown, kGateBias, kUpBias, kDownBias,
+};
+
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  WeightRole role;
+  int64_t layer = -1;  // -1 for model-level tensors
+  bool IsNorm() const {
+    return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
+           role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm;
+  }
+  bool IsBias() const {
+    return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias ||
+           role == WeightRole::kOBias || role == WeightRole::kGateBias || role == WeightRole::kUpBias ||
+           role == WeightRole::kDownBias;
+  }
+};
+
+// Every tensor the model reads, in a stable order (lm_head omitted when tied).
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
+
+}  // namespace tessera
