@@ -1,0 +1,132 @@
+#include "engine/model_config.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/rope.h"
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+
+json Llama() {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"vocab_size", 1000},
+          {"hidden_size", 64},
+          {"intermediate_size", 128},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000.0},
+          {"max_position_embeddings", 2048}};
+}
+
+TEST(ModelConfigTest, ParsesLlama) {
+  auto c = ParseModelConfig(Llama().dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->layer_sliding_window, std::vector<int64_t>(2, 0));
+}
+
+TEST(ModelConfigTest, ArchitectureTraits) {
+  json q2 = Llama();
+  q2["architectures"] = {"Qwen2ForCausalLM"};
+  EXPECT_TRUE(ParseModelConfig(q2.dump(), "c")->qkv_bias);
+  json q3 = Llama();
+  q3["architectures"] = {"Qwen3ForCausalLM"};
+  q3["head_dim"] = 32;
+  auto c3 = ParseModelConfig(q3.dump(), "c");
+  EXPECT_TRUE(c3->qk_norm);
+  EXPECT_EQ(c3->head_dim, 32);
+  json m = Llama();
+  m["architectures"] = {"MistralForCausalLM"};
+  m["sliding_window"] = 8;
+  EXPECT_EQ(ParseModelConfig(m.dump(), "c")->layer_sliding_window, std::vector<int64_t>(2, 8));
+  // Qwen2 ignores sliding_window unless use_sliding_window, and then only on
+  // layers >= max_window_layers.
+  q2["sliding_window"] = 8;
+  EXPECT_EQ(ParseModelConfig(q2.dump(), "c")->layer_sliding_window, std::vector<int64_t>(2, 0));
+  q2["use_sliding_window"] = true;
+  q2["max_window_layers"] = 1;
+  EXPECT_EQ(ParseModelConfig(q2.dump(), "c")->layer_sliding_window, (std::vector<int64_t>{0, 8}));
+}
+
+struct BadCase {
+  std::string name;
+  std::function<void(json&)> mutate;
+  StatusCode code;
+  std::string must_mention;
+};
+
+TEST(ModelConfigTest, BadInputNamesFileAndField) {
+  const std::vector<BadCase> cases = {
+      {"unknown arch", [](json& j) { j["architectures"] = {"GPT2LMHeadModel"}; }, StatusCode::kUnimplemented,
+       "GPT2LMHeadModel"},
+      {"no arch", [](json& j) { j.erase("architectures"); }, StatusCode::kInvalidArgument, "architectures"},
+      {"missing hidden", [](json& j) { j.erase("hidden_size"); }, StatusCode::kInvalidArgument, "hidden_size"},
+      {"string layers", [](json& j) { j["num_hidden_layers"] = "2"; }, StatusCode::kInvalidArgument,
+       "num_hidden_layers"},
+      {"zero heads", [](json& j) { j["num_attention_heads"] = 0; }, StatusCode::kInvalidArgument,
+       "num_attention_heads"},
+      {"kv not dividing", [](json& j) { j["num_key_value_heads"] = 3; }, StatusCode::kInvalidArgument,
+       "num_key_value_heads"},
+      {"negative eps", [](json& j) { j["rms_norm_eps"] = -1.0; }, StatusCode::kInvalidArgument, "rms_norm_eps"},
+      {"odd head dim", [](json& j) { j["head_dim"] = 15; }, StatusCode::kInvalidArgument, "head_dim"},
+      {"rope type", [](json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}}; },
+       StatusCode::kUnimplemented, "longrope"},
+      {"rope factor", [](json& j) { j["rope_scaling"] = {{"rope_type", "linear"}}; },
+       StatusCode::kInvalidArgument, "factor"},
+      {"llama3 fields", [](json& j) { j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
+       StatusCode::kInvalidArgument, "low_freq_factor"},
+      {"rope not object", [](json& j) { j["rope_scaling"] = 3; }, StatusCode::kInvalidArgument, "rope_scaling"},
+      {"bias not bool", [](json& j) { j["attention_bias"] = "yes"; }, StatusCode::kInvalidArgument,
+       "attention_bias"},
+      {"eos list", [](json& j) { j["eos_token_id"] = {1, "x"}; }, StatusCode::kInvalidArgument, "eos_token_id"},
+  };
+  for (const auto& bc : cases) {
+    json j = Llama();
+    bc.mutate(j);
+    auto c = ParseModelConfig(j.dump(), "some/dir/config.json");
+    ASSERT_FALSE(c.ok()) << bc.name;
+    EXPECT_EQ(c.status().code(), bc.code) << bc.name << ": " << c.status().ToString();
+    EXPECT_NE(c.status().message().find("some/dir/config.json"), std::string::npos) << bc.name;
+    EXPECT_NE(c.status().message().find(bc.must_mention), std::string::npos)
+        << bc.name << ": " << c.status().message();
+  }
+  EXPECT_FALSE(ParseModelConfig("{not json", "x").ok());
+  EXPECT_FALSE(ParseModelConfig("[1,2]", "x").ok());
+  EXPECT_EQ(LoadModelConfig("/nonexistent/dir").status().code(), StatusCode::kNotFound);
+}
+
+TEST(RopeTest, ScalingVariants) {
+  json j = Llama();
+  auto base = ComputeRopeFrequencies(*ParseModelConfig(j.dump(), "c"));
+  ASSERT_EQ(base.inv_freq.size(), 8u);
+  EXPECT_DOUBLE_EQ(base.inv_freq[0], 1.0);
+  EXPECT_DOUBLE_EQ(base.attention_factor, 1.0);
+
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  auto lin = ComputeRopeFrequencies(*ParseModelConfig(j.dump(), "c"));
+  for (size_t i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(lin.inv_freq[i], base.inv_freq[i] / 4.0);
+
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  auto l3 = ComputeRopeFrequencies(*ParseModelConfig(j.dump(), "c"));
+  // High frequencies (short wavelengths) unchanged, lowest scaled by 1/factor.
+  EXPECT_DOUBLE_EQ(l3.inv_freq[0], base.inv_freq[0]);
+  EXPECT_DOUBLE_EQ(l3.inv_freq[7], base.inv_freq[7] / 8.0);
+
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  auto y = ComputeRopeFrequencies(*ParseModelConfig(j.dump(), "c"));
+  EXPECT_NEAR(y.attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(y.inv_freq[0], base.inv_freq[0]);
+  EXPECT_NEAR(y.inv_freq[7], base.inv_freq[7] / 4.0, 1e-15);
+}
+
+}  // namespace
+}  // namespace tessera
