@@ -1,0 +1,13 @@
+// Subcommands of the `tessera` binary. Each returns a process exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessera {
+
+// Registers the subcommand on `app`; its callback runs it and stores the exit code.
+void AddSynthCommand(CLI::App& app, int* exit_code);
+void AddLogitsCommand(CLI::App& app, int* exit_code);
+void AddServeCommand(CLI::App& app, int* exit_code);
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+// tessera: LLM inference serving daemon. `tessera --help` lists subcommands.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "server/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tessera: an LLM inference serving daemon"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
+  int exit_code = 0;
+  tessera::AddSynthCommand(app, &exit_code);
+  tessera::AddLogitsCommand(app, &exit_code);
+  tessera::AddServeCommand(app, &exit_code);
+  app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}
