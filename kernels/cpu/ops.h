@@ -84,6 +84,7 @@ struct PagedAttentionArgs {
   // Per query token: its absolute position p and its sequence's block table.
   // The query attends to keys at positions [max(0, p - sliding_window + 1), p]
   // (all of [0, p] when sliding_window <= 0), read through the block table.
+  // A token with p < 0 (padding) gets zeros.
   const int32_t* positions = nullptr;       // [tokens]
   const int32_t* token_to_seq = nullptr;    // [tokens] -> row of block_tables
   const int32_t* block_tables = nullptr;    // [num_seqs, max_blocks_per_seq]

@@ -1,0 +1,240 @@
+// Microbenchmarks of the CPU kernels at Qwen2-0.5B shapes (hidden 896, FFN 4864,
+// vocab 151936, 14 q heads / 2 kv heads of 64), plus the two limits every figure is
+// a ratio to, measured in the same run: streaming read bandwidth (decode is bound
+// by it) and the AVX2 FMA peak (prefill GEMMs approach it).
+//
+//   build/bench/kernels_bench --benchmark_filter='Linear/bf16/896x9728'
+//
+// Counters: bytes_per_second = weight+activation bytes per second; FLOPS = 2*M*N*K/s.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/ops.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+ThreadPool* Pool(int threads) {
+  static ThreadPool* pools[3] = {nullptr, new ThreadPool(1), new ThreadPool(2)};
+  return pools[threads];
+}
+
+std::vector<float> RandomVec(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Weights of one (K, N, dtype), kept across cases (the lm_head is 272 MB in bf16), in
+// enough copies (>= 128 MB together) that cycling through them defeats the 32 MB L3,
+// as decoding a whole model does: each call streams its weights from DRAM.
+struct WeightSet {
+  int64_t k = -1, n = -1;
+  DType type = DType::kF32;
+  int64_t bytes = 0;  // one copy
+  std::vector<uint8_t> data;
+  int64_t copies = 0;
+};
+
+const WeightSet& Weights(int64_t k, int64_t n, DType type) {
+  static WeightSet ws;
+  if (ws.k == k && ws.n == n && ws.type == type) return ws;
+  ws = WeightSet{k, n, type, k * n * DTypeSize(type), {}, 0};
+  ws.copies = std::max<int64_t>(1, ((int64_t{128} << 20) + ws.bytes - 1) / ws.bytes);
+  ws.data.resize(ws.bytes * ws.copies);
+  const auto vals = RandomVec(k * n, 7);
+  for (int64_t i = 0; i < k * n; ++i) {
+    if (type == DType::kF32) {
+      std::memcpy(ws.data.data() + 4 * i, &vals[i], 4);
+    } else {
+      const uint16_t h = F32ToBf16(vals[i]);
+      std::memcpy(ws.data.data() + 2 * i, &h, 2);
+    }
+  }
+  for (int64_t c = 1; c < ws.copies; ++c)
+    std::memcpy(ws.data.data() + c * ws.bytes, ws.data.data(), ws.bytes);
+  return ws;
+}
+
+void BM_Linear(benchmark::State& state, int64_t k, int64_t n, DType type) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const WeightSet& w = Weights(k, n, type);
+  const auto x = RandomVec(m * k, 3);
+  std::vector<float> y(m * n);
+  int64_t copy = 0;
+  for (auto _ : state) {
+    Linear(x.data(), m, k, w.data.data() + copy * w.bytes, type, n, nullptr, y.data(), n,
+           Pool(threads));
+    copy = copy + 1 == w.copies ? 0 : copy + 1;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double bytes = static_cast<double>(w.bytes) + 4.0 * m * (k + n);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * m * n * k * state.iterations(),
+                                               benchmark::Counter::kIsRate);
+}
+
+void BM_PagedAttentionDecode(benchmark::State& state) {
+  const int64_t ctx = state.range(0), seqs = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const int64_t q_heads = 14, kv_heads = 2, hd = 64, bs = 16;
+  const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
+  const int64_t num_blocks = blocks_per_seq * seqs;
+  const auto k_cache = RandomVec(num_blocks * bs * kv_heads * hd, 1);
+  const auto v_cache = RandomVec(num_blocks * bs * kv_heads * hd, 2);
+  const auto q = RandomVec(seqs * q_heads * hd, 3);
+  std::vector<int32_t> tables(num_blocks), positions(seqs), token_to_seq(seqs);
+  std::vector<int32_t> ids(num_blocks);
+  for (int64_t i = 0; i < num_blocks; ++i) ids[i] = static_cast<int32_t>(i);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(4));
+  for (int64_t i = 0; i < num_blocks; ++i) tables[i] = ids[i];
+  for (int64_t s = 0; s < seqs; ++s) {
+    positions[s] = static_cast<int32_t>(ctx - 1);
+    token_to_seq[s] = static_cast<int32_t>(s);
+  }
+  std::vector<float> out(seqs * q_heads * hd);
+  PagedAttentionArgs a;
+  a.q = q.data();
+  a.q_stride = q_heads * hd;
+  a.k_cache = k_cache.data();
+  a.v_cache = v_cache.data();
+  a.num_tokens = seqs;
+  a.num_q_heads = q_heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.block_size = bs;
+  a.positions = positions.data();
+  a.token_to_seq = token_to_seq.data();
+  a.block_tables = tables.data();
+  a.max_blocks_per_seq = blocks_per_seq;
+  a.scale = 0.125f;
+  a.out = out.data();
+  for (auto _ : state) {
+    PagedAttention(a, Pool(threads));
+    benchmark::DoNotOptimize(out.data());
+  }
+  // K and V of every kv head are read once (per group of 7 q heads).
+  const double bytes = 2.0 * seqs * ctx * kv_heads * hd * 4;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  state.counters["FLOPS"] = benchmark::Counter(4.0 * seqs * q_heads * ctx * hd * state.iterations(),
+                                               benchmark::Counter::kIsRate);
+}
+
+// --- Limits measured in the same run.
+
+// Sum of floats, 4 x 8 lanes: streams memory as fast as a core can.
+__attribute__((target("avx2"))) float ReadSum(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return out[0];
+}
+
+// Streaming read of a 1 GiB buffer (far beyond the caches), split over `threads`.
+void BM_ReadBandwidth(benchmark::State& state) {
+  if (!UseAvx2()) {
+    state.SkipWithError("no AVX2");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n = int64_t{1} << 28;  // floats
+  static std::vector<float> buf(n, 1.0f);
+  for (auto _ : state) {
+    std::vector<float> part(threads);
+    Pool(threads)->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) part[t] = ReadSum(buf.data() + n / threads * t, n / threads);
+    });
+    benchmark::DoNotOptimize(part.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(4.0 * n * state.iterations()));
+}
+
+// 12 independent FMA chains per thread: the per-core AVX2 FMA throughput.
+__attribute__((target("avx2,fma"))) float FmaLoop(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (!UseAvx2()) {
+    state.SkipWithError("no AVX2");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t iters = 1 << 20;
+  for (auto _ : state) {
+    Pool(threads)->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) benchmark::DoNotOptimize(FmaLoop(iters));
+    });
+  }
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * 8 * 12 * iters * threads * state.iterations(), benchmark::Counter::kIsRate);
+}
+
+struct LinearShape {
+  const char* name;
+  int64_t k, n;
+};
+
+int RegisterAll() {
+  const LinearShape shapes[] = {{"896x896", 896, 896},
+                                {"896x9728", 896, 9728},    // gate+up fused
+                                {"4864x896", 4864, 896},    // down
+                                {"896x151936", 896, 151936}};  // lm_head
+  for (DType type : {DType::kBF16, DType::kF32}) {
+    for (const auto& s : shapes) {
+      const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
+      b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+      for (int64_t m : {1, 4, 16, 32, 512}) {
+        if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
+        for (int threads : {1, 2}) b->Args({m, threads});
+      }
+    }
+  }
+  benchmark::RegisterBenchmark("PagedAttentionDecode", BM_PagedAttentionDecode)
+      ->ArgNames({"ctx", "seqs", "threads"})
+      ->ArgsProduct({{512, 2048}, {1, 8}, {1, 2}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("Limit/ReadBandwidth", BM_ReadBandwidth)
+      ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("Limit/FmaPeak", BM_FmaPeak)
+      ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  return 0;
+}
+
+const int kRegistered = RegisterAll();
+
+}  // namespace
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,54 @@
+// Single-threaded range workers behind the public ops (ops.h). ops.cc owns
+// dispatch (scalar vs AVX2) and threading; these compute one contiguous range and
+// never look at other rows, so partitioning cannot change any value.
+// The *Avx2 functions live in *_avx2.cc and may only be called when UseAvx2().
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cpu/ops.h"
+
+namespace tessera::kernels::cpu::internal {
+
+// Linear output columns [n_begin, n_end) for all m rows.
+void LinearColsScalar(const float* x, int64_t m, int64_t k, const void* w, DType w_type,
+                      int64_t n_begin, int64_t n_end, const float* bias, float* y,
+                      int64_t ldy);
+void LinearColsAvx2(const float* x, int64_t m, int64_t k, const void* w, DType w_type,
+                    int64_t n_begin, int64_t n_end, const float* bias, float* y,
+                    int64_t ldy);
+
+// Rows [0, rows) of the elementwise/row ops (callers offset the pointers).
+void RmsNormRowsScalar(const float* x, const float* weight, int64_t rows, int64_t dim,
+                       float eps, float* out);
+void RmsNormRowsAvx2(const float* x, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* out);
+void AddRmsNormRowsScalar(float* residual, const float* x, const float* weight, int64_t rows,
+                          int64_t dim, float eps, float* out);
+void AddRmsNormRowsAvx2(float* residual, const float* x, const float* weight, int64_t rows,
+                        int64_t dim, float eps, float* out);
+void SiluMulRowsScalar(const float* gate_up, int64_t rows, int64_t inter, float* out);
+void SiluMulRowsAvx2(const float* gate_up, int64_t rows, int64_t inter, float* out);
+void ConvertScalar(const void* src, DType type, int64_t count, float* dst);
+void ConvertAvx2(const void* src, DType type, int64_t count, float* dst);
+// Rope over (token, head) items [begin, end) with item = token * heads + head.
+void RopeItemsScalar(float* x, int64_t heads, int64_t head_dim, int64_t x_stride,
+                     int64_t rot_dim, const int32_t* positions, const float* cos_sin,
+                     int64_t begin, int64_t end);
+void RopeItemsAvx2(float* x, int64_t heads, int64_t head_dim, int64_t x_stride,
+                   int64_t rot_dim, const int32_t* positions, const float* cos_sin,
+                   int64_t begin, int64_t end);
+
+// Attention over (token, q head) items [begin, end), item = token * q_heads + head.
+void AttentionItemsScalar(const PagedAttentionArgs& a, int64_t begin, int64_t end);
+void AttentionItemsAvx2(const PagedAttentionArgs& a, int64_t begin, int64_t end);
+
+// Key range [lo, p] of a query at position p (sliding_window <= 0: no window).
+inline int64_t FirstKey(int64_t p, int64_t sliding_window) {
+  if (sliding_window <= 0) return 0;
+  const int64_t lo = p - sliding_window + 1;
+  return lo > 0 ? lo : 0;
+}
+
+}  // namespace tessera::kernels::cpu::internal

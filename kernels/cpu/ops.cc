@@ -1,0 +1,232 @@
+// Public CPU ops: feature detection, scalar/AVX2 dispatch and threading.
+// Every op splits work by output rows/columns/items only (never a reduction), so
+// the thread count and partition never change a value (DESIGN §3).
+#include "kernels/cpu/ops.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/internal.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+// -1: no override; 0: force scalar; 1: force AVX2.
+std::atomic<int> g_avx2_override{-1};
+
+bool DetectedUseAvx2() {
+  static const bool use = [] {
+    const CpuFeatures& f = GetCpuFeatures();
+    const char* env = std::getenv("TESSERA_CPU_SCALAR");
+    const bool forced_scalar = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
+    return f.avx2 && f.fma && f.f16c && !forced_scalar;
+  }();
+  return use;
+}
+
+[[noreturn]] void Fatal(const char* what, DType t) {
+  std::fprintf(stderr, "tessera kernels: %s does not support dtype %s\n", what,
+               std::string(DTypeName(t)).c_str());
+  std::abort();
+}
+
+void CheckFloatType(const char* what, DType t) {
+  if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) Fatal(what, t);
+}
+
+// Below this many work units (~ one float touched or one FMA) per part, waking a
+// worker (tens of microseconds) costs more than it saves.
+constexpr int64_t kMinUnitsPerPart = int64_t{1} << 16;
+
+// Runs fn over [0, n) items, in parallel only when each part gets enough work.
+template <class Fn>
+void ForItems(ThreadPool* pool, int64_t n, int64_t units_per_item, const Fn& fn) {
+  if (n <= 0) return;
+  units_per_item = std::max<int64_t>(1, units_per_item);
+  if (pool == nullptr || pool->num_threads() <= 1 || n * units_per_item < 2 * kMinUnitsPerPart) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kMinUnitsPerPart / units_per_item);
+  pool->ParallelFor(n, grain, [&](int64_t b, int64_t e) { fn(b, e); });
+}
+
+}  // namespace
+
+const CpuFeatures& GetCpuFeatures() {
+  static const CpuFeatures features = [] {
+    CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.fma = __builtin_cpu_supports("fma");
+    // clang 14 lacks "f16c" in __builtin_cpu_supports: read CPUID.1:ECX bit 29.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) f.f16c = (ecx & (1u << 29)) != 0;
+#endif
+    return f;
+  }();
+  return features;
+}
+
+bool UseAvx2() {
+  const int o = g_avx2_override.load(std::memory_order_relaxed);
+  return o >= 0 ? o == 1 : DetectedUseAvx2();
+}
+
+bool SetUseAvx2ForTesting(bool use_avx2) {
+  if (use_avx2) {
+    const CpuFeatures& f = GetCpuFeatures();
+    if (!(f.avx2 && f.fma && f.f16c)) return false;
+  }
+  g_avx2_override.store(use_avx2 ? 1 : 0);
+  return true;
+}
+
+void ClearUseAvx2ForTesting() { g_avx2_override.store(-1); }
+
+void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
+            const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+  CheckFloatType("Linear", w_type);
+  if (m <= 0 || n <= 0) return;
+  const bool avx2 = UseAvx2();
+  // Threads split the columns in blocks of 24 (a multiple of the 3- and 8-wide
+  // register tiles), never K. Cost of a block ~ its m*k FMAs (8-wide, ~1/4 unit each)
+  // plus its weight bytes streamed from memory (~1/4 unit each).
+  constexpr int64_t kBlock = 24;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t units = kBlock * k * (m + DTypeSize(w_type)) / 4;
+  ForItems(pool, blocks, units, [&](int64_t b, int64_t e) {
+    const int64_t n0 = b * kBlock, n1 = std::min(n, e * kBlock);
+    if (avx2) {
+      internal::LinearColsAvx2(x, m, k, w, w_type, n0, n1, bias, y, ldy);
+    } else {
+      internal::LinearColsScalar(x, m, k, w, w_type, n0, n1, bias, y, ldy);
+    }
+  });
+}
+
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+             float* out, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  ForItems(pool, rows, 2 * dim, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::RmsNormRowsAvx2 : internal::RmsNormRowsScalar;
+    fn(x + b * dim, weight, e - b, dim, eps, out + b * dim);
+  });
+}
+
+void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
+                int64_t dim, float eps, float* out, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  ForItems(pool, rows, 3 * dim, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::AddRmsNormRowsAvx2 : internal::AddRmsNormRowsScalar;
+    fn(residual + b * dim, x + b * dim, weight, e - b, dim, eps, out + b * dim);
+  });
+}
+
+void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  ForItems(pool, rows, 8 * inter, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::SiluMulRowsAvx2 : internal::SiluMulRowsScalar;
+    fn(gate_up + b * 2 * inter, e - b, inter, out + b * inter);
+  });
+}
+
+void Embedding(const void* table, DType type, int64_t dim, const int32_t* ids,
+               int64_t num_tokens, float* out, ThreadPool* pool) {
+  CheckFloatType("Embedding", type);
+  const bool avx2 = UseAvx2();
+  const auto* base = static_cast<const uint8_t*>(table);
+  const int64_t row_bytes = dim * DTypeSize(type);
+  ForItems(pool, num_tokens, dim, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const void* row = base + static_cast<int64_t>(ids[t]) * row_bytes;
+      if (avx2) {
+        internal::ConvertAvx2(row, type, dim, out + t * dim);
+      } else {
+        internal::ConvertScalar(row, type, dim, out + t * dim);
+      }
+    }
+  });
+}
+
+void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride,
+          int64_t rot_dim, const int32_t* positions, const float* cos_sin, ThreadPool* pool) {
+  if (rot_dim <= 1) return;
+  const bool avx2 = UseAvx2();
+  ForItems(pool, tokens * heads, 2 * rot_dim, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::RopeItemsAvx2 : internal::RopeItemsScalar;
+    fn(x, heads, head_dim, x_stride, rot_dim, positions, cos_sin, b, e);
+  });
+}
+
+void WriteKv(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
+             int64_t tokens, int64_t kv_heads, int64_t head_dim, const int64_t* slot_mapping,
+             float* k_cache, float* v_cache) {
+  const int64_t row = kv_heads * head_dim;
+  const size_t bytes = static_cast<size_t>(row) * sizeof(float);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    std::memcpy(k_cache + slot * row, k + t * k_stride, bytes);
+    std::memcpy(v_cache + slot * row, v + t * v_stride, bytes);
+  }
+}
+
+void PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool) {
+  const int64_t items = args.num_tokens * args.num_q_heads;
+  if (items <= 0) return;
+  const bool avx2 = UseAvx2();
+  auto run = [&](int64_t b, int64_t e) {
+    if (avx2) {
+      internal::AttentionItemsAvx2(args, b, e);
+    } else {
+      internal::AttentionItemsScalar(args, b, e);
+    }
+  };
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  // Cost of token t ~ its key count; causal prefill makes later tokens dearer, so cut
+  // the token range into `threads` parts of equal cost (boundaries on whole tokens).
+  std::vector<int64_t> cum(args.num_tokens + 1, 0);
+  for (int64_t t = 0; t < args.num_tokens; ++t) {
+    const int64_t p = args.positions[t];
+    const int64_t keys = p < 0 ? 0 : p - internal::FirstKey(p, args.sliding_window) + 1;
+    cum[t + 1] = cum[t] + 1 + keys;
+  }
+  const int64_t units_per_key = 2 * args.head_dim * args.num_q_heads;
+  if (threads <= 1 || cum.back() * units_per_key < 2 * kMinUnitsPerPart) return run(0, items);
+  if (args.num_tokens < threads) {  // few tokens (decode): split heads evenly instead
+    pool->ParallelFor(items, 1, run);
+    return;
+  }
+  std::vector<int64_t> bounds(threads + 1, args.num_tokens);
+  bounds[0] = 0;
+  for (int i = 1; i < threads; ++i) {
+    const int64_t target = cum.back() * i / threads;
+    bounds[i] = std::lower_bound(cum.begin(), cum.end(), target) - cum.begin();
+  }
+  pool->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t part = b; part < e; ++part) {
+      run(bounds[part] * args.num_q_heads, bounds[part + 1] * args.num_q_heads);
+    }
+  });
+}
+
+void ConvertToF32(const void* src, DType type, int64_t count, float* dst) {
+  CheckFloatType("ConvertToF32", type);
+  if (UseAvx2()) {
+    internal::ConvertAvx2(src, type, count, dst);
+  } else {
+    internal::ConvertScalar(src, type, count, dst);
+  }
+}
+
+}  // namespace tessera::kernels::cpu
