@@ -6,6 +6,7 @@
 // Prefill: one sequence's prompt in one step (tokens/s). Decode: `batch`
 // sequences each with a prompt, then `decode` steps of one token per sequence
 // (tokens/s = batch * steps / time); also bytes of weights read per step.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -13,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "bench/limits.h"
 #include "engine/batch_builder.h"
 #include "engine/model.h"
 
@@ -38,6 +40,14 @@ int main(int argc, char** argv) {
   app.add_option("--decode-context", decode_context, "prompt length before decode");
   app.add_option("--repeats", repeats, "prefill repetitions (best is reported)");
   CLI11_PARSE(app, argc, argv);
+
+  // Limits first, on the same number of threads the engine will use.
+  tessera::ThreadPool limit_pool(threads > 0 ? threads : tessera::ThreadPool::HardwareThreads());
+  const double bandwidth = tessera::bench::MeasureReadBandwidth(limit_pool);
+  const double fma_peak = tessera::bench::MeasureFmaPeak(limit_pool);
+  std::printf("{\"phase\":\"limits\",\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,\"fma_peak_gflop_s\":%.1f}\n",
+              limit_pool.num_threads(), bandwidth / 1e9, fma_peak / 1e9);
+  std::fflush(stdout);
 
   auto backend = tessera::MakeCpuBackend({threads});
   auto model_or = tessera::Model::Load(model_dir, backend.get());
@@ -73,8 +83,18 @@ int main(int argc, char** argv) {
     }
     best_prefill = std::min(best_prefill, Seconds(t0, Clock::now()));
   }
-  std::printf("{\"phase\":\"prefill\",\"backend\":\"%s\",\"prompt\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.2f}\n",
-              backend->name().c_str(), prompt, best_prefill, prompt / best_prefill);
+  // FLOPs: 2 per weight per token in the layers, lm_head once, causal attention
+  // (q.k and p.v: 2 * 2 * head_dim per query head per key, ~prompt^2/2 keys).
+  const double layer_weights = static_cast<double>(cfg.num_layers) *
+      (cfg.hidden_size * (cfg.num_q_heads + 2 * cfg.num_kv_heads) * cfg.head_dim +
+       cfg.num_q_heads * cfg.head_dim * cfg.hidden_size + 3.0 * cfg.hidden_size * cfg.intermediate_size);
+  const double attn_flops = static_cast<double>(cfg.num_layers) * cfg.num_q_heads * 4.0 * cfg.head_dim *
+                            prompt * (prompt + 1) / 2.0;
+  const double prefill_flops = 2.0 * layer_weights * prompt + 2.0 * cfg.vocab_size * cfg.hidden_size + attn_flops;
+  std::printf("{\"phase\":\"prefill\",\"backend\":\"%s\",\"prompt\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.2f,"
+              "\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f}\n",
+              backend->name().c_str(), prompt, best_prefill, prompt / best_prefill, prefill_flops / best_prefill / 1e9,
+              fma_peak > 0 ? prefill_flops / best_prefill / fma_peak : 0.0);
   std::fflush(stdout);
 
   // Decode: prefill each sequence's context, then time `decode` steps.
@@ -107,9 +127,15 @@ int main(int argc, char** argv) {
     }
   }
   const double secs = Seconds(t0, Clock::now());
+  // Bytes one decode step must read: every weight once (the tied embedding table
+  // once, as lm_head) plus each sequence's K and V (f32) at the mean context.
+  const double kv_bytes = static_cast<double>(batch) * cfg.KvBytesPerToken(4) * (decode_context + decode / 2.0);
+  const double step_bytes = static_cast<double>(model.weight_bytes()) + kv_bytes;
+  const double step_s = secs / decode;
   std::printf("{\"phase\":\"decode\",\"backend\":\"%s\",\"batch\":%d,\"context\":%d,\"steps\":%d,"
-              "\"seconds\":%.4f,\"tokens_per_s\":%.2f,\"ms_per_step\":%.2f,\"weight_bytes\":%lld}\n",
+              "\"seconds\":%.4f,\"tokens_per_s\":%.2f,\"ms_per_step\":%.2f,\"bytes_per_step\":%.0f,"
+              "\"fraction_of_bandwidth\":%.3f}\n",
               backend->name().c_str(), batch, decode_context, decode, secs, batch * decode / secs,
-              1000 * secs / decode, static_cast<long long>(model.weight_bytes()));
+              1000 * step_s, step_bytes, bandwidth > 0 ? step_bytes / step_s / bandwidth : 0.0);
   return 0;
 }
