@@ -85,6 +85,26 @@ std::optional<ApiError> ParseCompletionRequest(const std::string& text, const Co
                         "temperature");
     }
   }
+  // OpenAI/vLLM parameters this interim endpoint cannot honour yet: reject any
+  // non-default value rather than silently ignore it and mislead the client.
+  static const char* const kUnsupported[] = {"stop", "logprobs", "echo", "suffix", "best_of", "logit_bias",
+                                             "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                             "top_k", "min_p", "seed", "min_tokens", "stop_token_ids"};
+  for (const char* key : kUnsupported) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    const bool is_default = (it->is_boolean() && !it->get<bool>()) ||
+                            (it->is_number() && it->get<double>() == 0.0 && std::string(key) != "top_k") ||
+                            (std::string(key) == "top_k" && it->is_number() && it->get<double>() == -1.0) ||
+                            (it->is_array() && it->empty());
+    if (!is_default) {
+      return BadRequest(std::string("'") + key + "' is not supported yet by this server (greedy decoding only)",
+                        key);
+    }
+  }
+  if (auto tp = body.find("top_p"); tp != body.end() && !tp->is_null() && !(tp->is_number() && tp->get<double>() == 1.0)) {
+    return BadRequest("'top_p' is not supported yet by this server (greedy decoding only)", "top_p");
+  }
   bool max_tokens_given = false;
   out->max_tokens = kDefaultMaxTokens;
   if (auto mt = body.find("max_tokens"); mt != body.end() && !mt->is_null()) {

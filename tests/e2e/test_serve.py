@@ -310,6 +310,10 @@ def main_server_checks(res, tessera, model, workdir):
             ("max_tokens float", {"prompt": PROMPT, "max_tokens": 2.5}, 400, "max_tokens", None),
             ("temperature 0.7", {"prompt": PROMPT, "temperature": 0.7}, 400, "temperature", None),
             ("n 2", {"prompt": PROMPT, "n": 2}, 400, "n", None),
+            ("stop not supported yet", {"prompt": PROMPT, "stop": ["x"]}, 400, "stop", None),
+            ("logprobs not supported yet", {"prompt": PROMPT, "logprobs": 2}, 400, "logprobs", None),
+            ("penalty not supported yet", {"prompt": PROMPT, "presence_penalty": 0.5}, 400, "presence_penalty", None),
+            ("top_p not supported yet", {"prompt": PROMPT, "top_p": 0.9}, 400, "top_p", None),
             ("stream true", {"prompt": PROMPT, "stream": True}, 400, "stream", None),
             ("unknown model", {"prompt": PROMPT, "model": "gpt-4"}, 404, "model", "model_not_found"),
             ("context too long", {"prompt": PROMPT, "max_tokens": too_long}, 400, None, "context_length_exceeded"),
@@ -328,9 +332,10 @@ def main_server_checks(res, tessera, model, workdir):
         res.run("error: string prompt message explains token ids", string_prompt_message)
 
         def unknown_fields():
-            status, _, body = complete(port, prompt=PROMPT, max_tokens=2, user="x", frequency_penalty=0)
+            status, _, body = complete(port, prompt=PROMPT, max_tokens=2, user="x", frequency_penalty=0, top_p=1.0,
+                                       stop=[], echo=False)
             assert status == 200 and len(body["choices"][0]["token_ids"]) == 2, (status, body)
-        res.run("unknown fields are ignored", unknown_fields)
+        res.run("unknown fields and default-valued sampling fields are accepted", unknown_fields)
 
         def routes():
             status, _, body = request(port, "GET", "/v1/nope")
