@@ -8,7 +8,7 @@ namespace tessera::bench {
 
 // Sustained read bandwidth in bytes/s over a buffer much larger than the caches,
 // all pool threads reading disjoint slices. Best of `repeats`.
-double MeasureReadBandwidth(ThreadPool& pool, size_t bytes = size_t{1} << 30, int repeats = 3);
+double MeasureReadBandwidth(ThreadPool& pool, size_t bytes = size_t{1} << 30, int repeats = 5);
 
 // Peak f32 FMA throughput in FLOP/s with AVX2 registers only (no memory), all
 // pool threads. 0 when the CPU lacks AVX2/FMA.
