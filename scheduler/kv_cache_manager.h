@@ -1,0 +1,120 @@
+// KvCacheManager: which KV blocks each sequence holds. Owns the BlockPool;
+// allocates slots for the tokens a step will compute (plus speculative
+// lookahead), finds cached prefixes on admission, registers newly computed full
+// blocks in the prefix cache, forks sequences (n > 1) with copy-on-write of a
+// shared partial block, and frees. Plain ids only — never touches tensors.
+// Not thread-safe: owned by the Scheduler on the engine-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/block_hash.h"
+#include "scheduler/block_pool.h"
+
+namespace tessera {
+
+using SeqId = int64_t;
+
+struct KvCacheOptions {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+};
+
+// Copy block `src` into `dst` (all layers, K and V) before the step's forward
+// pass: a sequence is about to write into a partial block it shares.
+struct CopyOp {
+  BlockId src = -1;
+  BlockId dst = -1;
+  bool operator==(const CopyOp&) const = default;
+};
+
+// A cached prefix found for a sequence: its first blocks, already computed.
+struct PrefixHit {
+  std::vector<BlockId> blocks;
+  int64_t num_tokens = 0;          // blocks.size() * block_size
+  int64_t num_queried_tokens = 0;  // the sequence's length when looked up (caching on)
+};
+
+struct KvCacheStats {
+  int64_t prefix_queries = 0;  // tokens looked up on admission (caching on)
+  int64_t prefix_hits = 0;     // of those, tokens found cached
+  int64_t cow_copies = 0;
+  int64_t evictions = 0;       // cached free blocks reused for other content
+};
+
+// Bytes of K and V for one token across all layers.
+inline int64_t KvBytesPerToken(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim,
+                               int64_t bytes_per_element) {
+  return 2 * num_layers * num_kv_heads * head_dim * bytes_per_element;
+}
+
+// Blocks that fit in `budget_bytes`. INVALID_ARGUMENT when not even one does.
+StatusOr<int32_t> NumBlocksForBudget(int64_t budget_bytes, int64_t kv_bytes_per_token, int32_t block_size);
+
+class KvCacheManager {
+ public:
+  static StatusOr<std::unique_ptr<KvCacheManager>> Create(const KvCacheOptions& options);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
+  double Usage() const { return pool_.Usage(); }
+  bool caching_enabled() const { return pool_.caching_enabled(); }
+  int64_t BlocksForTokens(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // Longest run of cached blocks matching `hashes` (a sequence's full-block
+  // chain), capped so at least one of its `num_tokens` tokens is left to
+  // compute (the step needs its logits). Takes no references; valid until the
+  // next mutating call. Empty when caching is off.
+  PrefixHit FindCachedPrefix(std::span<const BlockHash> hashes, int64_t num_tokens) const;
+
+  // Gives `seq` slots for positions [0, num_computed + num_new + lookahead).
+  // On a sequence's first allocation `hit` (possibly empty) supplies its
+  // computed prefix (num_computed must equal hit->num_tokens) and is counted
+  // in the hit-rate stats; pass nullptr afterwards. Blocks in the write range
+  // [num_computed, ...) that are shared are replaced by fresh ones, with a
+  // CopyOp appended to `copies` where the block already holds computed
+  // tokens. Returns false and changes nothing when blocks are short.
+  bool AllocateSlots(SeqId seq, int64_t num_computed, int64_t num_new, int64_t lookahead,
+                     const PrefixHit* hit, std::vector<CopyOp>* copies);
+
+  // Registers `seq`'s full blocks within its first `num_computed` tokens in
+  // the prefix cache; `hashes` must cover them. Call after the step computed them.
+  void CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed);
+
+  // `child` (new) shares `parent`'s blocks covering its first `num_computed`
+  // tokens; a later write into the shared partial block copies it first.
+  void Fork(SeqId parent, SeqId child, int64_t num_computed);
+
+  // Releases every block of `seq`, deepest first, so the blocks least likely
+  // to be shared again are evicted first. No-op for an unknown seq.
+  void Free(SeqId seq);
+
+  bool Holds(SeqId seq) const { return seqs_.count(seq) != 0; }
+  // `seq`'s block table; empty for an unknown seq.
+  std::span<const BlockId> blocks(SeqId seq) const;
+
+  KvCacheStats stats() const;
+  const BlockPool& pool() const { return pool_; }
+  BlockPool& mutable_pool() { return pool_; }
+
+ private:
+  struct SeqBlocks {
+    std::vector<BlockId> blocks;
+    int64_t num_cached = 0;  // leading blocks already registered or known cached
+  };
+  explicit KvCacheManager(const KvCacheOptions& options);
+
+  int32_t block_size_;
+  BlockPool pool_;
+  std::unordered_map<SeqId, SeqBlocks> seqs_;
+  KvCacheStats stats_;
+};
+
+}  // namespace tessera

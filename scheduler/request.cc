@@ -1,0 +1,29 @@
+#include "scheduler/request.h"
+
+namespace tessera {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "";
+}
+
+Status ValidateRequest(const Request& request, const ModelLimits& limits) {
+  if (request.id.empty()) return InvalidArgument("request id must not be empty");
+  if (request.prompt_token_ids.empty()) return InvalidArgument("'prompt' must contain at least one token");
+  for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
+    const int32_t t = request.prompt_token_ids[i];
+    if (t < 0 || (limits.vocab_size > 0 && t >= limits.vocab_size)) {
+      return InvalidArgument("'prompt' token " + std::to_string(i) + " is id " + std::to_string(t) +
+                             ", outside the vocabulary [0, " + std::to_string(limits.vocab_size) + ")");
+    }
+  }
+  RETURN_IF_ERROR(request.params.Validate(limits));
+  return CheckContextLength(static_cast<int64_t>(request.prompt_token_ids.size()), request.params, limits);
+}
+
+}  // namespace tessera

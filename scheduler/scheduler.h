@@ -1,0 +1,140 @@
+// Scheduler: iteration-level (continuous) batching over a paged KV cache.
+// One step = Schedule() -> execute the plan -> UpdateFromOutput(). Each step:
+//   1. running sequences first — decodes (1 token, or 1 + drafts when
+//      speculating) before unfinished prefills — then
+//   2. waiting sequences in policy order as prefill chunks (chunked prefill),
+// within max_num_batched_tokens and max_num_seqs. When blocks run out the
+// lowest-priority, latest-arriving running sequence is preempted (blocks
+// freed, recomputed later — usually from the prefix cache). A request that
+// could never fit alone is rejected at AddRequest, so the oldest/highest
+// priority sequence always makes progress (see scheduler_property_test.cc
+// for the stated wait bound).
+//
+// Thread-safety: none; every call comes from the engine-loop thread (the
+// front end hands requests and aborts over through the loop's own queue).
+// Abort/FinishSequence between Schedule and UpdateFromOutput are deferred to
+// the end of UpdateFromOutput, so a plan's blocks stay valid while it runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/kv_cache_manager.h"
+#include "scheduler/request.h"
+#include "scheduler/scheduler_metrics.h"
+#include "scheduler/scheduler_output.h"
+#include "scheduler/sequence.h"
+
+namespace tessera {
+
+// Admission order and preemption victim choice. kFcfs: arrival order.
+// kPriority: lower SamplingParams::priority first, then arrival.
+enum class SchedulingPolicy { kFcfs, kPriority };
+
+struct SchedulerOptions {
+  int32_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;  // must be >= max_num_seqs * (1 + lookahead)
+  int64_t max_waiting_seqs = 4096;        // admission bound (429 beyond it)
+  int32_t num_lookahead_tokens = 0;       // speculative tokens per step (k)
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  KvCacheOptions kv;
+  ModelLimits limits;
+  std::vector<int32_t> eos_token_ids;
+  std::function<int64_t()> clock;  // monotonic ns; default steady_clock
+};
+
+class Scheduler {
+ public:
+  static StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
+
+  // Queues a request (n choices). INVALID_ARGUMENT / OUT_OF_RANGE (context
+  // length) for bad input or a request that could never fit in the KV cache
+  // even alone; RESOURCE_EXHAUSTED when the waiting queue is full.
+  Status AddRequest(Request request);
+
+  // Ends every choice of `request_id` and frees its blocks. NOT_FOUND if unknown.
+  Status AbortRequest(const std::string& request_id);
+
+  // Ends one choice from outside (the front end matched a stop string).
+  Status FinishSequence(const std::string& request_id, int32_t index, FinishReason reason);
+
+  // Speculative proposals for a running sequence's next step (at most
+  // num_lookahead_tokens). Rolled back by UpdateFromOutput if rejected.
+  Status SetDraftTokens(SeqId seq, std::vector<int32_t> draft_token_ids);
+
+  // Plans the next step. Advances the scheduled sequences' computed counts;
+  // the caller must run the plan and call UpdateFromOutput before the next
+  // Schedule (when the plan is non-empty).
+  SchedulerOutput Schedule();
+
+  // Applies the sampled tokens of the last plan: appends tokens, rolls back
+  // rejected drafts, checks stop conditions (EOS unless ignore_eos,
+  // stop_token_ids, min_tokens, max_tokens, context length), registers
+  // computed blocks in the prefix cache and frees finished sequences.
+  // FAILED_PRECONDITION (no change) if `sampled` does not match the plan.
+  StatusOr<std::vector<SequenceOutput>> UpdateFromOutput(std::span<const SampledTokens> sampled);
+
+  bool HasUnfinished() const { return !seqs_.empty(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  const Sequence* GetSequence(SeqId seq) const;
+
+  SchedulerMetrics metrics() const;
+  // Drains one record per sequence ended since the last call; the engine loop
+  // calls this every step (it grows until drained).
+  std::vector<FinishedSequenceStats> TakeFinishedStats();
+
+  const KvCacheManager& kv_cache() const { return *kv_; }
+  KvCacheManager& mutable_kv_cache() { return *kv_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct KeyLess {
+    bool by_priority = false;
+    bool operator()(const Sequence* a, const Sequence* b) const;
+  };
+  struct PlanEntry {
+    SeqId seq = 0;
+    int32_t num_drafts = 0;
+    bool sample = false;
+  };
+  Scheduler(SchedulerOptions options, std::unique_ptr<KvCacheManager> kv);
+
+  Sequence* NewSequence(std::shared_ptr<const Request> request, int32_t index, int64_t arrival_order,
+                        int64_t arrival_ns);
+  void ResolveForks();
+  std::vector<Sequence*> ReleaseForks(Sequence* leader);  // returns the new waiting choices
+  int64_t NumNewTokens(const Sequence& seq, int64_t budget) const;
+  void InsertRunning(Sequence* seq);
+  void EraseRunning(Sequence* seq);
+  void Preempt(Sequence* seq);
+  void UpdateHashes(Sequence* seq);
+  FinishReason CheckStop(const Sequence& seq, int32_t token) const;
+  // Ends `seq` (frees blocks, records stats) and destroys it.
+  void Finish(Sequence* seq, FinishReason reason);
+
+  SchedulerOptions options_;
+  std::unique_ptr<KvCacheManager> kv_;
+  KeyLess key_less_;
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> seqs_;           // every live sequence
+  std::unordered_map<std::string, std::vector<SeqId>> requests_;        // request id -> live seqs
+  std::vector<Sequence*> running_;                                      // sorted by key_less_
+  std::set<Sequence*, KeyLess> waiting_;                                // policy order
+  std::vector<PlanEntry> plan_;                                         // last plan, until updated
+  bool in_flight_ = false;
+  std::vector<std::pair<SeqId, FinishReason>> deferred_;                // finishes during a step
+  std::vector<SeqId> finished_since_plan_;
+  std::vector<FinishedSequenceStats> finished_stats_;
+  SchedulerCounters counters_;
+  SeqId next_seq_id_ = 1;
+  int64_t next_arrival_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,55 @@
+// Sequence: the scheduler's per-choice state. A request with n choices runs as
+// n sequences sharing one Request. Prefill and decode are one mechanism: the
+// sequence has `token_ids` (prompt, then generated), of which the first
+// `num_computed_tokens` have KV in the cache; each step computes the next few.
+// Owned by the Scheduler; engine-loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "scheduler/block_hash.h"
+#include "scheduler/kv_cache_manager.h"
+#include "scheduler/request.h"
+
+namespace tessera {
+
+enum class SeqStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  SeqId id = 0;
+  int32_t index = 0;  // choice index within its request, 0..n-1
+  std::shared_ptr<const Request> request;
+
+  std::vector<int32_t> token_ids;  // prompt + generated; KV exists for [0, num_computed_tokens)
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;
+  int64_t max_output_tokens = 0;       // resolved max_tokens
+  std::vector<int32_t> draft_token_ids;  // speculative proposals for the next step
+  std::vector<BlockHash> block_hashes;   // chain over full blocks of token_ids
+
+  SeqStatus status = SeqStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t priority = 0;
+  int64_t arrival_order = 0;  // global admission order of its request (FCFS key)
+  int32_t pending_forks = 0;  // index 0 only: choices 1..n-1 not yet forked
+
+  // Metrics.
+  int64_t arrival_time_ns = 0;
+  int64_t first_scheduled_ns = -1;
+  int64_t num_cached_tokens = 0;  // prefix-cache hit on first admission
+  int32_t num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool in_prefill() const { return num_computed_tokens < num_prompt_tokens; }
+  const std::string& request_id() const { return request->id; }
+  const SamplingParams& params() const { return request->params; }
+  std::span<const uint64_t> cache_keys() const { return request->cache_keys; }
+};
+
+}  // namespace tessera
