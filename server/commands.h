@@ -9,5 +9,7 @@ namespace tessera {
 void AddSynthCommand(CLI::App& app, int* exit_code);
 void AddLogitsCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
+void AddTokenizeCommand(CLI::App& app, int* exit_code);
+void AddRenderChatCommand(CLI::App& app, int* exit_code);
 
 }  // namespace tessera
