@@ -1,5 +1,7 @@
 #include "engine/kv_cache.h"
 
+#include <string>
+
 namespace tessera {
 
 StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend* backend,
@@ -18,7 +20,26 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend
     cache->v_.push_back(std::move(v));
   }
   cache->bytes_ = 2 * per_layer * c.num_layers;
+  cache->block_bytes_ = block_size * c.num_kv_heads * c.head_dim * 4;
+  cache->backend_ = backend;
   return cache;
+}
+
+Status KvCache::CopyBlock(int64_t src, int64_t dst) {
+  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
+    return OutOfRange("kv cache: block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
+                      " outside [0, " + std::to_string(num_blocks_) + ")");
+  }
+  if (src == dst) return Status::Ok();
+  staging_.resize(static_cast<size_t>(block_bytes_));
+  for (const auto* side : {&k_, &v_}) {
+    for (const auto& layer : *side) {
+      char* base = static_cast<char*>(layer.get());
+      backend_->CopyToHost(staging_.data(), base + src * block_bytes_, block_bytes_);
+      backend_->CopyFromHost(base + dst * block_bytes_, staging_.data(), block_bytes_);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace tessera

@@ -25,10 +25,18 @@ class KvCache {
   }
   int64_t bytes() const { return bytes_; }
 
+  // Copies K and V of block `src` into block `dst` in every layer (copy-on-write
+  // of a shared partial block before a step writes into it). Goes through a
+  // host staging buffer, so it works on any backend: O(layers x block bytes).
+  Status CopyBlock(int64_t src, int64_t dst);
+
  private:
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   int64_t bytes_ = 0;
+  int64_t block_bytes_ = 0;     // one block of K (or V) in one layer
+  Backend* backend_ = nullptr;  // not owned; outlives the cache
+  std::vector<char> staging_;
   std::vector<std::shared_ptr<void>> k_, v_;
 };
 

@@ -11,5 +11,6 @@ void AddLogitsCommand(CLI::App& app, int* exit_code);
 void AddServeCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddRenderChatCommand(CLI::App& app, int* exit_code);
+void AddGenerateCommand(CLI::App& app, int* exit_code);
 
 }  // namespace tessera

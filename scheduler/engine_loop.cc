@@ -1,0 +1,347 @@
+#include "scheduler/engine_loop.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "scheduler/plan_to_batch.h"
+
+namespace tessera {
+
+// ---------------------------------------------------------------- RequestStream
+
+RequestStream::RequestStream(std::string request_id, int32_t num_choices)
+    : request_id_(std::move(request_id)), ended_(static_cast<size_t>(num_choices), false), remaining_(num_choices) {}
+
+bool RequestStream::Next(RequestOutput* out) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || remaining_ == 0; });
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::TryNext(RequestOutput* out) {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard lock(mu_);
+  return remaining_ == 0;
+}
+
+void RequestStream::Push(RequestOutput out) {
+  {
+    std::lock_guard lock(mu_);
+    if (out.index < 0 || out.index >= static_cast<int32_t>(ended_.size()) || ended_[out.index]) return;
+    if (out.finish_reason != FinishReason::kNone) {
+      ended_[out.index] = true;
+      --remaining_;
+    }
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::Fail(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (remaining_ == 0) return;
+    RequestOutput out;
+    out.status = status;
+    out.finish_reason = FinishReason::kAbort;
+    for (size_t i = 0; i < ended_.size(); ++i) {
+      if (ended_[i]) continue;
+      ended_[i] = true;
+      out.index = static_cast<int32_t>(i);
+      queue_.push_back(out);
+    }
+    remaining_ = 0;
+  }
+  cv_.notify_all();
+}
+
+// ---------------------------------------------------------------- EngineLoop
+
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+SamplerConfig ToSamplerConfig(const SamplingParams& p, uint64_t seed) {
+  SamplerConfig c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
+  c.repetition_penalty = p.repetition_penalty;
+  c.logit_bias.assign(p.logit_bias.begin(), p.logit_bias.end());
+  c.seed = seed;
+  c.logprobs = p.logprobs;
+  c.top_logprobs = p.top_logprobs;
+  return c;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions options) {
+  auto loop = std::unique_ptr<EngineLoop>(new EngineLoop());
+  loop->backend_ = MakeCpuBackend({options.num_threads});
+  ASSIGN_OR_RETURN(loop->model_, Model::Load(options.model_dir, loop->backend_.get()));
+  const ModelConfig& mc = loop->model_->config();
+
+  SchedulerOptions& so = options.scheduler;
+  if (so.limits.vocab_size == 0) so.limits.vocab_size = mc.vocab_size;
+  if (mc.max_position_embeddings > 0) {
+    so.limits.max_model_len = std::min(so.limits.max_model_len, mc.max_position_embeddings);
+  }
+  if (so.eos_token_ids.empty()) {
+    for (int64_t id : mc.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim, 4);
+  const bool from_budget = so.kv.num_blocks <= 0;
+  if (from_budget) {
+    ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
+  }
+  ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
+  spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
+               so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
+               per_token,
+               from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
+                           : std::string("block count set explicitly"));
+  ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
+  loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  loop->metrics_ = loop->scheduler_->metrics();
+  return loop;
+}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request) {
+  RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
+  std::lock_guard lock(mu_);
+  if (stop_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
+  if (!live_ids_.insert(request.id).second) {
+    return InvalidArgument("request id '" + request.id + "' is already in use");
+  }
+  const uint64_t seed = request.params.seed ? *request.params.seed : Mix(next_seed_++);
+  auto stream = std::make_shared<RequestStream>(request.id, request.params.n);
+  SamplerConfig sampler = ToSamplerConfig(request.params, seed);
+  inbox_.push_back({std::move(request), stream, std::move(sampler)});
+  cv_.notify_all();
+  return stream;
+}
+
+void EngineLoop::Abort(const std::string& request_id) {
+  std::lock_guard lock(mu_);
+  aborts_.push_back(request_id);
+  cv_.notify_all();
+}
+
+Status EngineLoop::Start() {
+  std::lock_guard lock(mu_);
+  if (started_) return FailedPrecondition("engine loop already started");
+  started_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { ThreadMain(); });
+  return Status::Ok();
+}
+
+void EngineLoop::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::ThreadMain() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      // scheduler_ is read here only by this (the loop) thread.
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || scheduler_->HasUnfinished(); });
+      if (stop_) break;
+    }
+    Status s = Step();
+    if (!s.ok()) {
+      spdlog::error("engine loop: step failed: {}", s.ToString());
+      FailAll(s);
+    }
+  }
+  // Abort what is left.
+  DrainInbox();
+  for (auto& [id, a] : active_) (void)scheduler_->AbortRequest(id);
+  DeliverFinished();
+  FailAll(Status(StatusCode::kUnavailable, "the engine stopped"));
+}
+
+void EngineLoop::FailAll(const Status& status) {
+  std::vector<std::string> ids;
+  for (auto& [id, a] : active_) {
+    a.stream->Fail(status);
+    ids.push_back(id);
+  }
+  for (const std::string& id : ids) {
+    (void)scheduler_->AbortRequest(id);
+    EndRequest(id);
+  }
+  (void)scheduler_->TakeFinishedStats();
+}
+
+Status EngineLoop::RunUntilDone() {
+  {
+    std::lock_guard lock(mu_);
+    if (started_) return FailedPrecondition("RunUntilDone: the loop thread is running");
+  }
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (inbox_.empty() && aborts_.empty() && !scheduler_->HasUnfinished()) return Status::Ok();
+    }
+    Status s = Step();
+    if (!s.ok()) {
+      FailAll(s);
+      return s;
+    }
+  }
+}
+
+void EngineLoop::DrainInbox() {
+  std::vector<Pending> pending;
+  std::vector<std::string> aborts;
+  {
+    std::lock_guard lock(mu_);
+    pending.swap(inbox_);
+    aborts.swap(aborts_);
+  }
+  for (Pending& p : pending) {
+    Active a;
+    a.stream = p.stream;
+    a.sampler = std::move(p.sampler);
+    a.min_tokens = p.request.params.min_tokens;
+    if (a.min_tokens > 0) {
+      a.banned = p.request.params.stop_token_ids;
+      if (!p.request.params.ignore_eos) {
+        const auto& eos = scheduler_->options().eos_token_ids;
+        a.banned.insert(a.banned.end(), eos.begin(), eos.end());
+      }
+    }
+    const std::string id = p.request.id;
+    Status s = scheduler_->AddRequest(std::move(p.request));
+    if (!s.ok()) {
+      p.stream->Fail(s);
+      std::lock_guard lock(mu_);
+      live_ids_.erase(id);
+      continue;
+    }
+    active_.emplace(id, std::move(a));
+  }
+  for (const std::string& id : aborts) {
+    if (active_.count(id)) (void)scheduler_->AbortRequest(id);
+  }
+}
+
+Status EngineLoop::Step() {
+  DrainInbox();
+  Status s = scheduler_->HasUnfinished() ? RunStep() : Status::Ok();
+  DeliverFinished();
+  std::lock_guard lock(mu_);
+  metrics_ = scheduler_->metrics();
+  ++steps_;
+  return s;
+}
+
+Status EngineLoop::RunStep() {
+  const SchedulerOutput plan = scheduler_->Schedule();
+  if (plan.empty()) return Status::Ok();
+  for (const CopyOp& op : plan.copies) RETURN_IF_ERROR(cache_->CopyBlock(op.src, op.dst));
+  ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
+  RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
+
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<SampledTokens> sampled;
+  std::unordered_map<SeqId, SampleResult> results;
+  int64_t row = 0;
+  for (const ScheduledSequence& s : plan.seqs) {
+    const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
+    row += rows;
+    if (!s.sample) continue;
+    if (rows == 0) return Internal("engine loop: sampled sequence without logits rows");
+    const Sequence* seq = scheduler_->GetSequence(s.seq_id);
+    auto it = active_.find(s.request_id);
+    if (seq == nullptr || it == active_.end()) return Internal("engine loop: unknown scheduled sequence");
+    const Active& a = it->second;
+    const std::span<const int32_t> all(seq->token_ids);
+    SampleContext ctx;
+    ctx.prompt_tokens = all.first(static_cast<size_t>(seq->num_prompt_tokens));
+    ctx.output_tokens = all.subspan(static_cast<size_t>(seq->num_prompt_tokens));
+    if (seq->num_output_tokens() < a.min_tokens) ctx.banned_tokens = a.banned;
+    ctx.choice_index = s.index;
+    ctx.output_position = seq->num_output_tokens();
+    const std::span<const float> logits(logits_.data() + (row - 1) * vocab, static_cast<size_t>(vocab));
+    SampleResult r = sampler_.Sample(logits, a.sampler, ctx);
+    sampled.push_back({s.seq_id, {r.token}});
+    results.emplace(s.seq_id, std::move(r));
+  }
+  ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
+  for (SequenceOutput& o : outputs) {
+    auto it = active_.find(o.request_id);
+    if (it == active_.end()) continue;
+    RequestOutput out;
+    out.index = o.index;
+    out.finish_reason = o.finish_reason;
+    const SamplerConfig& c = it->second.sampler;
+    if ((c.logprobs || c.top_logprobs > 0) && !o.new_token_ids.empty()) {
+      SampleResult& r = results.at(o.seq_id);
+      out.logprobs.push_back({r.logprob, std::move(r.top)});
+    }
+    out.token_ids = std::move(o.new_token_ids);
+    it->second.stream->Push(std::move(out));
+  }
+  return Status::Ok();
+}
+
+void EngineLoop::DeliverFinished() {
+  for (const FinishedSequenceStats& st : scheduler_->TakeFinishedStats()) {
+    auto it = active_.find(st.request_id);
+    if (it == active_.end()) continue;
+    RequestOutput out;
+    out.index = st.index;
+    out.finish_reason = st.reason;
+    it->second.stream->Push(std::move(out));  // ignored when the choice already ended
+    if (it->second.stream->finished()) EndRequest(st.request_id);
+  }
+}
+
+void EngineLoop::EndRequest(const std::string& request_id) {
+  active_.erase(request_id);
+  std::lock_guard lock(mu_);
+  live_ids_.erase(request_id);
+}
+
+SchedulerMetrics EngineLoop::metrics() const {
+  std::lock_guard lock(mu_);
+  return metrics_;
+}
+
+int64_t EngineLoop::num_steps() const {
+  std::lock_guard lock(mu_);
+  return steps_;
+}
+
+}  // namespace tessera

@@ -1,0 +1,163 @@
+// EngineLoop: the single engine-loop thread of DESIGN §1. Owns the Scheduler,
+// the Model (on a CPU backend), its paged KvCache and a Sampler, and runs
+// steps: Schedule -> plan.copies -> MakeForwardBatch -> Model::Forward ->
+// sample each sampled row -> Scheduler::UpdateFromOutput -> push outputs.
+//
+// Threading: Submit/Abort may be called from any thread; they hand work to
+// the loop through a mutex-guarded inbox and wake it with a condvar. Outputs
+// come back through a per-request RequestStream (its own mutex + condvar).
+// Either Start() a loop thread (serving) or call RunUntilDone()/Step() on one
+// thread of your choice (offline, tests) — never both.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/sampling.h"
+#include "scheduler/scheduler.h"
+
+namespace tessera {
+
+struct EngineLoopOptions {
+  std::string model_dir;
+  int num_threads = 0;  // CPU backend threads; 0: all
+  // KV pool budget in bytes; the block count is derived from the model's
+  // per-token KV size (logged). scheduler.kv.num_blocks > 0 overrides it.
+  int64_t kv_cache_bytes = int64_t{512} << 20;
+  // limits.vocab_size (0) and eos_token_ids (empty) are filled from the
+  // model; limits.max_model_len is capped at max_position_embeddings.
+  SchedulerOptions scheduler;
+};
+
+struct TokenLogprobs {
+  float logprob = 0.0f;            // raw log-softmax of the sampled token
+  std::vector<TokenLogprob> top;   // top_logprobs alternatives
+};
+
+// One increment of one choice of a request.
+struct RequestOutput {
+  int32_t index = 0;                    // choice index
+  std::vector<int32_t> token_ids;       // new tokens
+  std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs/top_logprobs asked
+  FinishReason finish_reason = FinishReason::kNone;  // set on the choice's last output
+  Status status;  // non-OK: the request failed (rejected or engine error); terminal for all choices
+};
+
+// Per-request output queue; thread-safe. The loop pushes, a consumer pops.
+class RequestStream {
+ public:
+  RequestStream(std::string request_id, int32_t num_choices);
+  const std::string& request_id() const { return request_id_; }
+
+  // Blocks until an output is available (true) or every choice has ended and
+  // everything was read (false).
+  bool Next(RequestOutput* out);
+  // Non-blocking Next: false when nothing is queued right now.
+  bool TryNext(RequestOutput* out);
+  // Every choice has ended (outputs may still be queued).
+  bool finished() const;
+
+  // Loop side. Push ignores outputs of a choice that already ended.
+  void Push(RequestOutput out);
+  void Fail(const Status& status);  // ends every choice with `status`
+
+ private:
+  const std::string request_id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  std::vector<bool> ended_;
+  int32_t remaining_;
+};
+
+using RequestStreamPtr = std::shared_ptr<RequestStream>;
+
+class EngineLoop {
+ public:
+  static StatusOr<std::unique_ptr<EngineLoop>> Create(EngineLoopOptions options);
+  ~EngineLoop();  // Stop()s
+
+  // Validates (ValidateRequest; unique live id) and queues the request.
+  // Later rejection by the scheduler (queue full, can never fit) arrives on
+  // the stream as a failed output. Any thread.
+  StatusOr<RequestStreamPtr> Submit(Request request);
+  // Ends every choice of the request at the next step (kAbort); unknown or
+  // already finished ids are ignored. Any thread.
+  void Abort(const std::string& request_id);
+
+  // Spawns the loop thread. Stop() finishes the current step, aborts what is
+  // left (streams end with kAbort) and joins.
+  Status Start();
+  void Stop();
+
+  // Offline: runs steps on the calling thread until every submitted request
+  // has ended. FAILED_PRECONDITION while the loop thread runs.
+  Status RunUntilDone();
+  // One iteration (drain inbox, one scheduler step). Caller's thread; not with Start().
+  Status Step();
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const SchedulerOptions& scheduler_options() const { return scheduler_->options(); }
+  int64_t kv_cache_bytes() const { return cache_->bytes(); }
+  // Snapshot taken at the end of each step; any thread.
+  SchedulerMetrics metrics() const;
+  int64_t num_steps() const;
+
+ private:
+  struct Pending {
+    Request request;
+    RequestStreamPtr stream;
+    SamplerConfig sampler;
+  };
+  struct Active {
+    RequestStreamPtr stream;
+    SamplerConfig sampler;
+    int32_t min_tokens = 0;
+    std::vector<int32_t> banned;  // EOS (unless ignore_eos) + stop_token_ids, before min_tokens
+  };
+  EngineLoop() = default;
+
+  void DrainInbox();
+  Status RunStep();
+  void DeliverFinished();
+  void EndRequest(const std::string& request_id);
+  void FailAll(const Status& status);
+  void ThreadMain();
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  Sampler sampler_;
+  std::vector<float> logits_;
+
+  // Loop-thread state.
+  std::unordered_map<std::string, Active> active_;
+
+  // Shared with front-end threads, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending> inbox_;
+  std::vector<std::string> aborts_;
+  std::unordered_set<std::string> live_ids_;
+  SchedulerMetrics metrics_;
+  int64_t steps_ = 0;
+  uint64_t next_seed_ = 0;
+  bool stop_ = false;
+  bool started_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera
