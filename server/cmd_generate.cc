@@ -261,7 +261,7 @@ int RunGenerate(GenerateArgs a) {
     return 1;
   };
   if (a.model.empty()) {
-    auto dir = EnsureDefaultModel("tiny");
+    auto dir = EnsureDefaultModel("0.5b");  // the same embedded default as `serve`
     if (!dir.ok()) return fail(dir.status());
     a.model = *dir;
   }
@@ -375,7 +375,7 @@ int RunGenerate(GenerateArgs a) {
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Offline batch generation through the scheduler (JSONL out)");
-  cmd->add_option("--model", a->model, "HF checkpoint directory (default: the synthetic tiny model)");
+  cmd->add_option("--model", a->model, "HF checkpoint directory (default: the embedded synthetic model, as for serve)");
   cmd->add_option("--prompt", a->prompts, "Text prompt (repeatable; needs tokenizer.json)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. '1,2,3' (repeatable)");
   cmd->add_option("--input,-i", a->input, "Prompt file, one per line: text, [ids] or JSON object; '-' = stdin");
