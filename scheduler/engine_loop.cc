@@ -234,6 +234,7 @@ void EngineLoop::DrainInbox() {
     a.stream = p.stream;
     a.sampler = std::move(p.sampler);
     a.min_tokens = p.request.params.min_tokens;
+    if (p.request.params.prompt_logprobs) a.prompt_logprobs = *p.request.params.prompt_logprobs;
     if (a.min_tokens > 0) {
       a.banned = p.request.params.stop_token_ids;
       if (!p.request.params.ignore_eos) {
@@ -279,7 +280,9 @@ Status EngineLoop::RunStep() {
   int64_t row = 0;
   for (const ScheduledSequence& s : plan.seqs) {
     const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
+    const int64_t first_row = row;
     row += rows;
+    if (rows > 0) CollectPromptLogprobs(s, first_row, rows, vocab);
     if (!s.sample) continue;
     if (rows == 0) return Internal("engine loop: sampled sequence without logits rows");
     const Sequence* seq = scheduler_->GetSequence(s.seq_id);
@@ -298,6 +301,16 @@ Status EngineLoop::RunStep() {
     sampled.push_back({s.seq_id, {r.token}});
     results.emplace(s.seq_id, std::move(r));
   }
+  // Prompt logprobs go out before the step's sampled tokens.
+  for (auto& [request_id, entries] : prompt_logprobs_) {
+    auto it = active_.find(request_id);
+    if (it == active_.end() || entries.second.empty()) continue;
+    RequestOutput out;
+    out.index = entries.first;
+    out.prompt_logprobs = std::move(entries.second);
+    it->second.stream->Push(std::move(out));
+  }
+  prompt_logprobs_.clear();
   ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
   for (SequenceOutput& o : outputs) {
     auto it = active_.find(o.request_id);
@@ -314,6 +327,29 @@ Status EngineLoop::RunStep() {
     it->second.stream->Push(std::move(out));
   }
   return Status::Ok();
+}
+
+void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
+                                       int64_t vocab) {
+  auto it = active_.find(s.request_id);
+  if (it == active_.end() || it->second.prompt_logprobs < 0) return;
+  Active& a = it->second;
+  const Sequence* seq = scheduler_->GetSequence(s.seq_id);
+  if (seq == nullptr) return;
+  // Row r holds the distribution of the token after position p.
+  const int64_t n = static_cast<int64_t>(s.token_ids.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = s.start_position + (n - rows) + r;
+    if (p + 1 >= seq->num_prompt_tokens) break;  // the sampling row, not a prompt token
+    if (p + 1 != a.next_prompt_logprob) continue;  // already reported (recompute or a fork)
+    const std::span<const float> logits(logits_.data() + (first_row + r) * vocab, static_cast<size_t>(vocab));
+    const double lse = LogSumExp(logits);
+    const int32_t token = seq->token_ids[static_cast<size_t>(p + 1)];
+    auto& entry = prompt_logprobs_[s.request_id];
+    entry.first = s.index;
+    entry.second.push_back({static_cast<float>(logits[token] - lse), TopLogprobs(logits, a.prompt_logprobs, lse)});
+    ++a.next_prompt_logprob;
+  }
 }
 
 void EngineLoop::DeliverFinished() {

@@ -51,6 +51,10 @@ struct RequestOutput {
   int32_t index = 0;                    // choice index
   std::vector<int32_t> token_ids;       // new tokens
   std::vector<TokenLogprobs> logprobs;  // one per new token when logprobs/top_logprobs asked
+  // With prompt_logprobs: entries for the next prompt positions, in order,
+  // starting at position 1 (position 0 has no logprob, as in vLLM/OpenAI).
+  // Raw log-softmax of the prompt token plus that many alternatives.
+  std::vector<TokenLogprobs> prompt_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the choice's last output
   Status status;  // non-OK: the request failed (rejected or engine error); terminal for all choices
 };
@@ -126,12 +130,16 @@ class EngineLoop {
     SamplerConfig sampler;
     int32_t min_tokens = 0;
     std::vector<int32_t> banned;  // EOS (unless ignore_eos) + stop_token_ids, before min_tokens
+    int32_t prompt_logprobs = -1;  // alternatives per prompt token; -1: not asked
+    int64_t next_prompt_logprob = 1;  // next prompt position to report (recompute repeats are skipped)
   };
   EngineLoop() = default;
 
   void DrainInbox();
   Status RunStep();
   void DeliverFinished();
+  // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
+  void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
   void FailAll(const Status& status);
   void ThreadMain();
@@ -142,6 +150,8 @@ class EngineLoop {
   std::unique_ptr<Scheduler> scheduler_;
   Sampler sampler_;
   std::vector<float> logits_;
+  // This step's prompt logprobs per request: (choice index, entries).
+  std::unordered_map<std::string, std::pair<int32_t, std::vector<TokenLogprobs>>> prompt_logprobs_;
 
   // Loop-thread state.
   std::unordered_map<std::string, Active> active_;

@@ -6,12 +6,15 @@
 // submit / stream / abort API.
 #include "scheduler/engine_loop.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "engine/batch_builder.h"
 #include "tests/unit/engine/test_model_util.h"
 
 namespace tessera {
@@ -279,6 +282,75 @@ TEST_F(EngineLoopTest, RejectionsAndMinTokens) {
   const Choices banned = Run(*loop, {r}).at("m2");
   ASSERT_EQ(banned[0].size(), 6u);
   EXPECT_NE(banned[0][0], free_run[0][0]);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Prompt logprobs through the loop equal a double-precision log-softmax of the
+// model's own logits (Model::Forward on the whole prompt, no scheduler), and
+// are bitwise the same when the prompt is chunked or preempted and recomputed
+// (each position reported exactly once).
+TEST_F(EngineLoopTest, PromptLogprobsMatchModelAndSurviveChunkingAndPreemption) {
+  std::mt19937 rng(77);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 37, 151936);
+  int64_t preemptions = 0;
+  auto collect = [&](const EngineLoopOptions& o, std::vector<Request> extra) {
+    auto loop = MakeLoop(o);
+    Request r = Greedy("p", prompt, 3);
+    r.params.prompt_logprobs = 2;
+    extra.insert(extra.begin(), r);
+    std::map<std::string, RequestStreamPtr> streams;
+    for (const Request& q : extra) streams[q.id] = *loop->Submit(q);
+    EXPECT_TRUE(loop->RunUntilDone().ok());
+    preemptions = loop->metrics().counters.preemptions;
+    std::vector<TokenLogprobs> lps;
+    RequestOutput o;
+    while (streams["p"]->TryNext(&o)) lps.insert(lps.end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
+    return lps;
+  };
+  const auto alone = collect(Options(), {});
+  ASSERT_EQ(alone.size(), prompt.size() - 1);
+
+  // Independent path: the model's logits at every prompt position.
+  auto backend = MakeCpuBackend({2});
+  auto model = Model::Load(dir_->path(), backend.get());
+  ASSERT_TRUE(model.ok());
+  auto cache = (*model)->CreateKvCache(8, 16);
+  BatchBuilder b(8, 16);
+  BatchBuilder::Chunk c{b.AddSequence(), prompt, {}};
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(prompt.size()); ++i) c.logits_at.push_back(i);
+  auto batch = b.Build({c});
+  std::vector<float> logits;
+  ASSERT_TRUE((*model)->Forward(*batch, cache->get(), &logits).ok());
+  const int64_t vocab = (*model)->config().vocab_size;
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    const float* row = logits.data() + p * vocab;
+    double mx = row[0], sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
+    for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+    const double want = row[prompt[p + 1]] - mx - std::log(sum);
+    EXPECT_NEAR(alone[p].logprob, want, 1e-4) << "position " << p + 1;
+    ASSERT_EQ(alone[p].top.size(), 2u);
+    EXPECT_EQ(alone[p].top[0].token, static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+  }
+
+  auto same = [&](const std::vector<TokenLogprobs>& got, const char* what) {
+    ASSERT_EQ(got.size(), alone.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].logprob, alone[i].logprob) << what << " position " << i + 1;
+      EXPECT_EQ(got[i].top, alone[i].top) << what;
+    }
+  };
+  same(collect(Options(4, 8), {}), "chunked by 8");
+  // Tight blocks with competing requests force preemption and recompute.
+  std::vector<Request> others;
+  for (int i = 0; i < 6; ++i) others.push_back(Greedy("o" + std::to_string(i), RandomTokens(rng, 30, 151936), 20));
+  same(collect(Options(8, 64, 12), others), "with preemption");
+  EXPECT_GT(preemptions, 0) << "the tight block budget should have forced preemption";
 }
 
 }  // namespace
