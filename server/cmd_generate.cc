@@ -4,7 +4,7 @@
 // (needs the model's tokenizer.json), a JSON array of token ids, or a JSON
 // object {"id", "prompt": text | [ids], "prompt_token_ids", and optional
 // "max_tokens", "temperature", "top_p", "top_k", "seed", "n"}. Writes one
-// JSONL result per prompt, in input order, to --output (default stdout); a
+// JSONL result (or plain text, --format text) per prompt, in input order, to --output (default stdout); a
 // progress bar goes to stderr. --bench measures decode throughput at the
 // given batch sizes instead.
 #include <algorithm>
@@ -33,6 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 struct GenerateArgs {
   std::string model, input, output;
+  std::string format = "jsonl";  // jsonl | text
   std::vector<std::string> prompts, prompt_ids;
   bool ids_only = false, no_progress = false;
   SamplingParams params;
@@ -363,6 +364,18 @@ int RunGenerate(GenerateArgs a) {
       }
       j["choices"] = choices;
     }
+    if (a.format == "text") {
+      // Plain text: each choice's completion (token ids when there is no
+      // tokenizer), one block per choice separated by a blank line; errors to stderr.
+      if (!errors[i].ok()) {
+        spdlog::error("generate: prompt '{}': {}", reader.out[i].id, errors[i].ToString());
+        continue;
+      }
+      for (const auto& jc : j["choices"]) {
+        out << (jc.contains("text") ? jc["text"].get<std::string>() : jc["token_ids"].dump()) << "\n\n";
+      }
+      continue;
+    }
     out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   }
   out.flush();
@@ -379,7 +392,10 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--prompt", a->prompts, "Text prompt (repeatable; needs tokenizer.json)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. '1,2,3' (repeatable)");
   cmd->add_option("--input,-i", a->input, "Prompt file, one per line: text, [ids] or JSON object; '-' = stdin");
-  cmd->add_option("--output,-o", a->output, "Write JSONL results here (default stdout)");
+  cmd->add_option("--output,-o", a->output, "Write results here (default stdout)");
+  cmd->add_option("--format", a->format, "jsonl (one object per prompt) or text (completions only)")
+      ->check(CLI::IsMember({"jsonl", "text"}))
+      ->capture_default_str();
   cmd->add_flag("--ids", a->ids_only, "Plain input lines are token-id lists, not text");
   cmd->add_flag("--no-progress", a->no_progress, "No progress bar on stderr");
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate per choice")->capture_default_str();

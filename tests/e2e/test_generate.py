@@ -105,6 +105,16 @@ def main():
             assert isinstance(ch[0]["text"], str) and out[0]["num_prompt_tokens"] == 2, out
         check("text prompt via the tokenizer; n=2 greedy forks agree", text_and_n)
 
+        def text_format():
+            jl = run(t, ["generate", "--model", model, "--prompt", "Hello world", "--max-tokens", "4",
+                         "--temperature", "0"])
+            p = subprocess.run([t, "--log-level", "warn", "generate", "--model", model, "--prompt", "Hello world",
+                                "--max-tokens", "4", "--temperature", "0", "--format", "text"],
+                               capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, p.stderr[-500:]
+            assert p.stdout == jl[0]["choices"][0]["text"] + "\n\n", (p.stdout, jl)
+        check("--format text writes the same completion as JSONL, as plain text", text_format)
+
         def bad_input():
             p = subprocess.run([t, "generate", "--model", model, "--prompt-ids", "1,2", "--temperature", "-1"],
                                capture_output=True, text=True, timeout=60)
