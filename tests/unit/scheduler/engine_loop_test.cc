@@ -298,8 +298,8 @@ TEST_F(EngineLoopTest, PromptLogprobsMatchModelAndSurviveChunkingAndPreemption) 
   std::mt19937 rng(77);
   const std::vector<int32_t> prompt = RandomTokens(rng, 37, 151936);
   int64_t preemptions = 0;
-  auto collect = [&](const EngineLoopOptions& o, std::vector<Request> extra) {
-    auto loop = MakeLoop(o);
+  auto collect = [&](const EngineLoopOptions& options, std::vector<Request> extra) {
+    auto loop = MakeLoop(options);
     Request r = Greedy("p", prompt, 3);
     r.params.prompt_logprobs = 2;
     extra.insert(extra.begin(), r);
@@ -308,8 +308,10 @@ TEST_F(EngineLoopTest, PromptLogprobsMatchModelAndSurviveChunkingAndPreemption) 
     EXPECT_TRUE(loop->RunUntilDone().ok());
     preemptions = loop->metrics().counters.preemptions;
     std::vector<TokenLogprobs> lps;
-    RequestOutput o;
-    while (streams["p"]->TryNext(&o)) lps.insert(lps.end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
+    RequestOutput got;
+    while (streams["p"]->TryNext(&got)) {
+      lps.insert(lps.end(), got.prompt_logprobs.begin(), got.prompt_logprobs.end());
+    }
     return lps;
   };
   const auto alone = collect(Options(), {});
