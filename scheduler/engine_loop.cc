@@ -12,8 +12,8 @@ namespace tessera {
 
 // ---------------------------------------------------------------- RequestStream
 
-RequestStream::RequestStream(std::string request_id, int32_t num_choices)
-    : request_id_(std::move(request_id)), ended_(static_cast<size_t>(num_choices), false), remaining_(num_choices) {}
+RequestStream::RequestStream(std::string request_id, int32_t num_choices, std::function<void()> notify)
+    : request_id_(std::move(request_id)), notify_(std::move(notify)), ended_(static_cast<size_t>(num_choices), false), remaining_(num_choices) {}
 
 bool RequestStream::Next(RequestOutput* out) {
   std::unique_lock lock(mu_);
@@ -48,6 +48,7 @@ void RequestStream::Push(RequestOutput out) {
     queue_.push_back(std::move(out));
   }
   cv_.notify_all();
+  if (notify_) notify_();
 }
 
 void RequestStream::Fail(const Status& status) {
@@ -66,6 +67,7 @@ void RequestStream::Fail(const Status& status) {
     remaining_ = 0;
   }
   cv_.notify_all();
+  if (notify_) notify_();
 }
 
 // ---------------------------------------------------------------- EngineLoop
@@ -125,12 +127,13 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();
+  loop->on_finished_ = std::move(options.on_finished);
   return loop;
 }
 
 EngineLoop::~EngineLoop() { Stop(); }
 
-StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request) {
+StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<void()> notify) {
   RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
   std::lock_guard lock(mu_);
   if (stop_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
@@ -138,7 +141,7 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request) {
     return InvalidArgument("request id '" + request.id + "' is already in use");
   }
   const uint64_t seed = request.params.seed ? *request.params.seed : Mix(next_seed_++);
-  auto stream = std::make_shared<RequestStream>(request.id, request.params.n);
+  auto stream = std::make_shared<RequestStream>(request.id, request.params.n, std::move(notify));
   SamplerConfig sampler = ToSamplerConfig(request.params, seed);
   inbox_.push_back({std::move(request), stream, std::move(sampler)});
   cv_.notify_all();
@@ -148,6 +151,12 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request) {
 void EngineLoop::Abort(const std::string& request_id) {
   std::lock_guard lock(mu_);
   aborts_.push_back(request_id);
+  cv_.notify_all();
+}
+
+void EngineLoop::FinishChoice(const std::string& request_id, int32_t index, FinishReason reason) {
+  std::lock_guard lock(mu_);
+  choice_ends_.push_back({request_id, index, reason});
   cv_.notify_all();
 }
 
@@ -174,7 +183,9 @@ void EngineLoop::ThreadMain() {
     {
       std::unique_lock lock(mu_);
       // scheduler_ is read here only by this (the loop) thread.
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || scheduler_->HasUnfinished(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() || scheduler_->HasUnfinished();
+      });
       if (stop_) break;
     }
     Status s = Step();
@@ -211,7 +222,9 @@ Status EngineLoop::RunUntilDone() {
   while (true) {
     {
       std::lock_guard lock(mu_);
-      if (inbox_.empty() && aborts_.empty() && !scheduler_->HasUnfinished()) return Status::Ok();
+      if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished()) {
+        return Status::Ok();
+      }
     }
     Status s = Step();
     if (!s.ok()) {
@@ -224,10 +237,12 @@ Status EngineLoop::RunUntilDone() {
 void EngineLoop::DrainInbox() {
   std::vector<Pending> pending;
   std::vector<std::string> aborts;
+  std::vector<ChoiceEnd> ends;
   {
     std::lock_guard lock(mu_);
     pending.swap(inbox_);
     aborts.swap(aborts_);
+    ends.swap(choice_ends_);
   }
   for (Pending& p : pending) {
     Active a;
@@ -254,6 +269,9 @@ void EngineLoop::DrainInbox() {
   }
   for (const std::string& id : aborts) {
     if (active_.count(id)) (void)scheduler_->AbortRequest(id);
+  }
+  for (const ChoiceEnd& e : ends) {
+    if (active_.count(e.request_id)) (void)scheduler_->FinishSequence(e.request_id, e.index, e.reason);
   }
 }
 
@@ -354,6 +372,7 @@ void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first
 
 void EngineLoop::DeliverFinished() {
   for (const FinishedSequenceStats& st : scheduler_->TakeFinishedStats()) {
+    if (on_finished_) on_finished_(st);
     auto it = active_.find(st.request_id);
     if (it == active_.end()) continue;
     RequestOutput out;

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,6 +40,9 @@ struct EngineLoopOptions {
   // limits.vocab_size (0) and eos_token_ids (empty) are filled from the
   // model; limits.max_model_len is capped at max_position_embeddings.
   SchedulerOptions scheduler;
+  // Called on the loop thread as each sequence ends (metrics: queue time,
+  // finish reasons). Must be cheap and must not call back into the loop.
+  std::function<void(const FinishedSequenceStats&)> on_finished;
 };
 
 struct TokenLogprobs {
@@ -62,7 +66,10 @@ struct RequestOutput {
 // Per-request output queue; thread-safe. The loop pushes, a consumer pops.
 class RequestStream {
  public:
-  RequestStream(std::string request_id, int32_t num_choices);
+  // `notify` (may be empty) runs after every Push/Fail, outside the lock, on
+  // the pushing thread (the loop): it must be cheap and non-blocking, e.g.
+  // post a wake-up to an executor. Consumers then drain with TryNext.
+  RequestStream(std::string request_id, int32_t num_choices, std::function<void()> notify = {});
   const std::string& request_id() const { return request_id_; }
 
   // Blocks until an output is available (true) or every choice has ended and
@@ -79,6 +86,7 @@ class RequestStream {
 
  private:
   const std::string request_id_;
+  const std::function<void()> notify_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
@@ -95,11 +103,15 @@ class EngineLoop {
 
   // Validates (ValidateRequest; unique live id) and queues the request.
   // Later rejection by the scheduler (queue full, can never fit) arrives on
-  // the stream as a failed output. Any thread.
-  StatusOr<RequestStreamPtr> Submit(Request request);
+  // the stream as a failed output. `notify`: see RequestStream. Any thread.
+  StatusOr<RequestStreamPtr> Submit(Request request, std::function<void()> notify = {});
   // Ends every choice of the request at the next step (kAbort); unknown or
   // already finished ids are ignored. Any thread.
   void Abort(const std::string& request_id);
+  // Ends one choice at the next step with `reason` (the front end matched a
+  // stop string): its KV blocks are freed and a final output with `reason`
+  // follows on the stream unless the choice already ended. Any thread.
+  void FinishChoice(const std::string& request_id, int32_t index, FinishReason reason);
 
   // Spawns the loop thread. Stop() finishes the current step, aborts what is
   // left (streams end with kAbort) and joins.
@@ -161,6 +173,13 @@ class EngineLoop {
   std::condition_variable cv_;
   std::vector<Pending> inbox_;
   std::vector<std::string> aborts_;
+  struct ChoiceEnd {
+    std::string request_id;
+    int32_t index;
+    FinishReason reason;
+  };
+  std::vector<ChoiceEnd> choice_ends_;
+  std::function<void(const FinishedSequenceStats&)> on_finished_;
   std::unordered_set<std::string> live_ids_;
   SchedulerMetrics metrics_;
   int64_t steps_ = 0;

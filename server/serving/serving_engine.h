@@ -1,0 +1,161 @@
+// ServingEngine: what the HTTP and gRPC front ends share. Text in, text out
+// over the EngineLoop (scheduler/engine_loop.h): it owns the loop, the
+// tokenizer and the chat template, and turns each request's RequestOutputs
+// into text deltas (incremental detokenization, stop strings, logprob token
+// strings) and metrics.
+//
+// Threading: every method of ServingEngine is thread-safe. A Generation has
+// one consumer at a time (e.g. a connection strand); its `notify` callback
+// runs on the engine-loop thread and must only schedule a Poll elsewhere.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "scheduler/engine_loop.h"
+#include "scheduler/request.h"
+#include "scheduler/sampling_params.h"
+#include "server/text/chat_template.h"
+#include "server/text/incremental_detokenizer.h"
+#include "server/text/tokenizer.h"
+
+namespace tessera {
+
+class ServingMetrics;
+
+struct ServingOptions {
+  EngineLoopOptions loop;          // loop.model_dir: the checkpoint
+  std::string served_model_name;   // "" : the directory's base name
+  // Submissions beyond this many unfinished generations are refused with
+  // RESOURCE_EXHAUSTED (HTTP 429, gRPC RESOURCE_EXHAUSTED).
+  int64_t max_in_flight = 1024;
+  ServingMetrics* metrics = nullptr;  // not owned; may be null
+};
+
+// One token with its log-probability, as both APIs report it.
+struct LogprobEntry {
+  int32_t token_id = 0;
+  std::string token;            // the token's text alone (valid UTF-8; partial bytes as U+FFFD)
+  std::vector<uint8_t> bytes;   // raw bytes of the token (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+  std::vector<LogprobEntry> top;  // top alternatives, most likely first (empty on alternatives)
+};
+
+// New output of one choice since the previous Poll.
+struct ChoiceDelta {
+  int32_t index = 0;
+  std::string text;                   // newly released text (stop string and what follows cut)
+  std::vector<int32_t> token_ids;     // newly generated ids (text may lag behind them)
+  std::vector<LogprobEntry> logprobs; // one per id in token_ids, when logprobs were asked
+  FinishReason finish_reason = FinishReason::kNone;  // set on the choice's last delta
+  // Why it stopped, vLLM's `stop_reason`: the matched stop string, or a stop token id.
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
+};
+
+struct GenerationUpdate {
+  std::vector<ChoiceDelta> choices;          // choices with something new, by index
+  std::vector<LogprobEntry> prompt_logprobs; // new prompt positions, in order from position 1
+  int64_t prompt_tokens = 0;                 // usage so far
+  int64_t completion_tokens = 0;             // all choices together
+  int64_t cached_tokens = 0;                 // prompt tokens served from the prefix cache
+  bool finished = false;  // every choice has ended: this is the last update
+  Status status;          // non-OK: the request failed; terminal (finished is true)
+};
+
+struct GenerateInput {
+  std::string request_id;               // unique among live requests
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;
+  bool skip_special_tokens = true;      // in the returned text
+  bool include_stop_str_in_output = false;
+  std::vector<uint64_t> cache_keys;     // see Request::cache_keys
+};
+
+// One submitted request. Shared by the front end and the engine's callback.
+class Generation {
+ public:
+  ~Generation();
+  const std::string& request_id() const;
+  int64_t num_prompt_tokens() const;
+
+  // Moves everything that arrived since the last call into `update`; false
+  // when there was nothing new. One consumer thread at a time. After the
+  // update with finished == true it always returns false.
+  bool Poll(GenerationUpdate* update);
+  bool finished() const;
+  // Aborts the request (client gone, cancelled, timed out): choices end with
+  // kAbort and the KV blocks are freed at the next step. Idempotent; any thread.
+  void Cancel();
+
+ private:
+  friend class ServingEngine;
+  struct State;
+  explicit Generation(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+class ServingEngine {
+ public:
+  // Loads the model, tokenizer (tokenizer.json) and chat template
+  // (tokenizer_config.json; optional), runs one warm-up step and starts the
+  // loop thread. Slow (seconds); call off the I/O threads.
+  static StatusOr<std::unique_ptr<ServingEngine>> Create(ServingOptions options);
+  ~ServingEngine();  // Stop()s
+
+  // Validates against limits() and queues. INVALID_ARGUMENT naming the field,
+  // OUT_OF_RANGE for the context length (IsContextLengthExceeded),
+  // RESOURCE_EXHAUSTED when max_in_flight is reached, UNAVAILABLE when
+  // draining or stopped. `notify`: runs on the loop thread whenever Poll may
+  // have something new; must be cheap and non-blocking.
+  StatusOr<std::shared_ptr<Generation>> Submit(GenerateInput input, std::function<void()> notify);
+
+  // Renders a chat conversation to prompt text with the model's template.
+  // INVALID_ARGUMENT (naming "messages") if the template rejects it;
+  // FAILED_PRECONDITION if the model has no chat template.
+  StatusOr<std::string> RenderChat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                   bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs) const;
+
+  const text::Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool has_chat_template() const { return chat_template_.has_value(); }
+  const ModelLimits& limits() const { return limits_; }
+  const std::string& served_model_name() const { return served_model_name_; }
+  int64_t created_unix() const { return created_unix_; }
+  // Text of one token for logprob reports (see LogprobEntry).
+  LogprobEntry MakeLogprobEntry(int32_t token_id, float logprob) const;
+
+  SchedulerMetrics scheduler_metrics() const { return loop_->metrics(); }
+  int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
+  int64_t num_in_flight() const { return in_flight_->load(); }
+
+  // New submissions fail with UNAVAILABLE; running ones continue.
+  void BeginDrain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  // Aborts what is left and joins the loop thread.
+  void Stop();
+
+ private:
+  ServingEngine() = default;
+
+  std::unique_ptr<EngineLoop> loop_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  std::optional<text::ChatTemplate> chat_template_;
+  ModelLimits limits_;
+  std::string served_model_name_;
+  int64_t created_unix_ = 0;
+  int64_t max_in_flight_ = 0;
+  ServingMetrics* metrics_ = nullptr;
+  std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace tessera
