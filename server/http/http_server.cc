@@ -166,9 +166,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void OnEndStream(uint64_t seq) {
-    if (!active_ || seq != seq_ || handler_done_ || !streaming_) return;
+    if (!active_ || seq != seq_ || handler_done_) return;
     handler_done_ = true;
-    if (disconnected_) return MaybeFinish();
+    // Not streaming here only when the client left before the head was sent.
+    if (disconnected_ || !streaming_) return MaybeFinish();
     pending_ += "0\r\n\r\n";
     Flush();
   }
@@ -253,6 +254,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const std::string path = PathOf(req.target());
     const http::verb method = req.method();
     std::string id = RequestIdFrom(req);
+    request_id_ = id;
     auto ex = std::make_shared<HttpExchange>(shared_from_this(), std::move(req), std::move(id), seq_);
     exchange_ = ex;
     StartWatch();
