@@ -25,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import (HTTP_TIMEOUT, PROMPT, Results, Server, chat, complete, error_check,  # noqa: E402
+from serve_util import (PROMPT, Results, Server, chat, complete, error_check,  # noqa: E402
                         get_metrics, request, synth_model)
 
 NAME = "bad-input-model"
@@ -197,7 +197,9 @@ def wrong_types_group(ctx):
     expect_400_table(ctx, "chat", path_m, mbase, "top_logprobs", ["x", 1.5, [], True, -1], extra={"logprobs": True})
     expect_400_table(ctx, "completions", path_c, cbase, "stream_options", [{"include_usage": "x"},
                                                                            {"include_usage": 1}],
-                     extra={"stream": True})
+                     param="stream_options.include_usage", extra={"stream": True})
+    expect_400_table(ctx, "completions", path_c, cbase, "stream_options", [{"include_usage": True}],
+                     extra={"stream": False})
     ctx.healthy_after("wrong types")
 
 
