@@ -33,6 +33,7 @@ VOCAB = 151936            # Qwen3 vocabulary (tokens 0..VOCAB-1)
 BODY_LIMIT = 256 * 1024   # --max-body-bytes of the main server
 MAX_PENDING = 8           # --max-pending-requests of the overload server
 RSS_GROWTH_LIMIT_MB = 150
+IDLE_TIMEOUT = 2          # --idle-timeout of the main server (seconds)
 
 
 def raw_exchange(port, data, timeout=10.0, half_close=False):
@@ -441,16 +442,28 @@ def slow_client_group(ctx):
             assert got == ctx.reference, (got, ctx.reference)
         dt = time.time() - t0
         assert dt < 15, f"3 completions took {dt:.1f}s while slow clients stalled"
-        # The stalled connections got nothing (no premature response).
-        for s in socks:
-            s.setblocking(False)
+
+    def closed_by_idle_timeout():
+        # --idle-timeout IDLE_TIMEOUT: the server closes the stalled connections (a 408 first is fine).
+        deadline = time.time() + IDLE_TIMEOUT + 4
+        for i, s in enumerate(socks):
+            s.settimeout(max(0.1, deadline - time.time()))
+            data = b""
             try:
-                data = s.recv(100)
-                assert data == b"", f"stalled connection got {data!r}"  # b"": closed by a timeout is fine
-            except BlockingIOError:
+                while True:
+                    b = s.recv(4096)
+                    if not b:
+                        break
+                    data += b
+            except socket.timeout:
+                raise AssertionError(f"stalled connection {i} still open {IDLE_TIMEOUT + 4}s after it stalled "
+                                     f"(--idle-timeout {IDLE_TIMEOUT})") from None
+            except ConnectionResetError:
                 pass
+            assert data == b"" or raw_status(data) == 408, f"stalled connection {i} got {data[:200]!r}"
     try:
         res.run("slow clients (half requests, stalled) do not block other requests", slow)
+        res.run(f"stalled connections closed by the server (--idle-timeout {IDLE_TIMEOUT})", closed_by_idle_timeout)
     finally:
         for s in socks:
             s.close()
@@ -472,15 +485,15 @@ def abandoned_group(ctx, n=200):
 
         def one(i):
             try:
+                barrier.wait()  # connect all at once (after it: --idle-timeout is short)
+            except threading.BrokenBarrierError:
+                pass
+            try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
             except OSError as e:
                 outcome[i] = f"connect: {e}"
                 return
             try:
-                try:
-                    barrier.wait()
-                except threading.BrokenBarrierError:
-                    pass
                 s.sendall(req)
                 buf = b""
                 while b"data:" not in buf:
@@ -639,7 +652,8 @@ def main():
     only = set(filter(None, args.only.split(",")))
     try:
         model = synth_model(tessera, workdir)
-        srv = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-body-bytes", str(BODY_LIMIT)],
+        srv = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-body-bytes", str(BODY_LIMIT),
+                           "--idle-timeout", str(IDLE_TIMEOUT)],
                      workdir, "bad-input")
         res.server = srv
         try:
