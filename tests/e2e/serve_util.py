@@ -25,7 +25,7 @@ import time
 READY_TIMEOUT = 60   # seconds for a server to load and warm up
 EXIT_TIMEOUT = 15    # seconds for a server to exit after SIGTERM
 HTTP_TIMEOUT = 30    # seconds per HTTP request
-PROMPT = [9707, 11, 1879, 0, 576, 374]  # token ids of "Hello, world! This is"
+PROMPT = [9707, 11, 1879, 0, 576, 374]  # token ids of "Hello, world! The is"
 
 
 class Results:
@@ -181,6 +181,8 @@ class Server:
             self.port = free_port()
             cmd += ["--port", str(self.port)]
         self.cmd = cmd + args
+        if env is None:  # never touch the user's model cache (~/.cache/tessera)
+            env = dict(os.environ, TESSERA_HOME=os.path.join(workdir, "tessera-home"))
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.saw_loading = False
 

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import (HTTP_TIMEOUT, PROMPT, Results, Server, chat, complete, error_check,  # noqa: E402
                         get_metrics, request, stream_events, synth_model)
 
-PROMPT_TEXT = "Hello, world! This is"   # == PROMPT as Qwen3 token ids
+PROMPT_TEXT = "Hello, world! The is"   # == PROMPT as Qwen3 token ids
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Tell me a story."}]
 
 
@@ -139,8 +139,10 @@ def main_server_checks(res, tessera, model, workdir):
             m = body["data"][0]
             assert m["id"] == model_id and m["object"] == "model" and m["owned_by"] == "tessera", m
             assert isinstance(m["created"], int) and m["created"] > 0, m
-            assert m["max_model_len"] == 32768, m
             state["max_model_len"] = m["max_model_len"]
+            # --max-model-len 0 (default): the model's max_position_embeddings
+            assert m["max_model_len"] == 32768, f"max_model_len {m['max_model_len']}, want 32768 " \
+                "(config.json max_position_embeddings)"
         res.run("GET /v1/models shape", models)
 
         def completion():
@@ -194,8 +196,8 @@ def main_server_checks(res, tessera, model, workdir):
 
         def tokenize():
             status, _, body = request(port, "POST", "/tokenize", {"model": model_id, "prompt": PROMPT_TEXT})
-            assert status == 200 and body == {"count": len(PROMPT), "max_model_len": 32768, "tokens": PROMPT}, \
-                (status, body)
+            assert status == 200 and body == {"count": len(PROMPT), "max_model_len": state.get("max_model_len"),
+                                              "tokens": PROMPT}, (status, body)
             status, _, body = request(port, "POST", "/detokenize", {"model": model_id, "tokens": PROMPT})
             assert status == 200 and body == {"prompt": PROMPT_TEXT}, (status, body)
         res.run("/tokenize and /detokenize round trip", tokenize)
@@ -408,16 +410,44 @@ def main_server_checks(res, tessera, model, workdir):
         srv.stop()
 
 
-def limits_server_checks(res, tessera, model, workdir):
-    config = os.path.join(workdir, "limits.toml")
+def config_server_checks(res, tessera, model, workdir):
+    """--config FILE: TOML with the long option names as keys."""
+    config = os.path.join(workdir, "serve.toml")
     with open(config, "w") as f:
-        f.write(f'model = "{model}"\nserved-model-name = "custom"\nmax-model-len = 128\nnum-kv-blocks = 4\n'
-                f'threads = 1\napi-key = ["key-1", "key-2"]\n')
-    srv = Server(tessera, ["--config", config], workdir, "serve-limits")
+        f.write(f'model = "{model}"\nserved-model-name = "from-toml"\nmax-model-len = 256\n'
+                f'api-key = ["toml-key-1", "toml-key-2"]\n')
+    # --default-model-size tiny: should the TOML model be ignored, load the tiny default, not 0.5b
+    srv = Server(tessera, ["--config", config, "--default-model-size", "tiny"], workdir, "serve-config")
+    res.server = srv
+    try:
+        if not res.run("config server (--config TOML) becomes ready", srv.wait_ready):
+            return
+        port = srv.port
+
+        def settings():
+            status, _, body = request(srv.port, "GET", "/v1/models", headers={"Authorization": "Bearer toml-key-2"})
+            assert status == 200, (status, body)
+            m = body["data"][0]
+            assert (m["id"], m["max_model_len"]) == ("from-toml", 256), \
+                f"TOML settings not applied: id {m['id']!r}, max_model_len {m['max_model_len']}"
+        res.run("--config: served-model-name and max-model-len from the TOML file", settings)
+
+        def keys():
+            status, _, body = request(port, "GET", "/v1/models")
+            error_check(status, body, 401, etype="authentication_error")
+        res.run("--config: api-key from the TOML file enforced (401 without a key)", keys)
+    finally:
+        srv.stop()
+
+
+def limits_server_checks(res, tessera, model, workdir):
+    args = ["--model", model, "--served-model-name", "custom", "--max-model-len", "128", "--num-kv-blocks", "4",
+            "--threads", "1", "--api-key", "key-1", "--api-key", "key-2"]
+    srv = Server(tessera, args, workdir, "serve-limits")
     res.server = srv
     auth = {"Authorization": "Bearer key-2"}
     try:
-        if not res.run("limits server (--config TOML, api keys) becomes ready", srv.wait_ready):
+        if not res.run("limits server (api keys) becomes ready", srv.wait_ready):
             return
         port = srv.port
 
@@ -425,7 +455,7 @@ def limits_server_checks(res, tessera, model, workdir):
             status, _, body = request(port, "GET", "/v1/models", headers=auth)
             assert status == 200 and body["data"][0]["id"] == "custom", body
             assert body["data"][0]["max_model_len"] == 128, body
-        res.run("--served-model-name and --max-model-len (from TOML) in /v1/models", models)
+        res.run("--served-model-name and --max-model-len in /v1/models", models)
 
         def api_keys():
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "key-1"}):
@@ -438,13 +468,13 @@ def limits_server_checks(res, tessera, model, workdir):
             for path in ("/health", "/ready", "/metrics"):
                 status, _, _ = request(port, "GET", path)
                 assert status == 200, (path, status)
-        res.run("api keys: 401 without/with a wrong key; both keys work; /health /ready /metrics open", api_keys)
+        res.run("--api-key x2: 401 without/with a wrong key; both keys work; /health /ready /metrics open", api_keys)
 
         def kv_capacity():
             status, _, body = complete(port, headers=auth, model="custom", prompt=PROMPT, max_tokens=100)
-            err = error_check(status, body, 400)
-            assert "--num-kv-blocks" in err["message"], err
-        res.run("request larger than the KV cache -> 400 naming --num-kv-blocks", kv_capacity)
+            err = error_check(status, body, 400, param="max_tokens")
+            assert "KV cache" in err["message"] and "4 blocks" in err["message"], err
+        res.run("request larger than the KV cache (4 blocks) -> 400 param max_tokens", kv_capacity)
 
         def fits():
             status, _, body = complete(port, headers=auth, model="custom", prompt=PROMPT, max_tokens=58,
@@ -521,6 +551,7 @@ def main():
             print(f"FAIL synth tiny model: {e}", flush=True)
         else:
             main_server_checks(res, tessera, model, workdir)
+            config_server_checks(res, tessera, model, workdir)
             limits_server_checks(res, tessera, model, workdir)
             default_model_checks(res, tessera, workdir)
     finally:
