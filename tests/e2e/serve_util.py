@@ -35,6 +35,7 @@ class Results:
         self.passed = 0
         self.failed = 0
         self.server = None  # a Server whose log tail is printed when a check fails
+        self._last_tail = None
 
     def run(self, name, fn):
         """Runs fn(); an AssertionError or any exception fails the check."""
@@ -48,7 +49,13 @@ class Results:
                 msg = msg[:3000] + "...(truncated)"
             print(f"FAIL {name}: {type(e).__name__}: {msg}", flush=True)
             if self.server is not None:
-                print("  --- server log tail ---\n  " + self.server.log_tail(15).replace("\n", "\n  "), flush=True)
+                if self.server.proc.poll() is not None:
+                    print(f"  (server {self.server.name} is dead: exit status {self.server.proc.returncode})",
+                          flush=True)
+                tail = self.server.log_tail(15)
+                if tail != self._last_tail:  # consecutive failures: print a tail once
+                    self._last_tail = tail
+                    print("  --- server log tail ---\n  " + tail.replace("\n", "\n  "), flush=True)
             return False
         self.passed += 1
         dt = time.time() - t0
@@ -166,6 +173,7 @@ class Server:
     known after wait_ready() (or wait_bound())."""
 
     def __init__(self, tessera, args, workdir, name, env=None):
+        self.init_args = (tessera, args, workdir, name, env)
         self.name = name
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "wb")

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,10 +81,31 @@ class Ctx:
         self.res = res
         self.srv = srv
         self.reference = None  # greedy token_ids of the canary completion
+        self.restarts = 0
 
     @property
     def port(self):
         return self.srv.port
+
+    def ensure_alive(self, before):
+        """If the server died (crashed on a previous case), starts a fresh one; False if that fails."""
+        try:  # a crash may still be under way: probe, then give it time to exit
+            status, _, _ = request(self.port, "GET", "/health", timeout=3)
+            if status == 200 and self.srv.proc.poll() is None:
+                return True
+        except OSError:
+            pass
+        try:
+            self.srv.proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.srv.proc.poll() is None:
+            return True
+        self.restarts += 1
+        tessera, args, workdir, name, env = self.srv.init_args
+        self.srv.stop()
+        self.srv = self.res.server = Server(tessera, args, workdir, f"{name}-restart{self.restarts}", env)
+        return self.res.run(f"server restarted (after a crash) before {before}", self.srv.wait_ready)
 
     def canary(self):
         status, _, body = complete(self.port, model=NAME, prompt=PROMPT, max_tokens=4, temperature=0)
@@ -120,7 +142,7 @@ def expect_400_table(ctx, label, path, base, field, values, param=None, extra=No
 
 
 def malformed_json_group(ctx):
-    res, port = ctx.res, ctx.port
+    res = ctx.res
     cases = [
         ("malformed JSON", b'{"prompt": [1, 2,, 3]}'),
         ("truncated JSON", b'{"model": "' + NAME.encode() + b'", "prompt": [1, 2'),
@@ -142,9 +164,11 @@ def malformed_json_group(ctx):
                 raw = raw.replace(b'"prompt"', b'"messages"')
 
             def case(raw=raw, path=path):
-                status, _, body = post_raw(port, path, raw)
+                status, _, body = post_raw(ctx.port, path, raw)
                 error_check(status, body, 400)
             res.run(f"{path}: {name} -> 400", case)
+            if not ctx.ensure_alive(f"the next case after {path}: {name}"):
+                return
     ctx.healthy_after("malformed JSON")
 
 
@@ -670,11 +694,17 @@ def main():
                               ("abandon", abandoned_group)]
                     for name, fn in groups:
                         if not only or name in only:
+                            if not ctx.ensure_alive(f"group {name}"):
+                                break
                             t0 = time.time()
                             fn(ctx)
                             print(f"  [group {name}: {time.time() - t0:.1f}s]", flush=True)
+                    srv = ctx.srv
                     res.run("SIGTERM -> exit 0", lambda: _eq(srv.terminate_and_wait(), 0))
         finally:
+            ctx_srv = locals().get("ctx")
+            if ctx_srv is not None:
+                ctx_srv.srv.stop()
             srv.stop()
         if not only or "overload" in only:
             overload_checks(res, tessera, model, workdir)
