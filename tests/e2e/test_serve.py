@@ -440,6 +440,27 @@ def config_server_checks(res, tessera, model, workdir):
         srv.stop()
 
 
+def missing_config_check(res, tessera, workdir):
+    def missing():
+        env = dict(os.environ, TESSERA_HOME=os.path.join(workdir, "tessera-home"))
+        cmd = [tessera, "serve", "--config", os.path.join(workdir, "no-such-file.toml"), "--host", "127.0.0.1",
+               "--port", "0", "--grpc-port", "-1", "--default-model-size", "tiny"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+            raise AssertionError("serve started with a missing --config file; output: "
+                                 + out.decode(errors="replace")[-600:]) from None
+        assert proc.returncode != 0, f"exit status {proc.returncode}"
+    res.run("--config with a missing file -> refuses to start (non-zero exit)", missing)
+
+
 def limits_server_checks(res, tessera, model, workdir):
     args = ["--model", model, "--served-model-name", "custom", "--max-model-len", "128", "--num-kv-blocks", "4",
             "--threads", "1", "--api-key", "key-1", "--api-key", "key-2"]
@@ -552,6 +573,7 @@ def main():
         else:
             main_server_checks(res, tessera, model, workdir)
             config_server_checks(res, tessera, model, workdir)
+            missing_config_check(res, tessera, workdir)
             limits_server_checks(res, tessera, model, workdir)
             default_model_checks(res, tessera, workdir)
     finally:
