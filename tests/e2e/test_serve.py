@@ -447,7 +447,7 @@ def missing_config_check(res, tessera, workdir):
                "--port", "0", "--grpc-port", "-1", "--default-model-size", "tiny"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         try:
-            out, _ = proc.communicate(timeout=10)
+            out, _ = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             proc.terminate()
             try:
