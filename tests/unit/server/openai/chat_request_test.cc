@@ -98,6 +98,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"{" + kMsgs + R"(,"min_tokens":5,"max_completion_tokens":4})", "min_tokens"},
         BadCase{"{" + kMsgs + R"(,"stream":false,"stream_options":{}})", "stream_options"}));
 
+TEST(ChatRequestTest, ImagePartMessageNamesParam) {
+  ChatRequest out;
+  auto err = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"}]}]})", Limits(), &out);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "messages[0].content[1].type");
+  EXPECT_EQ(err->message,
+            "only text content parts are supported: 'messages[0].content[1].type' must be \"text\", got \"image_url\"");
+}
+
 TEST(ChatRequestTest, UnknownModelIs404) {
   ChatRequest out;
   auto err = ParseChatRequest(R"({"model":"x","messages":[{"role":"user","content":"hi"}]})", Limits(), &out);
