@@ -6,7 +6,9 @@
 //
 // Threading: every method of ServingEngine is thread-safe. A Generation has
 // one consumer at a time (e.g. a connection strand); its `notify` callback
-// runs on the engine-loop thread and must only schedule a Poll elsewhere.
+// runs on the engine-loop thread and must only schedule a Poll elsewhere; it
+// never runs after the Generation is destroyed. Generations must not outlive
+// their ServingEngine; dropping one that has not finished aborts it.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -100,6 +103,17 @@ class Generation {
  private:
   friend class ServingEngine;
   struct State;
+  // Calls the front end's `notify` from the loop thread. The loop holds it
+  // past the Generation's life; the mutex makes Disarm a barrier: once it
+  // returns, `notify` never runs again (front ends may free what it captures).
+  struct Notifier {
+    std::mutex mu;
+    bool armed = false;  // the stream is in place; until then notices wait
+    std::function<void()> fn;
+    void Fire();
+    void Arm();
+    void Disarm();
+  };
   explicit Generation(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -1,0 +1,129 @@
+#include "server/serving/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace tessera {
+
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// vLLM's buckets, so dashboards' quantile panels line up.
+const Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                                  0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0,
+                                                  640.0, 2560.0};
+const Histogram::BucketBoundaries kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                                 0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const Histogram::BucketBoundaries kLatencyBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,
+                                                     15.0, 20.0, 30.0, 40.0, 50.0,  60.0,  120.0, 240.0, 480.0,
+                                                     960.0, 1920.0, 7680.0};
+const Histogram::BucketBoundaries kTokenBuckets = {1,    2,    5,     10,    20,    50,     100,    200,
+                                                   500,  1000, 2000,  5000,  10000, 20000,  50000, 100000};
+
+}  // namespace
+
+ServingMetrics::ServingMetrics(const std::string& model_name)
+    : registry_(std::make_shared<prometheus::Registry>()), model_name_(model_name) {
+  const prometheus::Labels labels = {{"model_name", model_name}};
+  auto& r = *registry_;
+  auto histogram = [&](const char* name, const char* help, const Histogram::BucketBoundaries& buckets) {
+    return &BuildHistogram().Name(name).Help(help).Register(r).Add(labels, buckets);
+  };
+  auto counter = [&](const char* name, const char* help) {
+    return &BuildCounter().Name(name).Help(help).Register(r).Add(labels);
+  };
+  auto gauge = [&](const char* name, const char* help) {
+    return &BuildGauge().Name(name).Help(help).Register(r).Add(labels);
+  };
+  ttft_ = histogram("tessera:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                    kTtftBuckets);
+  itl_ = histogram("tessera:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                   kItlBuckets);
+  e2e_ = histogram("tessera:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                   kLatencyBuckets);
+  queue_ = histogram("tessera:request_queue_time_seconds",
+                     "Histogram of time spent waiting before first scheduled, in seconds.", kLatencyBuckets);
+  prompt_tokens_hist_ = histogram("tessera:request_prompt_tokens", "Number of prefill tokens processed per request.",
+                                  kTokenBuckets);
+  generation_tokens_hist_ = histogram("tessera:request_generation_tokens",
+                                      "Number of generation tokens processed per request.", kTokenBuckets);
+  prompt_tokens_ = counter("tessera:prompt_tokens_total", "Number of prefill tokens processed.");
+  generation_tokens_ = counter("tessera:generation_tokens_total", "Number of generation tokens processed.");
+  auto& success = BuildCounter()
+                      .Name("tessera:request_success_total")
+                      .Help("Count of successfully processed requests, by finish reason.")
+                      .Register(r);
+  success_stop_ = &success.Add({{"model_name", model_name}, {"finished_reason", "stop"}});
+  success_length_ = &success.Add({{"model_name", model_name}, {"finished_reason", "length"}});
+  success_abort_ = &success.Add({{"model_name", model_name}, {"finished_reason", "abort"}});
+  rejected_ = &BuildCounter()
+                   .Name("tessera:request_rejected_total")
+                   .Help("Requests refused before reaching the engine, by reason.")
+                   .Register(r);
+  running_ = gauge("tessera:num_requests_running", "Number of sequences in model execution batches.");
+  waiting_ = gauge("tessera:num_requests_waiting", "Number of sequences waiting to be processed.");
+  kv_usage_ = gauge("tessera:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
+  prefix_hit_rate_ = gauge("tessera:prefix_cache_hit_rate", "Prefix cache hit rate since start (hits / queries).");
+  prefix_queries_ = counter("tessera:prefix_cache_queries_total",
+                            "Prefix cache queries, in terms of number of queried tokens.");
+  prefix_hits_ = counter("tessera:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
+  preemptions_ = counter("tessera:num_preemptions_total", "Cumulative number of preemptions from the engine.");
+  steps_ = counter("tessera:engine_steps_total", "Engine loop steps (forward passes) run.");
+}
+
+ServingMetrics::~ServingMetrics() = default;
+
+void ServingMetrics::ObserveTimeToFirstToken(double s) { ttft_->Observe(s); }
+void ServingMetrics::ObserveInterTokenLatency(double s) { itl_->Observe(s); }
+void ServingMetrics::ObserveE2eLatency(double s) { e2e_->Observe(s); }
+void ServingMetrics::ObserveQueueTime(double s) { queue_->Observe(s); }
+
+void ServingMetrics::ObserveRequestTokens(int64_t prompt_tokens, int64_t generation_tokens) {
+  prompt_tokens_hist_->Observe(static_cast<double>(prompt_tokens));
+  generation_tokens_hist_->Observe(static_cast<double>(generation_tokens));
+  prompt_tokens_->Increment(static_cast<double>(prompt_tokens));
+  generation_tokens_->Increment(static_cast<double>(generation_tokens));
+}
+
+void ServingMetrics::RequestFinished(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: success_stop_->Increment(); break;
+    case FinishReason::kLength: success_length_->Increment(); break;
+    default: success_abort_->Increment(); break;
+  }
+}
+
+void ServingMetrics::RequestRejected(const std::string& reason) {
+  rejected_->Add({{"model_name", model_name_}, {"reason", reason}}).Increment();
+}
+
+void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
+  running_->Set(static_cast<double>(m.gauges.num_running));
+  waiting_->Set(static_cast<double>(m.gauges.num_waiting));
+  kv_usage_->Set(m.gauges.kv_usage);
+  prefix_hit_rate_->Set(m.prefix_cache_hit_rate());
+  std::lock_guard lock(mu_);
+  const SchedulerCounters& c = m.counters;
+  auto advance = [](prometheus::Counter* counter, int64_t now, int64_t before) {
+    if (now > before) counter->Increment(static_cast<double>(now - before));
+  };
+  advance(prefix_queries_, c.prefix_cache_queries, last_.prefix_cache_queries);
+  advance(prefix_hits_, c.prefix_cache_hits, last_.prefix_cache_hits);
+  advance(preemptions_, c.preemptions, last_.preemptions);
+  advance(steps_, c.steps, last_.steps);
+  last_ = c;
+}
+
+std::string ServingMetrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace tessera

@@ -1,0 +1,79 @@
+// ServingMetrics: the Prometheus metrics of `tessera serve`, on prometheus-cpp,
+// named after vLLM's (prefix "tessera:" instead of "vllm:") so existing
+// dashboards carry over with a find-and-replace. Every metric carries a
+// model_name label.
+//
+// Threading: all methods are thread-safe (prometheus-cpp metrics are atomic;
+// the scheduler snapshot delta is taken under a mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "scheduler/request.h"
+#include "scheduler/scheduler_metrics.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace tessera {
+
+class ServingMetrics {
+ public:
+  explicit ServingMetrics(const std::string& model_name);
+  ~ServingMetrics();
+
+  // Per request, from the front end's view of its stream.
+  void ObserveTimeToFirstToken(double seconds);
+  void ObserveInterTokenLatency(double seconds);
+  void ObserveE2eLatency(double seconds);
+  void ObserveQueueTime(double seconds);  // arrival -> first scheduled
+  void ObserveRequestTokens(int64_t prompt_tokens, int64_t generation_tokens);
+  void RequestFinished(FinishReason reason);
+  // HTTP/gRPC requests refused before reaching the engine, by reason label
+  // (e.g. "invalid", "queue_full", "unauthorized", "draining").
+  void RequestRejected(const std::string& reason);
+
+  // Copies the engine loop's snapshot: gauges are set, counters advance by the
+  // difference to the previous snapshot. Call before Serialize.
+  void UpdateFromScheduler(const SchedulerMetrics& snapshot);
+
+  // The Prometheus text exposition format (version 0.0.4).
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  prometheus::Histogram* prompt_tokens_hist_;
+  prometheus::Histogram* generation_tokens_hist_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generation_tokens_;
+  prometheus::Counter* success_stop_;
+  prometheus::Counter* success_length_;
+  prometheus::Counter* success_abort_;
+  prometheus::Family<prometheus::Counter>* rejected_;
+  std::string model_name_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* kv_usage_;
+  prometheus::Gauge* prefix_hit_rate_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
+  prometheus::Counter* preemptions_;
+  prometheus::Counter* steps_;
+  std::mutex mu_;
+  SchedulerCounters last_;  // guarded by mu_
+};
+
+}  // namespace tessera
