@@ -93,6 +93,12 @@ TempDir* GrpcClientTest::dir_ = nullptr;
 ServingEngine* GrpcClientTest::engine_ = nullptr;
 GrpcServer* GrpcClientTest::server_ = nullptr;
 
+GrpcServerOptions AnyPort() {
+  GrpcServerOptions o;
+  o.port = 0;
+  return o;
+}
+
 // Collects a stream into per-choice text/tokens.
 struct Streamed {
   std::map<int32_t, sdk::Choice> choices;
@@ -332,7 +338,7 @@ TEST_F(GrpcClientTest, ApiKeys) {
 
 TEST_F(GrpcClientTest, HealthWhileLoadingServingAndDraining) {
   std::atomic<ServingEngine*> loaded{nullptr};
-  auto s = GrpcServer::Start(GrpcServerOptions{.port = 0}, [&loaded] { return loaded.load(); });
+  auto s = GrpcServer::Start(AnyPort(), [&loaded] { return loaded.load(); });
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto c = Connect((*s)->port());
   EXPECT_EQ(WaitHealth(*c, sdk::HealthStatus::kNotServing), sdk::HealthStatus::kNotServing);
@@ -356,7 +362,7 @@ TEST_F(GrpcClientTest, HealthWhileLoadingServingAndDraining) {
 }
 
 TEST_F(GrpcClientTest, ShutdownCancelsRunningStreams) {
-  auto s = GrpcServer::Start(GrpcServerOptions{.port = 0}, [] { return engine_; });
+  auto s = GrpcServer::Start(AnyPort(), [] { return engine_; });
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   auto c = Connect((*s)->port());
   std::atomic<int> seen{0};
