@@ -155,11 +155,20 @@ async function main() {
   const client = new pkg.tessera.v1.Tessera(target, grpc.credentials.createInsecure());
   const health = new pkg.grpc.health.v1.Health(target, grpc.credentials.createInsecure());
 
+  // gRPC readiness follows the model load like /ready; allow the health
+  // service a moment to notice it.
   await check('health "" and tessera.v1.Tessera SERVING', async () => {
     for (const service of ['', 'tessera.v1.Tessera']) {
-      const { err, resp } = await unary(health, 'Check', { service });
-      assert(!err, `health ${service}: ${err}`);
-      assertEq(resp.status, 'SERVING', `health ${service}`);
+      let status = null;
+      const by = Date.now() + READY_TIMEOUT_MS;
+      while (Date.now() < by) {
+        const { err, resp } = await unary(health, 'Check', { service });
+        assert(!err, `health ${service}: ${err}`);
+        status = resp.status;
+        if (status === 'SERVING') break;
+        await sleep(100);
+      }
+      assertEq(status, 'SERVING', `health ${service}`);
     }
   });
 
