@@ -20,6 +20,8 @@ enum class StatusCode {
   kFailedPrecondition,
   kInternal,
   kUnavailable,
+  kDeadlineExceeded,  // a time limit passed (request timeout, deadline)
+  kCancelled,         // the caller went away
 };
 
 const char* StatusCodeName(StatusCode code);

@@ -1,9 +1,9 @@
-// `tessera serve`: the OpenAI-compatible HTTP server.
+// `tessera serve`: the OpenAI-compatible HTTP server (and gRPC).
 //
-// Startup order: bind the listener and answer /health and /ready at once, then
-// load the model (synthesising the default one on first run) and warm up on the
-// engine thread; /ready turns 200 when that is done. SIGINT/SIGTERM stop
-// accepting, let in-flight requests finish, and exit 0.
+// Startup order: bind the listeners and answer /health and /ready at once, then
+// load the model (synthesising the default one on first run) and warm up on a
+// loader thread; /ready turns 200 when that is done. SIGINT/SIGTERM drain:
+// /ready and new requests get 503 at once, in-flight ones finish, exit 0.
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -24,9 +24,10 @@
 
 #include "server/commands.h"
 #include "server/default_model.h"
-#include "server/http/engine_worker.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_routes.h"
+#include "server/serving/metrics.h"
+#include "server/serving/serving_engine.h"
 
 namespace tessera {
 namespace {
@@ -35,16 +36,26 @@ namespace fs = std::filesystem;
 namespace net = boost::asio;
 
 constexpr int kIoThreads = 2;  // HTTP parsing/serialisation only; the engine has its own thread
-constexpr auto kDrainTimeout = std::chrono::seconds(30);
 constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 
 struct ServeFlags {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8000;
+  int grpc_port = 50051;
+  std::string port_file;
+  std::vector<std::string> api_keys;
   int threads = 0;
   int64_t num_kv_blocks = 0;
+  int64_t kv_cache_mb = 1024;
   int64_t max_model_len = 0;
+  int32_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_pending_requests = 1024;
+  int64_t request_timeout_s = 600;
+  int64_t drain_timeout_s = 30;
+  uint64_t max_body_bytes = 8u << 20;
+  int64_t idle_timeout_s = 60;
   std::string served_model_name;
   std::string default_model_size = "0.5b";
 };
@@ -63,12 +74,18 @@ bool IsSyntheticCheckpoint(const std::string& dir) {
   return !j.is_discarded() && j.is_object() && j.contains("tessera_synthetic");
 }
 
-// Drives shutdown: drain, then stop the io_context. State lives on a strand
-// (the io_context runs on several threads).
+// Drives shutdown: readiness drops and new requests get 503 at once; the
+// process stops once nothing is in flight or the drain timeout passes. State
+// lives on a strand (the io_context runs on several threads).
 class Shutdown {
  public:
-  Shutdown(net::io_context& ioc, HttpServer& server)
-      : ioc_(ioc), server_(server), strand_(net::make_strand(ioc)), timer_(strand_) {}
+  Shutdown(net::io_context& ioc, HttpServer& server, ServeContext& ctx, std::chrono::seconds drain_timeout)
+      : ioc_(ioc), server_(server), ctx_(ctx), drain_timeout_(drain_timeout), strand_(net::make_strand(ioc)),
+        timer_(strand_) {}
+
+  // Extra drain steps (e.g. the gRPC server); set before Begin can run.
+  std::function<void()> on_drain;
+  std::function<int64_t()> extra_in_flight;
 
   // Idempotent; thread-safe. A non-zero exit code sticks.
   void Begin(int exit_code) {
@@ -76,29 +93,44 @@ class Shutdown {
       if (exit_code != 0) exit_code_ = exit_code;
       if (started_) return;
       started_ = true;
-      spdlog::info("serve: shutting down: no new connections, finishing {} in-flight requests", server_.in_flight());
+      ctx_.draining.store(true);
+      if (ServingEngine* e = ctx_.engine.load()) e->BeginDrain();
       server_.BeginDrain();
-      deadline_ = std::chrono::steady_clock::now() + kDrainTimeout;
+      if (on_drain) on_drain();
+      spdlog::info("serve: draining: /ready is 503, new requests get 503; waiting up to {}s for {} in flight",
+                   drain_timeout_.count(), InFlight());
+      deadline_ = std::chrono::steady_clock::now() + drain_timeout_;
       Poll();
     });
   }
-  // Read after the io_context has stopped.
-  int exit_code() const { return exit_code_; }
+  int exit_code() const { return exit_code_; }  // read after the io_context stopped
 
  private:
+  int64_t InFlight() const {
+    int64_t n = server_.in_flight();
+    if (ServingEngine* e = ctx_.engine.load()) n = std::max(n, e->num_in_flight());
+    if (extra_in_flight) n += extra_in_flight();
+    return n;
+  }
   void Poll() {
-    if (server_.in_flight() == 0) return ioc_.stop();
+    const int64_t n = InFlight();
+    if (n == 0) return Stop();
     if (std::chrono::steady_clock::now() > deadline_) {
-      spdlog::warn("serve: {} requests still in flight after {}s; exiting anyway", server_.in_flight(),
-                   kDrainTimeout.count());
-      return ioc_.stop();
+      spdlog::warn("serve: {} requests still in flight after {}s; exiting anyway", n, drain_timeout_.count());
+      return Stop();
     }
     timer_.expires_after(kDrainPoll);
     timer_.async_wait([this](boost::system::error_code) { Poll(); });
   }
+  void Stop() {
+    server_.StopAccepting();
+    ioc_.stop();
+  }
 
   net::io_context& ioc_;
   HttpServer& server_;
+  ServeContext& ctx_;
+  const std::chrono::seconds drain_timeout_;
   net::strand<net::io_context::executor_type> strand_;
   net::steady_timer timer_;
   bool started_ = false;
@@ -106,7 +138,25 @@ class Shutdown {
   std::chrono::steady_clock::time_point deadline_;
 };
 
-int RunServe(const ServeFlags& f) {
+Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
+  if (path.empty()) return Status::Ok();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"http", http_port}, {"grpc", grpc_port}}.dump() << "\n";
+    if (!out) return FailedPrecondition("serve: cannot write --port-file " + path);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // atomic: readers never see a partial file
+  if (ec) return FailedPrecondition("serve: cannot write --port-file " + path + ": " + ec.message());
+  return Status::Ok();
+}
+
+int RunServe(ServeFlags f) {
+  if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
+  for (const std::string& k : f.api_keys) {
+    if (k.empty()) return Fail(InvalidArgument("serve: --api-key must not be empty"));
+  }
   // Where the model is (or will be) and what clients call it, known up front.
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
@@ -133,34 +183,33 @@ int RunServe(const ServeFlags& f) {
   HttpServerOptions http_options;
   http_options.host = f.host;
   http_options.port = f.port;
+  http_options.body_limit = f.max_body_bytes;
+  http_options.idle_timeout = std::chrono::seconds(f.idle_timeout_s);
+  http_options.api_keys = f.api_keys;
   HttpServer server(ioc, http_options);
-  Shutdown shutdown(ioc, server);
-
-  EngineOptions engine_options;
-  engine_options.threads = f.threads;
-  engine_options.num_kv_blocks = f.num_kv_blocks;
-  engine_options.max_model_len = f.max_model_len;
-  engine_options.resolve_model_dir = [use_default, size = f.default_model_size, planned_dir]() {
-    return use_default ? EnsureDefaultModel(size) : StatusOr<std::string>(planned_dir);
-  };
-  EngineWorker engine(engine_options);
+  ServingMetrics metrics(served);
 
   ServeContext ctx;
-  ctx.engine = &engine;
   ctx.server = &server;
+  ctx.metrics = &metrics;
+  ctx.ioc = &ioc;
   ctx.served_model_name = served;
-  ctx.created = static_cast<int64_t>(std::time(nullptr));
+  ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
   RegisterOpenAiRoutes(&ctx);
+  Shutdown shutdown(ioc, server, ctx, std::chrono::seconds(f.drain_timeout_s));
 
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
-  spdlog::info("serve: listening on {} (model '{}' loading; /health and /ready answer now)", url, served);
+  int grpc_port = -1;
+  if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
+  spdlog::info("serve: HTTP on {} (model '{}' loading; /health and /ready answer now){}", url, served,
+               f.api_keys.empty() ? "" : "; API key required");
   server.Start();
 
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
     if (ec) return;
-    if (server.draining()) {
+    if (ctx.draining.load()) {
       spdlog::warn("serve: second signal {}, exiting now", sig);
       spdlog::default_logger()->flush();
       std::_Exit(1);
@@ -171,42 +220,58 @@ int RunServe(const ServeFlags& f) {
   };
   signals.async_wait(on_signal);
 
-  EngineWorker::Hooks hooks;
-  hooks.before_ready = [&ctx, &served, url](const EngineInfo& info) -> Status {
-    if (IsSyntheticCheckpoint(info.model_dir)) {
-      spdlog::warn("serve: {} is a synthetic checkpoint with random weights; completions are meaningless",
-                   info.model_dir);
+  // The model loads off the io threads, so probes answer meanwhile.
+  std::unique_ptr<ServingEngine> engine;
+  std::thread loader([&] {
+    StatusOr<std::string> dir = use_default ? EnsureDefaultModel(f.default_model_size)
+                                            : StatusOr<std::string>(planned_dir);
+    if (dir.ok() && IsSyntheticCheckpoint(*dir)) {
+      spdlog::warn("serve: {} is a synthetic checkpoint with random weights; completions are meaningless", *dir);
     }
-    const std::string tok = (fs::path(info.model_dir) / "tokenizer.json").string();
-    StatusOr<ByteLevelDecoder> decoder = ByteLevelDecoder::Load(tok);
-    if (decoder.ok()) {
-      ctx.decoder = std::make_unique<ByteLevelDecoder>(std::move(*decoder));
-    } else {
-      spdlog::warn("serve: no text decoding ({}); completions carry token_ids and an empty 'text'",
-                   decoder.status().ToString());
+    StatusOr<std::unique_ptr<ServingEngine>> e = dir.status();
+    if (dir.ok()) {
+      ServingOptions o;
+      o.loop.model_dir = *dir;
+      o.loop.num_threads = f.threads;
+      o.loop.kv_cache_bytes = f.kv_cache_mb << 20;
+      o.loop.scheduler.kv.num_blocks = f.num_kv_blocks;
+      o.loop.scheduler.max_num_seqs = f.max_num_seqs;
+      o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
+      o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
+      if (f.max_model_len > 0) o.loop.scheduler.limits.max_model_len = f.max_model_len;
+      o.served_model_name = served;
+      o.max_in_flight = f.max_pending_requests;
+      o.metrics = &metrics;
+      e = ServingEngine::Create(std::move(o));
     }
-    spdlog::info("serve: ready: model '{}' (max model length {}) at {}", served, info.max_model_len, url);
-    return Status::Ok();
-  };
-  hooks.on_failed = [&shutdown](const Status& s) {
-    spdlog::error("serve: model failed to load: {}", s.ToString());
-    shutdown.Begin(1);
-  };
-  engine.Start(hooks);
+    if (!e.ok()) {
+      ctx.state.store(ModelState::kFailed);
+      spdlog::error("serve: model failed to load: {}", e.status().ToString());
+      shutdown.Begin(1);
+      return;
+    }
+    engine = std::move(*e);
+    ctx.engine.store(engine.get(), std::memory_order_release);
+    if (ctx.draining.load()) engine->BeginDrain();
+    ctx.state.store(ModelState::kReady, std::memory_order_release);
+    spdlog::info("serve: ready: model '{}' (max model length {}, KV cache {:.0f} MiB) at {}", served,
+                 engine->limits().max_model_len, engine->kv_cache_bytes() / 1048576.0, url);
+  });
 
   std::vector<std::thread> io_threads;
   for (int i = 0; i < kIoThreads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io_threads) t.join();
   server.MarkStopped();
 
-  if (engine.state() == EngineState::kLoading) {
+  if (ctx.state.load() == ModelState::kLoading) {
     // Model::Load and synthesis cannot be interrupted; a partial default model
     // lives in a temporary directory that the next run removes.
     spdlog::warn("serve: interrupted while loading the model; exiting");
     spdlog::default_logger()->flush();
     std::_Exit(shutdown.exit_code());
   }
-  engine.Stop(/*abandon_queued=*/true);  // normally nothing is left after the drain
+  loader.join();
+  if (engine) engine->Stop();  // aborts whatever outlived the drain
   spdlog::info("serve: stopped");
   return shutdown.exit_code();
 }
@@ -214,25 +279,54 @@ int RunServe(const ServeFlags& f) {
 }  // namespace
 
 void AddServeCommand(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API and gRPC");
   auto f = std::make_shared<ServeFlags>();
+  cmd->set_config("--config", "", "TOML file with the same settings (keys are the long option names)");
   cmd->add_option("--model", f->model,
                   "HF checkpoint directory (default: a built-in synthetic model with random weights)");
-  cmd->add_option("--host", f->host, "address to listen on")->capture_default_str();
-  cmd->add_option("--port", f->port, "port to listen on (0: any free port)")
+  cmd->add_option("--served-model-name", f->served_model_name,
+                  "model id in the API (default: the model directory's name)");
+  cmd->add_option("--host", f->host, "address to listen on (HTTP and gRPC)")->capture_default_str();
+  cmd->add_option("--port", f->port, "HTTP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("--grpc-port", f->grpc_port, "gRPC port (0: any free port, -1: no gRPC)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 65535));
+      ->check(CLI::Range(-1, 65535));
+  cmd->add_option("--port-file", f->port_file, "write {\"http\": N, \"grpc\": M} here once the ports are bound");
+  cmd->add_option("--api-key", f->api_keys,
+                  "require 'Authorization: Bearer KEY' (repeatable; also $TESSERA_API_KEY); /health, /ready and "
+                  "/metrics stay open");
   cmd->add_option("--threads", f->threads, "CPU threads for the engine (0 = all)")->capture_default_str();
-  cmd->add_option("--num-kv-blocks", f->num_kv_blocks,
-                  "KV cache blocks of 16 tokens (0: room for 8 max-length sequences, at most 2 GiB)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-model-len", f->max_model_len,
                   "max tokens per sequence, prompt + completion (0: the model's max_position_embeddings)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--served-model-name", f->served_model_name,
-                  "model id in the API (default: the model directory's name)");
+  cmd->add_option("--kv-cache-mb", f->kv_cache_mb, "KV cache size in MiB")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--num-kv-blocks", f->num_kv_blocks, "KV cache blocks of 16 tokens (overrides --kv-cache-mb)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-seqs", f->max_num_seqs, "sequences per engine step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per engine step (prefill chunk)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  cmd->add_option("--max-pending-requests", f->max_pending_requests,
+                  "requests running or queued; beyond it new ones get 429 with Retry-After")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--request-timeout", f->request_timeout_s, "seconds a request may take (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--drain-timeout", f->drain_timeout_s, "seconds SIGTERM waits for in-flight requests")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-body-bytes", f->max_body_bytes, "larger request bodies get 413")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{1} << 30));
+  cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests

@@ -1,12 +1,17 @@
 #include "server/http/http_server.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstring>
 #include <optional>
+#include <sstream>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <spdlog/spdlog.h>
 
@@ -21,7 +26,11 @@ namespace {
 
 // Bounds for the lingering close after an error response (see LingeringClose).
 constexpr auto kLingerTimeout = std::chrono::seconds(5);
+constexpr auto kRejectLingerTimeout = std::chrono::seconds(1);
 constexpr uint64_t kLingerMaxBytes = 64ull << 20;
+// Pipelined bytes buffered while a request is being answered; beyond this the
+// disconnect watcher stops reading until the response is done.
+constexpr size_t kWatchBufferLimit = 64 * 1024;
 
 bool IsHttpParseError(const beast::error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_method).category();
@@ -44,32 +53,154 @@ std::string PathOf(beast::string_view target) {
   return std::string(q == beast::string_view::npos ? target : target.substr(0, q));
 }
 
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+void RunCallback(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    spdlog::error("http: disconnect callback threw: {}", e.what());
+  } catch (...) {
+    spdlog::error("http: disconnect callback threw");
+  }
+}
+
 }  // namespace
+
+// Constant time in the key bytes: every key is scanned in full, the token is
+// read as if zero-padded to the key's length, and a length mismatch is folded
+// into the difference instead of returning early. Only the key lengths (fixed
+// configuration) and the token's own length shape the timing.
+bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys) {
+  std::string_view v = Trim(authorization);
+  if (v.size() < 7 || v[6] != ' ') return false;
+  for (size_t i = 0; i < 6; ++i) {
+    if ((v[i] | 0x20) != "bearer"[i]) return false;
+  }
+  const std::string_view token = Trim(v.substr(7));
+  unsigned match = 0;
+  for (const std::string& key : keys) {
+    if (key.empty()) continue;  // an empty key never matches
+    unsigned diff = token.size() != key.size() ? 1u : 0u;
+    for (size_t i = 0; i < key.size(); ++i) {
+      const unsigned char t = i < token.size() ? static_cast<unsigned char>(token[i]) : 0;
+      diff |= static_cast<unsigned char>(key[i]) ^ t;
+    }
+    match |= diff == 0 ? 1u : 0u;
+  }
+  return match != 0;
+}
 
 // One TCP connection. Lives while an async operation or an HttpExchange holds
 // it; all members are touched only on the connection's strand.
+//
+// Per request: Dispatch starts it (active_), a disconnect watcher read stays
+// pending while the response is produced, and FinishRequest ends it once the
+// handler is done (Send, EndStream or the exchange dropped) and every byte is
+// written, or the client is gone. The watcher is cancelled before the next read.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(tcp::socket&& socket, std::shared_ptr<HttpServerCore> core)
-      : stream_(std::move(socket)), core_(std::move(core)) {}
+  HttpSession(tcp::socket&& socket, std::shared_ptr<HttpServerCore> core, bool counted)
+      : stream_(std::move(socket)), core_(std::move(core)), counted_(counted) {
+    if (counted_) core_->connections.fetch_add(1);
+  }
+  ~HttpSession() {
+    if (counted_) core_->connections.fetch_sub(1);
+  }
 
   void Start() {
     net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::DoRead, shared_from_this()));
   }
+  // Answers 503 without reading a request, then closes (over max_connections).
+  void Reject() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->linger_timeout_ = kRejectLingerTimeout;
+      self->SendLocal({HttpStatus::service_unavailable, "too many connections; retry later", "server_error", "",
+                       "too_many_connections"});
+    });
+  }
   net::any_io_executor executor() { return stream_.get_executor(); }
   const HttpServerCore& core() const { return *core_; }
 
-  // Writes the answer to the current request (strand only).
-  void Write(HttpResponse res, const std::string& request_id) {
-    res.set(http::field::server, "tessera");
-    res.set("x-request-id", request_id);
-    res.keep_alive(keep_alive_ && !core_->draining.load());
-    res.prepare_payload();
-    status_ = res.result_int();
+  // The handlers below are posted by HttpExchange; `seq` names the request so
+  // calls for an earlier request are ignored.
+  void OnSend(uint64_t seq, HttpResponse res, const std::string& request_id) {
+    if (!active_ || seq != seq_ || handler_done_) return;
+    handler_done_ = true;
+    if (disconnected_) return MaybeFinish();
+    Write(std::move(res), request_id);
+  }
+
+  void OnStartStream(uint64_t seq, HttpResponse head, const std::string& request_id) {
+    if (!active_ || seq != seq_ || handler_done_ || disconnected_) return;
+    streaming_ = true;
+    head.set(http::field::server, "tessera");
+    head.set("x-request-id", request_id);
+    head.set(http::field::cache_control, "no-cache");
+    head.body().clear();
+    head.keep_alive(keep_alive_ && !core_->draining.load());
+    head.erase(http::field::content_length);
+    head.chunked(true);
+    status_ = head.result_int();
+    close_after_ = !head.keep_alive();
     request_id_ = request_id;
-    out_ = std::make_shared<HttpResponse>(std::move(res));
-    stream_.expires_after(core_->options.write_timeout);
-    http::async_write(stream_, *out_, beast::bind_front_handler(&HttpSession::OnWrite, shared_from_this()));
+    std::ostringstream os;
+    os << head.base();
+    pending_ += os.str();
+    Flush();
+  }
+
+  void OnChunk(uint64_t seq, const std::string& data) {
+    if (!active_ || seq != seq_ || handler_done_ || disconnected_ || !streaming_) return;
+    char size_line[32];
+    std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
+    pending_ += size_line;
+    pending_ += data;
+    pending_ += "\r\n";
+    pending_payload_ += data.size();
+    Flush();
+  }
+
+  void OnEndStream(uint64_t seq) {
+    if (!active_ || seq != seq_ || handler_done_) return;
+    handler_done_ = true;
+    // Not streaming here only when the client left before the head was sent.
+    if (disconnected_ || !streaming_) return MaybeFinish();
+    pending_ += "0\r\n\r\n";
+    Flush();
+  }
+
+  // The exchange was destroyed before completing its response.
+  void OnDropped(uint64_t seq, bool stream_started, const std::string& request_id) {
+    if (!active_ || seq != seq_ || handler_done_) return;
+    if (disconnected_) {
+      handler_done_ = true;
+      return MaybeFinish();
+    }
+    if (!stream_started) {
+      spdlog::error("http: request {} dropped without a response", request_id);
+      return OnSend(seq, ErrorResponse({HttpStatus::internal_server_error, "internal error: request dropped",
+                                        "server_error", "", "internal_error"}),
+                    request_id);
+    }
+    // Mid-stream: a truncated chunked body (no terminator) tells the client.
+    spdlog::error("http: request {} dropped its stream without EndStream; closing", request_id);
+    on_disconnect_.clear();
+    handler_done_ = true;
+    Disconnect("stream dropped by the server");
+  }
+
+  void OnDisconnectCallback(uint64_t seq, std::function<void()> fn) {
+    if (seq == disconnected_seq_) return RunCallback(fn);
+    if (active_ && seq == seq_) on_disconnect_.push_back(std::move(fn));
+  }
+
+  void AbortRequest(uint64_t seq, const std::string& reason) {
+    if (active_ && seq == seq_) Disconnect(reason);
   }
 
  private:
@@ -99,80 +230,227 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return SendLocal(BadRequest("malformed HTTP request: " + ec.message(), "", "bad_request"));
     }
     if (ec) return Close();
-    stream_.expires_never();  // the handler may take a while; no read is pending
+    stream_.expires_never();  // the watcher read must not time out; writes set their own
     Dispatch(parser_->release());
   }
 
-  void Dispatch(HttpRequest req) {
-    method_ = std::string(req.method_string());
-    target_ = std::string(req.target());
-    keep_alive_ = req.keep_alive();
+  void BeginRequest(std::string method, std::string target, bool keep_alive) {
+    ++seq_;
+    active_ = true;
+    handler_done_ = false;
+    disconnected_ = false;
+    streaming_ = false;
+    close_after_ = false;
+    body_bytes_ = 0;
+    method_ = std::move(method);
+    target_ = std::move(target);
+    keep_alive_ = keep_alive;
     start_ = std::chrono::steady_clock::now();
     core_->in_flight.fetch_add(1);
+  }
+
+  void Dispatch(HttpRequest req) {
+    BeginRequest(std::string(req.method_string()), std::string(req.target()), req.keep_alive());
     const std::string path = PathOf(req.target());
     const http::verb method = req.method();
     std::string id = RequestIdFrom(req);
-    auto ex = std::make_shared<HttpExchange>(shared_from_this(), std::move(req), std::move(id));
-    if (core_->draining.load()) {
-      ex->Send(ErrorResponse({HttpStatus::service_unavailable, "server is shutting down", "server_error", "",
-                              "shutting_down"}));
-      return;
+    request_id_ = id;
+    auto ex = std::make_shared<HttpExchange>(shared_from_this(), std::move(req), std::move(id), seq_);
+    exchange_ = ex;
+    StartWatch();
+
+    auto by_path = core_->routes.find(path);
+    const HttpRoute* route = nullptr;
+    if (by_path != core_->routes.end()) {
+      auto it = by_path->second.find(method);
+      if (it != by_path->second.end()) route = &it->second;
     }
-    auto route = core_->routes.find(path);
-    if (route == core_->routes.end()) {
-      ex->Send(ErrorResponse({HttpStatus::not_found, "no route for " + method_ + " " + path, "invalid_request_error",
-                              "", "not_found"}));
-      return;
+    // Authentication first, so unauthenticated clients learn nothing about routes.
+    if (!core_->options.api_keys.empty() && !(route && route->options.public_route)) {
+      auto auth = ex->request().find(http::field::authorization);
+      std::string_view value;
+      if (auth != ex->request().end()) value = std::string_view(auth->value().data(), auth->value().size());
+      if (!ApiKeyMatches(value, core_->options.api_keys)) {
+        HttpResponse res = ErrorResponse({HttpStatus::unauthorized, "invalid or missing API key",
+                                          "authentication_error", "", "invalid_api_key"});
+        res.set(http::field::www_authenticate, "Bearer");
+        return ex->Send(std::move(res));
+      }
     }
-    auto handler = route->second.find(method);
-    if (handler == route->second.end()) {
+    if (core_->draining.load() && !(route && route->options.serve_while_draining)) {
+      HttpResponse res = ErrorResponse(
+          {HttpStatus::service_unavailable, "server is shutting down", "server_error", "", "shutting_down"});
+      res.set(http::field::retry_after, "5");
+      return ex->Send(std::move(res));  // Write adds Connection: close while draining
+    }
+    if (by_path == core_->routes.end()) {
+      return ex->Send(ErrorResponse({HttpStatus::not_found, "no route for " + method_ + " " + path,
+                                     "invalid_request_error", "", "not_found"}));
+    }
+    if (!route) {
       std::string allow;
-      for (const auto& [verb, unused] : route->second) {
+      for (const auto& [verb, unused] : by_path->second) {
         allow += (allow.empty() ? "" : ", ") + std::string(http::to_string(verb));
       }
       HttpResponse res = ErrorResponse({HttpStatus::method_not_allowed,
                                         "method " + method_ + " is not allowed on " + path + " (allowed: " + allow + ")",
                                         "invalid_request_error", "", "method_not_allowed"});
       res.set(http::field::allow, allow);
-      ex->Send(std::move(res));
-      return;
+      return ex->Send(std::move(res));
     }
     try {
-      handler->second(ex);
+      route->handler(ex);
     } catch (const std::exception& e) {
       spdlog::error("http: handler for {} {} threw: {}", method_, path, e.what());
       ex->Send(ErrorResponse({HttpStatus::internal_server_error, "internal error", "server_error", "", "internal_error"}));
     }
   }
 
-  // Answers a request that could not be parsed, then closes the connection.
+  // Answers a request that could not be parsed (or a rejected connection),
+  // then closes the connection. No exchange and no watcher are involved.
   void SendLocal(const ApiError& error) {
     std::string id = RandomHex(32);
-    method_ = "-";
-    target_ = "-";
+    std::string method = "-", target = "-";
     // Fields parsed before the error are available even when the head is incomplete.
     if (parser_ && !parser_->get().method_string().empty()) {
-      method_ = std::string(parser_->get().method_string());
-      target_ = std::string(parser_->get().target());
+      method = std::string(parser_->get().method_string());
+      target = std::string(parser_->get().target());
       id = RequestIdFrom(parser_->get());
     }
-    keep_alive_ = false;
-    start_ = std::chrono::steady_clock::now();
-    core_->in_flight.fetch_add(1);
+    BeginRequest(std::move(method), std::move(target), /*keep_alive=*/false);
+    handler_done_ = true;
     Write(ErrorResponse(error), id);
   }
 
+  // Writes a complete response to the current request.
+  void Write(HttpResponse res, const std::string& request_id) {
+    res.set(http::field::server, "tessera");
+    res.set("x-request-id", request_id);
+    res.keep_alive(keep_alive_ && !core_->draining.load());
+    res.prepare_payload();
+    status_ = res.result_int();
+    close_after_ = !res.keep_alive();
+    request_id_ = request_id;
+    out_ = std::make_shared<HttpResponse>(std::move(res));
+    writing_active_ = true;
+    stream_.expires_after(core_->options.write_timeout);
+    http::async_write(stream_, *out_, beast::bind_front_handler(&HttpSession::OnWrite, shared_from_this()));
+  }
+
   void OnWrite(beast::error_code ec, std::size_t) {
-    const bool close = !out_->keep_alive();
+    writing_active_ = false;
     out_.reset();
+    if (ec) return Disconnect(ec == beast::error::timeout ? "write timeout" : ec.message());
+    MaybeFinish();
+  }
+
+  // Hands all queued stream bytes to one write (one write in flight at a time).
+  void Flush() {
+    if (writing_active_ || pending_.empty() || disconnected_) return;
+    writing_.swap(pending_);
+    pending_.clear();
+    writing_payload_ = pending_payload_;
+    pending_payload_ = 0;
+    writing_active_ = true;
+    stream_.expires_after(core_->options.write_timeout);
+    net::async_write(stream_, net::buffer(writing_),
+                     beast::bind_front_handler(&HttpSession::OnStreamWrite, shared_from_this()));
+  }
+
+  void OnStreamWrite(beast::error_code ec, std::size_t) {
+    writing_active_ = false;
+    if (auto ex = exchange_.lock()) ex->unwritten_.fetch_sub(writing_payload_);
+    if (!ec) body_bytes_ += writing_payload_;
+    writing_.clear();
+    writing_payload_ = 0;
+    if (ec) return Disconnect(ec == beast::error::timeout ? "write timeout" : ec.message());
+    if (!pending_.empty()) return Flush();
+    MaybeFinish();
+  }
+
+  // The client is gone: closes the socket (aborting pending I/O) and runs the
+  // disconnect callbacks once.
+  void Disconnect(const std::string& reason) {
+    if (!active_ || disconnected_) return;
+    disconnected_ = true;
+    disconnected_seq_ = seq_;
+    disconnect_reason_ = reason;
+    if (auto ex = exchange_.lock()) ex->closed_.store(true, std::memory_order_release);
+    std::vector<std::function<void()>> fns;
+    fns.swap(on_disconnect_);
+    pending_.clear();
+    Close();
+    for (const auto& fn : fns) RunCallback(fn);
+    MaybeFinish();
+  }
+
+  void MaybeFinish() {
+    if (!active_ || !handler_done_) return;
+    if (!disconnected_ && (writing_active_ || !pending_.empty())) return;
+    FinishRequest();
+  }
+
+  void FinishRequest() {
+    active_ = false;
     core_->in_flight.fetch_sub(1);
+    on_disconnect_.clear();
+    exchange_.reset();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (disconnected_) {
+      spdlog::info("http: {} {} client disconnected ({}) {:.1f}ms sent={} id={}", method_, target_,
+                   disconnect_reason_, ms, body_bytes_, request_id_);
+      return;  // the socket is closed
+    }
     const bool probe = method_ == "GET" && (target_ == "/health" || target_ == "/ready");
-    spdlog::log(probe ? spdlog::level::debug : spdlog::level::info, "http: {} {} {} {:.1f}ms id={}", method_, target_,
-                status_, ms, request_id_);
-    if (ec) return Close();
-    if (close) return LingeringClose();
-    DoRead();
+    if (streaming_) {
+      spdlog::info("http: {} {} {} stream {:.1f}ms sent={} id={}", method_, target_, status_, ms, body_bytes_,
+                   request_id_);
+    } else {
+      spdlog::log(probe ? spdlog::level::debug : spdlog::level::info, "http: {} {} {} {:.1f}ms id={}", method_,
+                  target_, status_, ms, request_id_);
+    }
+    StopWatch(close_after_ ? After::kLinger : After::kRead);
+  }
+
+  // Disconnect watcher: a read kept pending while a request is answered. EOF
+  // or an error means the client left; bytes are a pipelined next request and
+  // go to buffer_ for the next parse.
+  void StartWatch() {
+    if (watching_ || disconnected_ || buffer_.size() >= kWatchBufferLimit) return;
+    watching_ = true;
+    stream_.async_read_some(net::buffer(scratch_.data(), std::min(scratch_.size(), kWatchBufferLimit - buffer_.size())),
+                            beast::bind_front_handler(&HttpSession::OnWatch, shared_from_this()));
+  }
+
+  void OnWatch(beast::error_code ec, std::size_t n) {
+    watching_ = false;
+    if (n > 0) {
+      net::buffer_copy(buffer_.prepare(n), net::buffer(scratch_.data(), n));
+      buffer_.commit(n);
+    }
+    if (watch_stop_) {
+      watch_stop_ = false;
+      return Continue(after_watch_);
+    }
+    if (!active_) return;
+    if (ec) return Disconnect(ec == net::error::eof ? "client closed the connection" : ec.message());
+    StartWatch();
+  }
+
+  enum class After { kRead, kLinger };
+
+  // Ends the watcher (cancelling its read), then continues with `next`.
+  void StopWatch(After next) {
+    if (!watching_) return Continue(next);
+    watch_stop_ = true;
+    after_watch_ = next;
+    beast::error_code ec;
+    stream_.socket().cancel(ec);  // no write is pending here
+  }
+
+  void Continue(After next) {
+    if (next == After::kRead) return DoRead();
+    LingeringClose();
   }
 
   // Half-closes, then reads and discards what the client still sends (e.g. the
@@ -180,11 +458,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void LingeringClose() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.expires_after(kLingerTimeout);
+    stream_.expires_after(linger_timeout_);
     DoDiscard();
   }
   void DoDiscard() {
-    stream_.async_read_some(net::buffer(discard_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
       self->discarded_ += n;
       if (ec || self->discarded_ > kLingerMaxBytes) return self->Close();
       self->DoDiscard();
@@ -193,39 +471,98 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void Close() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
+    stream_.close();
   }
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::shared_ptr<HttpServerCore> core_;
+  const bool counted_;  // counted in core_->connections
   std::optional<http::request_parser<http::string_body>> parser_;
+
   // The request being answered (one at a time per connection).
-  std::string method_, target_, request_id_;
+  uint64_t seq_ = 0;
+  uint64_t disconnected_seq_ = 0;  // the request whose client left, if any
+  bool active_ = false;            // dispatched and not finished
+  bool handler_done_ = false;      // Send/EndStream processed or exchange dropped
+  bool disconnected_ = false;
+  bool streaming_ = false;
   bool keep_alive_ = false;
+  bool close_after_ = false;  // the response says Connection: close
+  std::weak_ptr<HttpExchange> exchange_;
+  std::vector<std::function<void()>> on_disconnect_;
+  std::string method_, target_, request_id_, disconnect_reason_;
   unsigned status_ = 0;
+  uint64_t body_bytes_ = 0;  // stream payload bytes written
   std::chrono::steady_clock::time_point start_;
+
+  // Output: a complete response, or framed stream bytes.
+  bool writing_active_ = false;
   std::shared_ptr<HttpResponse> out_;
-  std::array<char, 16384> discard_;
+  std::string pending_;  // queued, not yet handed to a write
+  uint64_t pending_payload_ = 0;
+  std::string writing_;  // the write in flight
+  uint64_t writing_payload_ = 0;
+
+  bool watching_ = false;
+  bool watch_stop_ = false;
+  After after_watch_ = After::kRead;
+  std::array<char, 16384> scratch_;  // watcher and lingering-close reads (never both)
+  std::chrono::seconds linger_timeout_ = kLingerTimeout;
   uint64_t discarded_ = 0;
 };
 
-HttpExchange::HttpExchange(std::shared_ptr<HttpSession> session, HttpRequest request, std::string request_id)
-    : session_(std::move(session)), request_(std::move(request)), request_id_(std::move(request_id)) {}
+HttpExchange::HttpExchange(std::shared_ptr<HttpSession> session, HttpRequest request, std::string request_id,
+                           uint64_t seq)
+    : session_(std::move(session)), request_(std::move(request)), request_id_(std::move(request_id)), seq_(seq) {}
 
 HttpExchange::~HttpExchange() {
-  if (!sent_.load() && !session_->core().stopped.load()) {
-    spdlog::error("http: request {} dropped without a response", request_id_);
-    Send(ErrorResponse({HttpStatus::internal_server_error, "internal error: request dropped", "server_error", "",
-                        "internal_error"}));
-  }
+  if (ended_.load() || session_->core().stopped.load()) return;
+  net::post(session_->executor(), [s = session_, seq = seq_, stream = streaming_.load(), id = request_id_] {
+    s->OnDropped(seq, stream, id);
+  });
 }
 
 void HttpExchange::Send(HttpResponse response) {
-  if (sent_.exchange(true) || session_->core().stopped.load()) return;
-  net::post(session_->executor(), [s = session_, r = std::move(response), id = request_id_]() mutable {
-    s->Write(std::move(r), id);
+  if (responded_.exchange(true) || session_->core().stopped.load()) return;
+  ended_.store(true);
+  closed_.store(true, std::memory_order_release);
+  net::post(session_->executor(), [s = session_, seq = seq_, r = std::move(response), id = request_id_]() mutable {
+    s->OnSend(seq, std::move(r), id);
   });
+}
+
+void HttpExchange::StartStream(HttpResponse head) {
+  if (responded_.exchange(true) || session_->core().stopped.load()) return;
+  streaming_.store(true);
+  net::post(session_->executor(), [s = session_, seq = seq_, h = std::move(head), id = request_id_]() mutable {
+    s->OnStartStream(seq, std::move(h), id);
+  });
+}
+
+void HttpExchange::WriteChunk(std::string data) {
+  if (data.empty() || !streaming_.load() || ended_.load() || closed() || session_->core().stopped.load()) return;
+  const uint64_t queued = unwritten_.fetch_add(data.size()) + data.size();
+  if (queued > session_->core().options.stream_buffer_limit) {
+    closed_.store(true, std::memory_order_release);
+    net::post(session_->executor(), [s = session_, seq = seq_] {
+      s->AbortRequest(seq, "stream buffer limit exceeded (client not reading)");
+    });
+    return;
+  }
+  net::post(session_->executor(), [s = session_, seq = seq_, d = std::move(data)] { s->OnChunk(seq, d); });
+}
+
+void HttpExchange::EndStream() {
+  if (!streaming_.load() || ended_.exchange(true) || session_->core().stopped.load()) return;
+  closed_.store(true, std::memory_order_release);
+  net::post(session_->executor(), [s = session_, seq = seq_] { s->OnEndStream(seq); });
+}
+
+void HttpExchange::OnDisconnect(std::function<void()> fn) {
+  if (!fn || session_->core().stopped.load()) return;
+  net::post(session_->executor(),
+            [s = session_, seq = seq_, fn = std::move(fn)]() mutable { s->OnDisconnectCallback(seq, std::move(fn)); });
 }
 
 void HttpExchange::Post(std::function<void()> fn) {
@@ -240,8 +577,8 @@ HttpServer::HttpServer(net::io_context& ioc, HttpServerOptions options)
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::Handle(http::verb method, const std::string& path, HttpHandler handler) {
-  core_->routes[path][method] = std::move(handler);
+void HttpServer::Handle(http::verb method, const std::string& path, HttpHandler handler, RouteOptions opts) {
+  core_->routes[path][method] = HttpRoute{std::move(handler), opts};
 }
 
 Status HttpServer::Listen() {
@@ -282,13 +619,24 @@ void HttpServer::DoAccept() {
     }
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    std::make_shared<HttpSession>(std::move(socket), core_)->Start();
+    // Over the limit: answer 503 right away without reading the request (the
+    // client reads it after sending), then a short lingering close. Rejected
+    // connections are not counted.
+    const bool over = core_->connections.load() >= core_->options.max_connections;
+    auto session = std::make_shared<HttpSession>(std::move(socket), core_, /*counted=*/!over);
+    if (over) {
+      spdlog::warn("http: {} connections open (max_connections); rejecting a new one", core_->connections.load());
+      session->Reject();
+    } else {
+      session->Start();
+    }
     DoAccept();
   });
 }
 
-void HttpServer::BeginDrain() {
-  core_->draining.store(true);
+void HttpServer::BeginDrain() { core_->draining.store(true); }
+
+void HttpServer::StopAccepting() {
   net::post(acceptor_.get_executor(), [this] {
     beast::error_code ec;
     acceptor_.close(ec);

@@ -1,10 +1,12 @@
-// HttpServer: HTTP/1.1 over Boost.Beast async I/O with keep-alive, request
+// HttpServer: HTTP/1.1 over Boost.Beast async I/O with keep-alive, chunked
+// streaming, client-disconnect detection, API keys, connection and request
 // size limits, a route table and graceful drain.
 //
 // Threading: the caller runs the io_context on a few threads; each connection
-// is served on its own strand, one request at a time (no pipelining overlap).
-// Handlers run on that strand and must not block: long work is handed off and
-// the response is sent later, from any thread, through HttpExchange::Send.
+// is served on its own strand, one request at a time (pipelined requests are
+// buffered and answered in order). Handlers run on that strand and must not
+// block: long work is handed off and the response is sent later, from any
+// thread, through HttpExchange (Send, or StartStream/WriteChunk/EndStream).
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -26,10 +30,13 @@ namespace tessera {
 class HttpSession;
 
 // One request in flight. Owned jointly by the session and whoever will answer
-// it; the connection stays open until Send (or destruction, which answers 500).
+// it; the connection stays open until the response is complete. Destroying it
+// without a response answers 500 (or, mid-stream, closes the connection),
+// unless the client is already gone. All methods are thread-safe; the I/O
+// they start is posted to the connection's strand and happens in call order.
 class HttpExchange {
  public:
-  HttpExchange(std::shared_ptr<HttpSession> session, HttpRequest request, std::string request_id);
+  HttpExchange(std::shared_ptr<HttpSession> session, HttpRequest request, std::string request_id, uint64_t seq);
   ~HttpExchange();
   HttpExchange(const HttpExchange&) = delete;
   HttpExchange& operator=(const HttpExchange&) = delete;
@@ -37,19 +44,56 @@ class HttpExchange {
   const HttpRequest& request() const { return request_; }
   // The client's x-request-id, or a generated one; echoed on the response.
   const std::string& request_id() const { return request_id_; }
-  // Sends the response. Thread-safe; only the first call has an effect.
+
+  // Sends a complete response. Only the first Send/StartStream has an effect.
   void Send(HttpResponse response);
-  // Runs `fn` on the connection's strand (an io thread). Thread-safe.
+
+  // Sends status line and headers with Transfer-Encoding: chunked; the body
+  // of `head` is ignored. Its Content-Type is kept (e.g. text/event-stream).
+  // Only the first Send/StartStream has an effect.
+  void StartStream(HttpResponse head);
+  // Queues one chunk (empty data is ignored; ignored before StartStream, after
+  // EndStream or once closed()). If more than stream_buffer_limit bytes are
+  // queued but unwritten the client is treated as gone (OnDisconnect fires).
+  void WriteChunk(std::string data);
+  // Writes the terminating chunk; the connection is then reused (keep-alive)
+  // or closed as after Send.
+  void EndStream();
+
+  // True once the client is gone or the response was completed (Send or
+  // EndStream called). Producers poll this to stop early.
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  // Registers `fn` to run once, on the strand, if the client goes away before
+  // the response is complete (write error or timeout, buffer limit, or the
+  // peer closing its socket, EOF included). Runs right away (posted) if the
+  // client is already gone; never runs if the response completes first.
+  // `fn` should not own this exchange (it is kept until the request ends).
+  void OnDisconnect(std::function<void()> fn);
+
+  // Runs `fn` on the connection's strand (an io thread).
   void Post(std::function<void()> fn);
 
  private:
+  friend class HttpSession;
+
   std::shared_ptr<HttpSession> session_;
   HttpRequest request_;
   std::string request_id_;
-  std::atomic<bool> sent_{false};
+  const uint64_t seq_;  // which request of the session this is
+  std::atomic<bool> responded_{false};  // Send or StartStream taken
+  std::atomic<bool> streaming_{false};  // StartStream took effect
+  std::atomic<bool> ended_{false};      // Send or EndStream taken
+  std::atomic<bool> closed_{false};
+  std::atomic<uint64_t> unwritten_{0};  // stream bytes queued, not yet written
 };
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
+
+struct RouteOptions {
+  bool public_route = false;          // no API key needed
+  bool serve_while_draining = false;  // answered normally while draining
+};
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
@@ -57,21 +101,35 @@ struct HttpServerOptions {
   uint64_t body_limit = 1 << 20;        // larger bodies get 413
   uint32_t header_limit = 16 * 1024;    // larger request heads get 431
   std::chrono::seconds idle_timeout{60};   // keep-alive idle / slow request read
-  std::chrono::seconds write_timeout{60};
+  std::chrono::seconds write_timeout{60};  // one write (a response or a batch of chunks)
+  uint64_t stream_buffer_limit = 4 << 20;  // unwritten stream bytes before the client counts as gone
+  int max_connections = 1024;              // more get 503 too_many_connections
+  // Accepted `Authorization: Bearer <key>` values; empty: no authentication.
+  std::vector<std::string> api_keys;
+};
+
+struct HttpRoute {
+  HttpHandler handler;
+  RouteOptions options;
 };
 
 // State shared by the server and its sessions (sessions may outlive the server
 // object until the io_context is destroyed).
 struct HttpServerCore {
   HttpServerOptions options;
-  // path -> method -> handler; written before Start, read-only afterwards.
-  std::map<std::string, std::map<boost::beast::http::verb, HttpHandler>> routes;
+  // path -> method -> route; written before Start, read-only afterwards.
+  std::map<std::string, std::map<boost::beast::http::verb, HttpRoute>> routes;
   std::atomic<bool> draining{false};
-  // The io_context has stopped for good: Send/Post become no-ops so nothing is
-  // posted to it while it is being destroyed.
+  // The io_context has stopped for good: exchange methods become no-ops so
+  // nothing is posted to it while it is being destroyed.
   std::atomic<bool> stopped{false};
-  std::atomic<int64_t> in_flight{0};  // requests taken and not yet fully answered
+  std::atomic<int64_t> in_flight{0};    // requests taken and not yet fully answered
+  std::atomic<int64_t> connections{0};  // open sessions counted against max_connections
 };
+
+// Constant-time check of an Authorization header value against `keys`.
+// Exposed for tests.
+bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys);
 
 class HttpServer {
  public:
@@ -79,18 +137,22 @@ class HttpServer {
   ~HttpServer();
 
   // Registers a route (exact path, query string ignored). Call before Start.
-  void Handle(boost::beast::http::verb method, const std::string& path, HttpHandler handler);
+  void Handle(boost::beast::http::verb method, const std::string& path, HttpHandler handler,
+              RouteOptions opts = {});
   // Resolves and binds host:port; fails with a clear message (e.g. port in use).
   Status Listen();
   // Starts accepting connections (asynchronously, on the io_context).
   void Start();
-  // Stops accepting; later requests on open connections get 503 and close.
-  // Thread-safe.
+  // Keeps accepting, but requests to routes not marked serve_while_draining
+  // get 503 shutting_down with Connection: close. Thread-safe.
   void BeginDrain();
+  // Closes the acceptor (the very end of shutdown). Thread-safe.
+  void StopAccepting();
   // Call after the io_context has stopped, before it is destroyed.
   void MarkStopped() { core_->stopped.store(true); }
   bool draining() const { return core_->draining.load(); }
   int64_t in_flight() const { return core_->in_flight.load(); }
+  int64_t connections() const { return core_->connections.load(); }
   // The bound port (useful with port 0) and address, valid after Listen.
   int port() const { return bound_port_; }
   std::string address() const { return bound_address_; }

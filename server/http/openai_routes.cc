@@ -1,10 +1,10 @@
 #include "server/http/openai_routes.h"
 
-#include <ctime>
-
 #include <spdlog/spdlog.h>
 
-#include "server/http/completions.h"
+#include "server/openai/request_common.h"
+#include "server/openai/sse.h"
+#include "server/openai/tokenize_request.h"
 
 namespace tessera {
 namespace {
@@ -12,85 +12,141 @@ namespace {
 namespace http = boost::beast::http;
 using json = nlohmann::json;
 
-int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
-
-ApiError NotReady() {
-  return {HttpStatus::service_unavailable, "the model is still loading; poll /ready", "server_error", "",
-          "model_not_ready"};
+// The param named in a validation message: the first '...'-quoted word.
+std::string QuotedParam(const std::string& message) {
+  const size_t a = message.find('\'');
+  if (a == std::string::npos) return "";
+  const size_t b = message.find('\'', a + 1);
+  return b == std::string::npos ? "" : message.substr(a + 1, b - a - 1);
 }
 
 void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
-  if (ctx->server->draining()) return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "draining"}}));
-  switch (ctx->engine->state()) {
-    case EngineState::kReady:
-      return ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ready"}}));
-    case EngineState::kLoading:
+  if (ctx->draining.load()) return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "draining"}}));
+  switch (ctx->state.load()) {
+    case ModelState::kReady: return ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ready"}}));
+    case ModelState::kLoading:
       return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "loading"}}));
-    case EngineState::kFailed:
+    case ModelState::kFailed:
       return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "failed"}}));
   }
 }
 
+void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  if (ServingEngine* engine = ctx->ready_engine()) ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
+  HttpResponse res{HttpStatus::ok, 11};
+  res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  res.body() = ctx->metrics->Serialize();
+  ex->Send(std::move(res));
+}
+
 void HandleModels(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
-  if (ctx->engine->state() != EngineState::kReady) return ex->Send(ErrorResponse(NotReady()));
-  const json model = {{"id", ctx->served_model_name},
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  const json model = {{"id", engine->served_model_name()},
                       {"object", "model"},
-                      {"created", ctx->created},
+                      {"created", engine->created_unix()},
                       {"owned_by", "tessera"},
-                      {"max_model_len", ctx->engine->info().max_model_len}};
+                      {"root", engine->served_model_name()},
+                      {"max_model_len", engine->limits().max_model_len}};
   ex->Send(JsonResponse(HttpStatus::ok, {{"object", "list"}, {"data", json::array({model})}}));
 }
 
-// Builds and sends the response for a finished generation (io strand).
-void SendCompletion(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, int64_t prompt_tokens,
-                    const GenerateResult& r) {
-  if (!r.status.ok()) {
-    spdlog::error("completion {} failed: {}", ex->request_id(), r.status.ToString());
-    const bool client = r.status.code() == StatusCode::kInvalidArgument ||
-                        r.status.code() == StatusCode::kResourceExhausted;
-    ApiError e = client ? BadRequest(r.status.message())
-                        : ApiError{HttpStatus::internal_server_error, "generation failed: " + r.status.message(),
-                                   "server_error", "", "internal_error"};
-    return ex->Send(ErrorResponse(e));
-  }
-  const std::string text = ctx->decoder ? ctx->decoder->Decode(r.tokens) : std::string();
-  const std::string id = "cmpl-" + RandomHex(32);
-  spdlog::debug("completion {} ({}): {} prompt + {} generated tokens, queued {:.1f} ms, ran {:.1f} ms", id,
-                ex->request_id(), prompt_tokens, r.tokens.size(), r.queue_ms, r.run_ms);
-  ex->Send(JsonResponse(HttpStatus::ok, MakeCompletionResponse(id, UnixNow(), ctx->served_model_name, text, r.tokens,
-                                                               r.hit_eos ? "stop" : "length", prompt_tokens)));
+openai::RequestLimits LimitsOf(const ServingEngine& engine) {
+  return {engine.served_model_name(), engine.limits()};
 }
 
-void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
-  if (ctx->engine->state() != EngineState::kReady) return ex->Send(ErrorResponse(NotReady()));
-  const EngineInfo& info = ctx->engine->info();
-  const CompletionLimits limits{ctx->served_model_name, info.config.vocab_size, info.max_model_len,
-                                info.num_kv_blocks, info.block_size};
-  CompletionRequest req;
-  if (auto err = ParseCompletionRequest(ex->request().body(), limits, &req)) return ex->Send(ErrorResponse(*err));
-  const int64_t prompt_tokens = static_cast<int64_t>(req.prompt.size());
-  Status s = ctx->engine->Submit({std::move(req.prompt), req.max_tokens}, [ctx, ex, prompt_tokens](GenerateResult r) {
-    // Engine thread: hop to the connection's strand before any text work.
-    ex->Post([ctx, ex, prompt_tokens, r = std::move(r)] { SendCompletion(ctx, ex, prompt_tokens, r); });
-  });
-  if (!s.ok()) {
-    const bool busy = s.code() == StatusCode::kResourceExhausted;
-    ex->Send(ErrorResponse({busy ? HttpStatus::too_many_requests : HttpStatus::service_unavailable, s.message(),
-                            busy ? "rate_limit_error" : "server_error", "", busy ? "queue_full" : "unavailable"}));
+void HandleTokenize(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  openai::TokenizeRequest req;
+  if (auto err = openai::ParseTokenizeRequest(ex->request().body(), LimitsOf(*engine), &req)) {
+    return ex->Send(ErrorResponse(*err));
   }
+  std::string text = req.prompt;
+  if (req.is_chat) {
+    StatusOr<std::string> rendered =
+        engine->RenderChat(req.messages, req.tools, req.add_generation_prompt, req.template_kwargs);
+    if (!rendered.ok()) return ex->Send(ErrorResponse(ErrorFromStatus(rendered.status())));
+    text = std::move(*rendered);
+  }
+  const std::vector<int32_t> ids = engine->tokenizer().Encode(text, req.add_special_tokens);
+  std::vector<std::string> strs;
+  if (req.return_token_strs) {
+    for (int32_t id : ids) {
+      const std::string* s = engine->tokenizer().IdToToken(id);
+      strs.push_back(s ? *s : std::string());
+    }
+  }
+  ex->Send(JsonResponse(HttpStatus::ok, openai::TokenizeResponse(ids, engine->limits().max_model_len,
+                                                                 req.return_token_strs ? &strs : nullptr)));
+}
+
+void HandleDetokenize(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  openai::DetokenizeRequest req;
+  if (auto err = openai::ParseDetokenizeRequest(ex->request().body(), LimitsOf(*engine), &req)) {
+    return ex->Send(ErrorResponse(*err));
+  }
+  StatusOr<std::string> text = engine->tokenizer().Decode(req.tokens);
+  if (!text.ok()) return ex->Send(ErrorResponse(BadRequest(text.status().message(), "tokens")));
+  ex->Send(JsonResponse(HttpStatus::ok, openai::DetokenizeResponse(*text)));
 }
 
 }  // namespace
 
+ApiError ErrorFromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return BadRequest(s.message(), QuotedParam(s.message()));
+    case StatusCode::kOutOfRange:
+      return BadRequest(s.message(), QuotedParam(s.message()), "context_length_exceeded");
+    case StatusCode::kFailedPrecondition: return BadRequest(s.message(), "", "unsupported");
+    case StatusCode::kNotFound: return {HttpStatus::not_found, s.message(), "invalid_request_error", "", "not_found"};
+    case StatusCode::kResourceExhausted:
+      return {HttpStatus::too_many_requests, s.message(), "rate_limit_error", "", "queue_full"};
+    case StatusCode::kUnavailable:
+      return {HttpStatus::service_unavailable, s.message(), "server_error", "", "unavailable"};
+    case StatusCode::kDeadlineExceeded:
+      return {HttpStatus::gateway_timeout, s.message(), "timeout_error", "", "timeout"};
+    default:
+      return {HttpStatus::internal_server_error, "internal error: " + s.message(), "server_error", "",
+              "internal_error"};
+  }
+}
+
+HttpResponse ErrorResponseWithRetry(const ApiError& error) {
+  HttpResponse res = ErrorResponse(error);
+  if (error.status == HttpStatus::too_many_requests) res.set(http::field::retry_after, "1");
+  if (error.status == HttpStatus::service_unavailable) res.set(http::field::retry_after, "5");
+  return res;
+}
+
+ApiError NotReadyError(const ServeContext& ctx) {
+  if (ctx.state.load() == ModelState::kFailed) {
+    return {HttpStatus::service_unavailable, "the model failed to load; see the server log", "server_error", "",
+            "model_failed"};
+  }
+  return {HttpStatus::service_unavailable, "the model is still loading; poll /ready", "server_error", "",
+          "model_not_ready"};
+}
+
 void RegisterOpenAiRoutes(ServeContext* ctx) {
   HttpServer* s = ctx->server;
-  s->Handle(http::verb::get, "/health", [](std::shared_ptr<HttpExchange> ex) {
-    ex->Send(JsonResponse(HttpStatus::ok, json::object()));
-  });
-  s->Handle(http::verb::get, "/ready", [ctx](std::shared_ptr<HttpExchange> ex) { HandleReady(ctx, ex); });
+  const RouteOptions probe{.public_route = true, .serve_while_draining = true};
+  s->Handle(
+      http::verb::get, "/health",
+      [](std::shared_ptr<HttpExchange> ex) { ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ok"}})); }, probe);
+  s->Handle(http::verb::get, "/ready", [ctx](std::shared_ptr<HttpExchange> ex) { HandleReady(ctx, ex); }, probe);
+  s->Handle(http::verb::get, "/metrics", [ctx](std::shared_ptr<HttpExchange> ex) { HandleMetrics(ctx, ex); },
+            probe);
   s->Handle(http::verb::get, "/v1/models", [ctx](std::shared_ptr<HttpExchange> ex) { HandleModels(ctx, ex); });
   s->Handle(http::verb::post, "/v1/completions",
             [ctx](std::shared_ptr<HttpExchange> ex) { HandleCompletions(ctx, ex); });
+  s->Handle(http::verb::post, "/v1/chat/completions",
+            [ctx](std::shared_ptr<HttpExchange> ex) { HandleChatCompletions(ctx, ex); });
+  s->Handle(http::verb::post, "/tokenize", [ctx](std::shared_ptr<HttpExchange> ex) { HandleTokenize(ctx, ex); });
+  s->Handle(http::verb::post, "/detokenize",
+            [ctx](std::shared_ptr<HttpExchange> ex) { HandleDetokenize(ctx, ex); });
 }
 
 }  // namespace tessera

@@ -1,33 +1,56 @@
-// The routes of `tessera serve`: /health, /ready, /v1/models, /v1/completions.
+// The routes of `tessera serve`: /health, /ready, /metrics, /v1/models,
+// /v1/completions, /v1/chat/completions, /tokenize, /detokenize.
 //
-// Handlers run on io threads, validate, and hand generation to the
-// EngineWorker; the engine's completion callback posts back to the
-// connection's strand, where the response is built (detokenizing there, never
-// on the engine thread).
+// Handlers run on the connection's strand (an io thread). Generation work is
+// handed to the ServingEngine; its notifications hop back to the strand,
+// where text is turned into JSON / SSE (never on the engine-loop thread).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
-#include <memory>
 #include <string>
 
-#include "server/http/byte_level_decoder.h"
-#include "server/http/engine_worker.h"
+#include <boost/asio/io_context.hpp>
+
 #include "server/http/http_server.h"
+#include "server/serving/metrics.h"
+#include "server/serving/serving_engine.h"
 
 namespace tessera {
 
-// Shared by all handlers; must outlive the io_context's handlers.
+enum class ModelState { kLoading, kReady, kFailed };
+
+// Shared by all handlers; outlives the io_context's handlers.
 struct ServeContext {
-  EngineWorker* engine = nullptr;      // not owned
-  HttpServer* server = nullptr;        // not owned
-  std::string served_model_name;       // immutable after startup
-  int64_t created = 0;                 // unix seconds, for /v1/models
-  // Set on the engine thread before the engine turns ready (and so published
-  // to io threads by EngineWorker::state()); null when the checkpoint's
-  // tokenizer.json is not byte-level BPE, in which case `text` is empty.
-  std::unique_ptr<ByteLevelDecoder> decoder;
+  HttpServer* server = nullptr;            // not owned
+  ServingMetrics* metrics = nullptr;       // not owned
+  boost::asio::io_context* ioc = nullptr;  // for request timers
+  std::string served_model_name;           // known before the model loads
+  std::chrono::seconds request_timeout{0};  // 0: none
+  // Set once by the loader thread (release) before state turns kReady; the
+  // engine outlives the io threads.
+  std::atomic<ServingEngine*> engine{nullptr};
+  std::atomic<ModelState> state{ModelState::kLoading};
+  std::atomic<bool> draining{false};
+
+  ServingEngine* ready_engine() const {
+    return state.load(std::memory_order_acquire) == ModelState::kReady ? engine.load(std::memory_order_acquire)
+                                                                        : nullptr;
+  }
 };
 
 void RegisterOpenAiRoutes(ServeContext* ctx);
+
+// /v1/completions and /v1/chat/completions (generation_routes.cc).
+void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex);
+void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex);
+
+// Maps an engine / validation status to the OpenAI error to send.
+ApiError ErrorFromStatus(const Status& status);
+// The error (with Retry-After where it applies) as a response.
+HttpResponse ErrorResponseWithRetry(const ApiError& error);
+// 503 while loading or failed.
+ApiError NotReadyError(const ServeContext& ctx);
 
 }  // namespace tessera

@@ -1,0 +1,318 @@
+// /v1/completions and /v1/chat/completions: parse, tokenize, submit one
+// Generation per prompt, then answer as JSON or as an SSE stream.
+//
+// A GenerationJob lives on its connection's strand: every method except the
+// notify callback runs there. The engine loop's notify only posts a Pump to
+// the strand (coalesced by an atomic flag); the posted handler holds a weak
+// reference, so a job whose client left is not kept alive by the engine.
+#include <ctime>
+
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/http/openai_routes.h"
+#include "server/openai/chat_request.h"
+#include "server/openai/chat_response.h"
+#include "server/openai/completion_request.h"
+#include "server/openai/completion_response.h"
+#include "server/openai/request_common.h"
+#include "server/openai/sse.h"
+
+namespace tessera {
+namespace {
+
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  GenerationJob(ServeContext* ctx, ServingEngine* engine, std::shared_ptr<HttpExchange> ex, bool chat, bool stream)
+      : ctx_(ctx), engine_(engine), ex_(std::move(ex)), stream_(stream) {
+    id_ = (chat ? "chatcmpl-" : "cmpl-") + RandomHex(32);
+    created_ = static_cast<int64_t>(std::time(nullptr));
+    model_ = engine->served_model_name();
+    start_ = Clock::now();
+  }
+  ~GenerationJob() {
+    if (timer_) timer_->cancel();
+  }
+
+  const std::string& id() const { return id_; }
+  int64_t created() const { return created_; }
+  const std::string& model() const { return model_; }
+
+  std::optional<openai::CompletionAccumulator> completion_acc;
+  std::optional<openai::CompletionStream> completion_stream;
+  std::optional<openai::ChatAccumulator> chat_acc;
+  std::optional<openai::ChatStream> chat_stream;
+  bool include_usage = false;
+
+  // Submits one generation per input; on failure answers with the error.
+  bool Submit(std::vector<GenerateInput> inputs) {
+    auto pending = std::make_shared<std::atomic<bool>>(false);
+    std::weak_ptr<GenerationJob> weak = weak_from_this();
+    std::shared_ptr<HttpExchange> ex = ex_;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      inputs[i].request_id = id_ + "-" + std::to_string(i);
+      prompt_tokens_ += static_cast<int64_t>(inputs[i].prompt_token_ids.size());
+      // Runs on the engine-loop thread: post, never touch the job here.
+      auto notify = [pending, weak, ex] {
+        if (pending->exchange(true)) return;
+        ex->Post([pending, weak] {
+          pending->store(false);
+          if (auto job = weak.lock()) job->Pump();
+        });
+      };
+      StatusOr<std::shared_ptr<Generation>> g = engine_->Submit(std::move(inputs[i]), std::move(notify));
+      if (!g.ok()) {
+        Fail(g.status());
+        return false;
+      }
+      gens_.push_back(*g);
+    }
+    completion_tokens_.assign(gens_.size(), 0);
+    ex_->OnDisconnect([weak] {
+      if (auto job = weak.lock()) job->Abandon();
+    });
+    if (ctx_->request_timeout.count() > 0) {
+      timer_ = std::make_unique<net::steady_timer>(*ctx_->ioc, ctx_->request_timeout);
+      timer_->async_wait([weak, ex](boost::system::error_code ec) {
+        if (ec) return;
+        ex->Post([weak] {
+          if (auto job = weak.lock()) job->TimedOut();
+        });
+      });
+    }
+    // The job is kept alive by the exchange's callbacks only weakly; it owns itself until done.
+    self_ = shared_from_this();
+    Pump();
+    return true;
+  }
+
+ private:
+  void Pump() {
+    if (done_) return;
+    bool all_finished = true;
+    for (size_t i = 0; i < gens_.size(); ++i) {
+      GenerationUpdate u;
+      while (gens_[i]->Poll(&u)) {
+        if (!u.status.ok()) return Fail(u.status);
+        Apply(static_cast<int>(i), u);
+        if (done_) return;  // the client went away while writing
+      }
+      all_finished = all_finished && gens_[i]->finished();
+    }
+    if (all_finished) Finish();
+  }
+
+  void Apply(int prompt_index, const GenerationUpdate& u) {
+    completion_tokens_[static_cast<size_t>(prompt_index)] = u.completion_tokens;
+    if (!stream_) {
+      if (completion_acc) completion_acc->Add(prompt_index, u);
+      if (chat_acc) chat_acc->Add(u);
+      return;
+    }
+    StartStream();
+    std::vector<json> chunks =
+        completion_stream ? completion_stream->OnUpdate(prompt_index, u) : chat_stream->OnUpdate(u);
+    std::string data;
+    for (const json& c : chunks) data += openai::SseData(c);
+    ex_->WriteChunk(std::move(data));
+  }
+
+  void StartStream() {
+    if (stream_started_) return;
+    stream_started_ = true;
+    HttpResponse head{HttpStatus::ok, 11};
+    head.set(http::field::content_type, "text/event-stream; charset=utf-8");
+    ex_->StartStream(std::move(head));
+    if (chat_stream) {
+      std::string data;
+      for (const json& c : chat_stream->Start()) data += openai::SseData(c);
+      ex_->WriteChunk(std::move(data));
+    }
+  }
+
+  void Finish() {
+    done_ = true;
+    if (timer_) timer_->cancel();
+    int64_t completion_tokens = 0;
+    for (int64_t n : completion_tokens_) completion_tokens += n;
+    if (stream_) {
+      StartStream();
+      std::string tail;
+      if (include_usage) {
+        tail += openai::SseData(completion_stream ? completion_stream->UsageChunk() : chat_stream->UsageChunk());
+      }
+      tail += openai::SseDone();
+      ex_->WriteChunk(std::move(tail));
+      ex_->EndStream();
+    } else {
+      json body = completion_acc ? completion_acc->Build(id_, created_, model_) : chat_acc->Build(id_, created_, model_);
+      ex_->Send(JsonResponse(HttpStatus::ok, body));
+    }
+    spdlog::info("{} done: request {} prompt {} tokens, completion {} tokens, {:.1f} ms", id_, ex_->request_id(),
+                 prompt_tokens_, completion_tokens,
+                 std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
+    self_.reset();
+  }
+
+  void Fail(const Status& status) {
+    if (done_) return;
+    done_ = true;
+    for (auto& g : gens_) g->Cancel();
+    if (timer_) timer_->cancel();
+    const ApiError error = ErrorFromStatus(status);
+    if (error.status >= HttpStatus::internal_server_error && error.status != HttpStatus::service_unavailable &&
+        error.status != HttpStatus::gateway_timeout) {
+      spdlog::error("{} failed: request {}: {}", id_, ex_->request_id(), status.ToString());
+    }
+    if (stream_started_) {
+      ex_->WriteChunk(openai::SseError(error) + openai::SseDone());
+      ex_->EndStream();
+    } else {
+      ex_->Send(ErrorResponseWithRetry(error));
+    }
+    self_.reset();
+  }
+
+  void Abandon() {
+    if (done_) return;
+    done_ = true;
+    for (auto& g : gens_) g->Cancel();
+    spdlog::info("{} aborted: client of request {} disconnected", id_, ex_->request_id());
+    self_.reset();
+  }
+
+  void TimedOut() {
+    if (done_) return;
+    Fail(Status(StatusCode::kDeadlineExceeded,
+                "the request did not finish within the server's request timeout of " +
+                    std::to_string(ctx_->request_timeout.count()) + " s"));
+  }
+
+  ServeContext* ctx_;
+  ServingEngine* engine_;
+  std::shared_ptr<HttpExchange> ex_;
+  bool stream_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::string model_;
+  Clock::time_point start_;
+  std::vector<std::shared_ptr<Generation>> gens_;
+  std::unique_ptr<net::steady_timer> timer_;
+  std::shared_ptr<GenerationJob> self_;  // until done
+  bool stream_started_ = false;
+  bool done_ = false;
+  int64_t prompt_tokens_ = 0;
+  std::vector<int64_t> completion_tokens_;  // per generation, running totals
+};
+
+GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
+  GenerateInput in;
+  in.prompt_token_ids = std::move(ids);
+  in.params = params;
+  in.skip_special_tokens = skip_special;
+  in.include_stop_str_in_output = include_stop;
+  return in;
+}
+
+}  // namespace
+
+void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  openai::CompletionRequest req;
+  if (auto err = openai::ParseCompletionRequest(ex->request().body(), {engine->served_model_name(), engine->limits()},
+                                                &req)) {
+    return ex->Send(ErrorResponse(*err));
+  }
+  const text::Tokenizer& tok = engine->tokenizer();
+  std::vector<GenerateInput> inputs;
+  std::vector<openai::PromptEcho> echoes;
+  for (openai::PromptInput& p : req.prompts) {
+    std::vector<int32_t> ids = p.text ? tok.Encode(*p.text, req.add_special_tokens) : std::move(p.token_ids);
+    if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'prompt' encodes to no tokens", "prompt")));
+    Status fits = CheckContextLength(static_cast<int64_t>(ids.size()), req.params, engine->limits());
+    if (!fits.ok()) {
+      return ex->Send(ErrorResponse(
+          IsContextLengthExceeded(fits)
+              ? openai::ContextLengthError(static_cast<int64_t>(ids.size()), req.params.max_tokens,
+                                           engine->limits().max_model_len, "prompt")
+              : ErrorFromStatus(fits)));
+    }
+    if (req.echo) {
+      openai::PromptEcho echo;
+      if (p.text) {
+        echo.text = *p.text;
+      } else {
+        StatusOr<std::string> t = tok.Decode(ids, {.skip_special_tokens = req.skip_special_tokens});
+        echo.text = t.ok() ? *t : std::string();
+      }
+      if (req.logprobs) echo.first_token = engine->MakeLogprobEntry(ids[0], 0.0f);
+      echoes.push_back(std::move(echo));
+    }
+    inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+  }
+  auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/false, req.stream);
+  const int num_prompts = static_cast<int>(inputs.size());
+  openai::CompletionOptions opts{req.echo, req.logprobs, req.prompt_logprobs.has_value()};
+  if (req.stream) {
+    job->completion_stream.emplace(job->id(), job->created(), job->model(), num_prompts, req.params.n, opts,
+                                   req.continuous_usage);
+    for (size_t i = 0; i < echoes.size(); ++i) job->completion_stream->SetPromptEcho(static_cast<int>(i), echoes[i]);
+  } else {
+    job->completion_acc.emplace(num_prompts, req.params.n, opts);
+    for (size_t i = 0; i < echoes.size(); ++i) job->completion_acc->SetPromptEcho(static_cast<int>(i), echoes[i]);
+  }
+  job->include_usage = req.include_usage;
+  job->Submit(std::move(inputs));
+}
+
+void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  openai::ChatRequest req;
+  if (auto err =
+          openai::ParseChatRequest(ex->request().body(), {engine->served_model_name(), engine->limits()}, &req)) {
+    return ex->Send(ErrorResponse(*err));
+  }
+  StatusOr<std::string> prompt =
+      engine->RenderChat(req.messages, req.tools, req.add_generation_prompt && !req.continue_final_message,
+                         req.template_kwargs);
+  if (!prompt.ok()) return ex->Send(ErrorResponse(ErrorFromStatus(prompt.status())));
+  if (req.continue_final_message) {
+    // Cut what the template appended after the final message (end-of-turn tokens).
+    const json& last = req.messages.back();
+    const std::string content = last.contains("content") && last["content"].is_string()
+                                    ? last["content"].get<std::string>()
+                                    : std::string();
+    const size_t at = content.empty() ? std::string::npos : prompt->rfind(content);
+    if (at != std::string::npos) prompt->resize(at + content.size());
+  }
+  std::vector<int32_t> ids = engine->tokenizer().Encode(*prompt, req.add_special_tokens);
+  if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'messages' render to no tokens", "messages")));
+  Status fits = CheckContextLength(static_cast<int64_t>(ids.size()), req.params, engine->limits());
+  if (!fits.ok()) {
+    return ex->Send(ErrorResponse(IsContextLengthExceeded(fits)
+                                      ? openai::ContextLengthError(static_cast<int64_t>(ids.size()),
+                                                                   req.params.max_tokens,
+                                                                   engine->limits().max_model_len, "messages")
+                                      : ErrorFromStatus(fits)));
+  }
+  auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/true, req.stream);
+  openai::ChatOptions opts{req.logprobs, req.top_logprobs, openai::ChatEchoPrefix(req)};
+  if (req.stream) {
+    job->chat_stream.emplace(job->id(), job->created(), job->model(), req.params.n, opts, req.continuous_usage);
+  } else {
+    job->chat_acc.emplace(req.params.n, opts);
+  }
+  job->include_usage = req.include_usage;
+  std::vector<GenerateInput> inputs;
+  inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+  job->Submit(std::move(inputs));
+}
+
+}  // namespace tessera

@@ -1,0 +1,106 @@
+#include "server/openai/chat_request.h"
+
+#include <limits>
+
+#include "server/openai/chat_messages.h"
+
+namespace tessera::openai {
+namespace {
+
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+
+// max_completion_tokens wins over the legacy max_tokens; both are type-checked.
+std::optional<ApiError> ReadMaxTokens(const Json& body, SamplingParams* params) {
+  std::optional<int64_t> preferred;
+  std::optional<int64_t> legacy;
+  if (auto e = ReadInt(body, "max_completion_tokens", "max_completion_tokens", 1, kI32Max, &preferred)) return e;
+  if (auto e = ReadInt(body, "max_tokens", "max_tokens", 1, kI32Max, &legacy)) return e;
+  if (preferred) {
+    params->max_tokens = static_cast<int32_t>(*preferred);
+  } else if (legacy) {
+    params->max_tokens = static_cast<int32_t>(*legacy);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadToolChoice(const Json& body) {
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null() || *it == "none" || *it == "auto") return std::nullopt;
+  if (*it == "required" || it->is_object()) {
+    return BadRequest("tool_choice " + (it->is_object() ? std::string("with a named function") : "'required'") +
+                          " is not supported",
+                      "tool_choice");
+  }
+  return TypeError("tool_choice", "\"none\", \"auto\" or null", *it);
+}
+
+std::optional<ApiError> ReadResponseFormat(const Json& body) {
+  auto it = body.find("response_format");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return TypeError("response_format", "an object", *it);
+  auto type = it->find("type");
+  if (type == it->end() || !type->is_string()) {
+    return TypeError("response_format.type", "a string", type == it->end() ? Json() : *type);
+  }
+  if (*type == "text") return std::nullopt;
+  return BadRequest("response_format '" + type->get_ref<const std::string&>().substr(0, 64) + "' is not supported",
+                    "response_format");
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseChatRequest(std::string_view body_text, const RequestLimits& limits, ChatRequest* out) {
+  Json body;
+  if (auto e = ParseBodyObject(body_text, &body)) return e;
+  ChatRequest r;
+  if (auto e = ParseModel(body, limits, &r.model)) return e;
+  if (auto e = ParseMessages(body, &r.messages)) return e;
+  if (auto e = ParseTools(body, &r.tools)) return e;
+  if (auto e = ParseTemplateKwargs(body, &r.template_kwargs)) return e;
+  if (auto e = ParseGenerationPromptFlags(body, &r.add_generation_prompt, &r.continue_final_message)) return e;
+  if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
+  if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
+  if (auto e = ReadToolChoice(body)) return e;
+  if (auto e = ReadResponseFormat(body)) return e;
+  bool ignored = false;  // parallel_tool_calls: type-checked, otherwise ignored
+  if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &ignored)) return e;
+
+  StreamFlags flags;
+  if (auto e = ParseSamplingFields(body, limits, &r.params, &flags)) return e;
+  if (auto e = ReadMaxTokens(body, &r.params)) return e;
+
+  if (auto e = ReadBool(body, "logprobs", "logprobs", &r.logprobs)) return e;
+  std::optional<int64_t> top;
+  if (auto e = ReadInt(body, "top_logprobs", "top_logprobs", 0, 20, &top)) return e;
+  if (top && !r.logprobs) {
+    return BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+  r.top_logprobs = top ? static_cast<int32_t>(*top) : 0;
+  r.params.logprobs = r.logprobs;
+  r.params.top_logprobs = r.top_logprobs;
+
+  if (r.params.max_tokens && r.params.min_tokens > *r.params.max_tokens) {
+    return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
+  }
+  if (auto e = ValidateParams(r.params, limits)) return e;
+  r.stream = flags.stream;
+  r.include_usage = flags.include_usage;
+  r.continuous_usage = flags.continuous_usage;
+  r.skip_special_tokens = flags.skip_special_tokens;
+  r.include_stop_str_in_output = flags.include_stop_str_in_output;
+  *out = std::move(r);
+  return std::nullopt;
+}
+
+std::string ChatEchoPrefix(const ChatRequest& request) {
+  if (!request.echo || !request.continue_final_message || !request.messages.is_array() ||
+      request.messages.empty()) {
+    return "";
+  }
+  const Json& last = request.messages.back();
+  if (!last.is_object() || last.value("role", Json()) != "assistant") return "";
+  auto it = last.find("content");
+  return it != last.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace tessera::openai

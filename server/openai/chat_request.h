@@ -1,0 +1,47 @@
+// POST /v1/chat/completions request parsing (OpenAI + vLLM extensions).
+// Pure; thread-safe; nothing throws. Context length is not checked here: the
+// route does it after rendering and tokenizing (see ContextLengthError).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "scheduler/sampling_params.h"
+#include "server/http/responses.h"
+#include "server/openai/request_common.h"
+
+namespace tessera::openai {
+
+struct ChatRequest {
+  std::string model;
+  Json messages;         // normalized, see ParseMessages
+  Json tools;            // null if none
+  Json template_kwargs;  // an object
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool add_special_tokens = false;
+  bool echo = false;
+  // max_completion_tokens (preferred) or max_tokens; unset: up to the context.
+  // params.logprobs / top_logprobs mirror the two fields below.
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+};
+
+// On failure returns the error to send (400; 404 model_not_found).
+// Unsupported: tool_choice "required"/named, response_format json_*.
+std::optional<ApiError> ParseChatRequest(std::string_view body, const RequestLimits& limits, ChatRequest* out);
+
+// What `echo` prepends to the generated content: the last message's content
+// when echo is set, continue_final_message is true and that message is the
+// assistant's; "" otherwise (echo is then ignored).
+std::string ChatEchoPrefix(const ChatRequest& request);
+
+}  // namespace tessera::openai

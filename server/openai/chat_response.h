@@ -1,0 +1,77 @@
+// /v1/chat/completions response bodies from ServingEngine updates: an
+// accumulator for the non-streamed chat.completion object and a chunk
+// builder for streaming. One instance per request, used by one thread at a
+// time. The caller handles update.status (send an error instead).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai/response_common.h"
+#include "server/serving/serving_engine.h"
+
+namespace tessera::openai {
+
+struct ChatOptions {
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  std::string echo_prefix;  // prepended to each choice's content (ChatEchoPrefix)
+};
+
+// One entry of "logprobs":{"content":[...]}: {"token","logprob","bytes",
+// "top_logprobs":[{"token","logprob","bytes"}, ...up to top_k]}.
+nlohmann::json ChatLogprobJson(const LogprobEntry& entry, int32_t top_k);
+
+class ChatAccumulator {
+ public:
+  ChatAccumulator(int n, ChatOptions options);
+  void Add(const GenerationUpdate& update);
+  // {"id","object":"chat.completion","created","model","choices":[{"index",
+  // "message":{"role":"assistant","content"},"logprobs","finish_reason",
+  // "stop_reason"}],"usage"}.
+  nlohmann::json Build(const std::string& id, int64_t created, const std::string& model) const;
+
+ private:
+  struct Choice {
+    std::string text;
+    nlohmann::json logprobs = nlohmann::json::array();
+    FinishReason finish = FinishReason::kNone;
+    nlohmann::json stop_reason;
+  };
+  ChatOptions options_;
+  std::vector<Choice> choices_;
+  UsageCounter usage_;
+};
+
+class ChatStream {
+ public:
+  ChatStream(std::string id, int64_t created, std::string model, int n, ChatOptions options, bool continuous_usage);
+  // First chunks of every choice not yet started: delta {"role":"assistant",
+  // "content":""}, then the echo prefix as content when there is one. Call
+  // once right after submitting (vLLM does); OnUpdate calls it lazily too.
+  std::vector<nlohmann::json> Start();
+  // One chunk per choice with something new: delta {"content"} ({} when
+  // only finishing), "logprobs" ({"content":[...]} or null), "finish_reason"
+  // and "stop_reason" (null until the choice's last chunk).
+  std::vector<nlohmann::json> OnUpdate(const GenerationUpdate& update);
+  // {"id",...,"choices":[],"usage":{...}}.
+  nlohmann::json UsageChunk() const;
+
+ private:
+  nlohmann::json Chunk(int index, nlohmann::json delta, nlohmann::json logprobs, nlohmann::json finish,
+                       nlohmann::json stop) const;
+  void StartChoice(int index, std::vector<nlohmann::json>* out);
+
+  std::string id_;
+  int64_t created_;
+  std::string model_;
+  ChatOptions options_;
+  bool continuous_usage_;
+  std::vector<bool> started_;
+  UsageCounter usage_;
+};
+
+}  // namespace tessera::openai

@@ -1,0 +1,50 @@
+// POST /v1/completions request parsing (OpenAI + vLLM extensions).
+// Pure; thread-safe; nothing throws. Context length is not checked here: the
+// route does it after tokenizing (see ContextLengthError).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scheduler/sampling_params.h"
+#include "server/http/responses.h"
+#include "server/openai/request_common.h"
+
+namespace tessera::openai {
+
+inline constexpr int32_t kDefaultCompletionMaxTokens = 16;
+
+// One prompt: text to tokenize, or token ids (exactly one kind is set).
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::vector<PromptInput> prompts;  // 1..kMaxPrompts, none empty
+  // max_tokens defaults to 16; an explicit null means "up to the context".
+  // logprobs=k sets params.logprobs and params.top_logprobs=k; with echo,
+  // params.prompt_logprobs is raised to k so the prompt tokens get logprobs.
+  SamplingParams params;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool echo = false;
+  bool add_special_tokens = true;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+  std::optional<int32_t> logprobs;         // completions style: alternatives per token
+  std::optional<int32_t> prompt_logprobs;  // as asked (vLLM); reported per choice
+};
+
+// On failure returns the error to send (400; 404 model_not_found). `prompt`
+// is a string, an array of strings, an array of token ids or an array of
+// arrays of token ids; empty strings and empty id lists are refused.
+std::optional<ApiError> ParseCompletionRequest(std::string_view body, const RequestLimits& limits,
+                                               CompletionRequest* out);
+
+}  // namespace tessera::openai

@@ -1,0 +1,260 @@
+#include "server/openai/request_common.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace tessera::openai {
+namespace {
+
+// A short rendering of a client value for error messages.
+std::string Abbrev(const Json& v) {
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > 64) s = s.substr(0, 61) + "...";
+  return s;
+}
+
+std::string P(std::string_view param) { return std::string(param); }
+
+std::optional<ApiError> ReadStop(const Json& body, SamplingParams* params) {
+  auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const char* expect = "a string or an array of at most 16 strings of at most 1024 bytes";
+  std::vector<std::string> stop;
+  if (it->is_string()) {
+    stop.push_back(it->get_ref<const std::string&>());
+  } else if (it->is_array() && it->size() <= static_cast<size_t>(kMaxStopStrings)) {
+    for (const Json& s : *it) {
+      if (!s.is_string()) return TypeError("stop", expect, *it);
+      stop.push_back(s.get_ref<const std::string&>());
+    }
+  } else {
+    return TypeError("stop", expect, *it);
+  }
+  for (const std::string& s : stop) {
+    if (s.size() > kMaxStopStringBytes) return TypeError("stop", expect, *it);
+  }
+  params->stop = std::move(stop);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStopTokenIds(const Json& body, const RequestLimits& limits, SamplingParams* params) {
+  auto it = body.find("stop_token_ids");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  const char* expect = "an array of at most 1024 token ids inside the vocabulary";
+  if (!it->is_array() || it->size() > kMaxStopTokenIds) return TypeError("stop_token_ids", expect, *it);
+  params->stop_token_ids.clear();
+  for (const Json& t : *it) {
+    if (!IsTokenId(t, limits.model.vocab_size)) return TypeError("stop_token_ids", expect, t);
+    params->stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+// Keys are decimal token ids; values numbers in [-100, 100].
+std::optional<ApiError> ReadLogitBias(const Json& body, const RequestLimits& limits, SamplingParams* params) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object() || it->size() > kMaxLogitBias) {
+    return TypeError("logit_bias", "an object of at most 1024 token id -> bias entries", *it);
+  }
+  params->logit_bias.clear();
+  const int64_t vocab = limits.model.vocab_size;
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    const char* end = key.data() + key.size();
+    auto [ptr, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec != std::errc() || ptr != end || id < 0 || id > std::numeric_limits<int32_t>::max() ||
+        (vocab > 0 && id >= vocab)) {
+      return BadRequest("'logit_bias' keys must be token ids inside the vocabulary, got \"" +
+                            std::string(key.substr(0, 32)) + "\"",
+                        "logit_bias");
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
+      return TypeError("logit_bias", "an object whose values are numbers in [-100, 100]", value);
+    }
+    params->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(value.get<double>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadStreamOptions(const Json& body, StreamFlags* flags) {
+  auto it = body.find("stream_options");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return TypeError("stream_options", "an object", *it);
+  if (!flags->stream) {
+    return BadRequest("'stream_options' can only be set when 'stream' is true", "stream_options");
+  }
+  if (auto e = ReadBool(*it, "include_usage", "stream_options.include_usage", &flags->include_usage)) return e;
+  return ReadBool(*it, "continuous_usage_stats", "stream_options.continuous_usage_stats",
+                  &flags->continuous_usage);
+}
+
+}  // namespace
+
+ApiError TypeError(std::string_view param, std::string_view expect, const Json& value) {
+  return BadRequest("'" + P(param) + "' must be " + P(expect) + ", got " + Abbrev(value), P(param));
+}
+
+std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out) {
+  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return BadRequest("The request body is not valid JSON");
+  if (!j.is_object()) return BadRequest("The request body must be a JSON object");
+  *out = std::move(j);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseModel(const Json& body, const RequestLimits& limits, std::string* model) {
+  *model = limits.served_model_name;
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return TypeError("model", "a string", *it);
+  const std::string& name = it->get_ref<const std::string&>();
+  if (!limits.served_model_name.empty() && name != limits.served_model_name) {
+    ApiError e = BadRequest("The model `" + name.substr(0, 256) + "` does not exist.", "model", "model_not_found");
+    e.status = HttpStatus::not_found;
+    return e;
+  }
+  if (limits.served_model_name.empty()) *model = name;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadBool(const Json& obj, const char* key, std::string_view param, bool* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return TypeError(param, "a boolean", *it);
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadString(const Json& obj, const char* key, std::string_view param, std::string* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return TypeError(param, "a string", *it);
+  *out = it->get_ref<const std::string&>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadInt(const Json& obj, const char* key, std::string_view param, int64_t lo, int64_t hi,
+                                std::optional<int64_t>* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  const std::string expect = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  // number_unsigned above INT64_MAX never fits; number_float is rejected.
+  if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX})) {
+    return TypeError(param, expect, *it);
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) return TypeError(param, expect, *it);
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadNumber(const Json& obj, const char* key, std::string_view param, double lo, double hi,
+                                   bool lo_open, std::optional<double>* out) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return std::nullopt;
+  auto fmt = [](double d) {
+    std::string s = Json(d).dump();
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  };
+  const std::string expect = "a number in " + std::string(lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "]";
+  if (!it->is_number()) return TypeError(param, expect, *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) return TypeError(param, expect, *it);
+  *out = v;
+  return std::nullopt;
+}
+
+bool IsTokenId(const Json& v, int64_t vocab_size) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) &&
+           (vocab_size <= 0 || u < static_cast<uint64_t>(vocab_size));
+  }
+  const int64_t i = v.get<int64_t>();
+  return i >= 0 && i <= std::numeric_limits<int32_t>::max() && (vocab_size <= 0 || i < vocab_size);
+}
+
+std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits, SamplingParams* params,
+                                            StreamFlags* flags) {
+  constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
+  auto num = [&body](const char* key, double lo, double hi, bool lo_open, float* dst) -> std::optional<ApiError> {
+    std::optional<double> v;
+    if (auto e = ReadNumber(body, key, key, lo, hi, lo_open, &v)) return e;
+    if (v) *dst = static_cast<float>(*v);
+    return std::nullopt;
+  };
+  auto i32 = [&body](const char* key, int64_t lo, int64_t hi, int32_t* dst) -> std::optional<ApiError> {
+    std::optional<int64_t> v;
+    if (auto e = ReadInt(body, key, key, lo, hi, &v)) return e;
+    if (v) *dst = static_cast<int32_t>(*v);
+    return std::nullopt;
+  };
+  if (auto e = num("temperature", 0, 2, false, &params->temperature)) return e;
+  if (auto e = num("top_p", 0, 1, true, &params->top_p)) return e;
+  if (auto e = num("min_p", 0, 1, false, &params->min_p)) return e;
+  if (auto e = num("presence_penalty", -2, 2, false, &params->presence_penalty)) return e;
+  if (auto e = num("frequency_penalty", -2, 2, false, &params->frequency_penalty)) return e;
+  if (auto e = num("repetition_penalty", 0, 2, true, &params->repetition_penalty)) return e;
+  if (auto e = i32("top_k", -1, kI32Max, &params->top_k)) return e;
+  if (params->top_k == 0) params->top_k = -1;  // vLLM: 0 disables, like -1
+  if (auto e = i32("min_tokens", 0, kI32Max, &params->min_tokens)) return e;
+  if (auto e = i32("n", 1, limits.model.max_n, &params->n)) return e;
+  if (auto e = i32("priority", kI32Min, kI32Max, &params->priority)) return e;
+
+  std::optional<int64_t> i;
+  if (auto e = ReadInt(body, "seed", "seed", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max(), &i)) {
+    return e;
+  }
+  if (i) params->seed = static_cast<uint64_t>(*i);
+  i.reset();
+  if (auto e = ReadInt(body, "best_of", "best_of", 1, kI32Max, &i)) return e;
+  if (i && *i != params->n) return BadRequest("best_of is not supported (it must be null or equal n)", "best_of");
+
+  if (auto e = ReadBool(body, "ignore_eos", "ignore_eos", &params->ignore_eos)) return e;
+  if (auto e = ReadStop(body, params)) return e;
+  if (auto e = ReadStopTokenIds(body, limits, params)) return e;
+  if (auto e = ReadLogitBias(body, limits, params)) return e;
+
+  std::string ignored;
+  if (auto e = ReadString(body, "user", "user", &ignored)) return e;
+  if (auto e = ReadBool(body, "skip_special_tokens", "skip_special_tokens", &flags->skip_special_tokens)) return e;
+  if (auto e = ReadBool(body, "include_stop_str_in_output", "include_stop_str_in_output",
+                        &flags->include_stop_str_in_output)) {
+    return e;
+  }
+  if (auto e = ReadBool(body, "stream", "stream", &flags->stream)) return e;
+  return ReadStreamOptions(body, flags);
+}
+
+std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits) {
+  Status s = params.Validate(limits.model);
+  if (s.ok()) return std::nullopt;
+  const std::string& m = s.message();
+  std::string param;
+  if (size_t a = m.find('\''); a != std::string::npos) {
+    if (size_t b = m.find('\'', a + 1); b != std::string::npos) param = m.substr(a + 1, b - a - 1);
+  }
+  return BadRequest(m, param);
+}
+
+ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int64_t max_model_len,
+                            std::string_view param) {
+  const std::string what = param == "messages" ? "messages" : "prompt";
+  std::string msg = "This model's maximum context length is " + std::to_string(max_model_len) + " tokens. ";
+  if (max_tokens) {
+    msg += "However, you requested " + std::to_string(prompt_tokens + *max_tokens) + " tokens (" +
+           std::to_string(prompt_tokens) + " in the " + what + ", " + std::to_string(*max_tokens) +
+           " in the completion). Please reduce the length of the " + what + " or completion.";
+  } else {
+    msg += "However, your request has " + std::to_string(prompt_tokens) + " input tokens. Please reduce the length of the " + what + ".";
+  }
+  return BadRequest(std::move(msg), P(param), "context_length_exceeded");
+}
+
+}  // namespace tessera::openai

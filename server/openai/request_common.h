@@ -1,0 +1,85 @@
+// Shared pieces of OpenAI request parsing: the limits a request is checked
+// against, typed field readers that name the offending parameter, the
+// sampling fields common to /v1/completions and /v1/chat/completions, and
+// the context-length error. Pure functions; thread-safe; nothing throws.
+//
+// Conventions (vLLM-like): unknown fields are ignored; an explicit null means
+// "use the default"; integers must be JSON integers (5.0 is rejected) that
+// fit their type; booleans must be JSON booleans.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/sampling_params.h"
+#include "server/http/responses.h"
+
+namespace tessera::openai {
+
+using Json = nlohmann::ordered_json;
+
+// What a request is checked against.
+struct RequestLimits {
+  std::string served_model_name;  // "" : any `model` is accepted
+  ModelLimits model;
+};
+
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxStopTokenIds = 1024;
+inline constexpr size_t kMaxPrompts = 64;
+
+// 400 "'<param>' must be <expect>, got <value>" (value abbreviated).
+ApiError TypeError(std::string_view param, std::string_view expect, const Json& value);
+
+// Parses `body`; it must be a JSON object (else 400, param null).
+std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out);
+
+// `model`: absent/null -> served name; a string other than the served name
+// -> 404 model_not_found; another type -> 400.
+std::optional<ApiError> ParseModel(const Json& body, const RequestLimits& limits, std::string* model);
+
+// Field readers. Absent or null leaves *out unchanged and succeeds; a value
+// of the wrong type or out of range is a 400 naming `param`.
+std::optional<ApiError> ReadBool(const Json& obj, const char* key, std::string_view param, bool* out);
+std::optional<ApiError> ReadString(const Json& obj, const char* key, std::string_view param,
+                                   std::string* out);
+std::optional<ApiError> ReadInt(const Json& obj, const char* key, std::string_view param, int64_t lo,
+                                int64_t hi, std::optional<int64_t>* out);
+// Number in [lo, hi]; lo_open excludes lo.
+std::optional<ApiError> ReadNumber(const Json& obj, const char* key, std::string_view param, double lo,
+                                   double hi, bool lo_open, std::optional<double>* out);
+
+// A token id: a JSON integer in [0, vocab_size) (any >= 0 when vocab_size is 0).
+bool IsTokenId(const Json& v, int64_t vocab_size);
+
+// Flags shared by both generation endpoints besides SamplingParams.
+struct StreamFlags {
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage = false;
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+};
+
+// Reads temperature, top_p, top_k, min_p, penalties, seed, stop,
+// stop_token_ids, ignore_eos, min_tokens, n, best_of, logit_bias, priority,
+// user, stream, stream_options, skip_special_tokens,
+// include_stop_str_in_output. Not max_tokens or logprobs (they differ).
+std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
+                                            SamplingParams* params, StreamFlags* flags);
+
+// Backstop: SamplingParams::Validate as a 400 whose `param` is the quoted
+// name in its message.
+std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits);
+
+// 400 context_length_exceeded, vLLM's wording. `param`: "prompt" or "messages".
+ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int64_t max_model_len,
+                            std::string_view param);
+
+}  // namespace tessera::openai
