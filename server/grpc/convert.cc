@@ -20,6 +20,8 @@ grpc::Status ToGrpc(const Status& status) {
     case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
     case StatusCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
     case StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
   }
   return grpc::Status(code, status.message());
 }

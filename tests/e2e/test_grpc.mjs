@@ -136,7 +136,7 @@ async function main() {
   const readyBy = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < readyBy && server.exitCode === null) {
     try { ports = JSON.parse(fs.readFileSync(portFile, 'utf8')); } catch { /* not yet */ }
-    if (ports && ports.http && ports.grpc) {
+    if (ports && ports.http > 0 && ports.grpc > 0) {
       try { ready = (await fetch(`http://127.0.0.1:${ports.http}/ready`)).status === 200; } catch { /* not yet */ }
       if (ready) break;
     }
