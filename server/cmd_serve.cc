@@ -25,6 +25,7 @@
 #include "server/commands.h"
 #include "server/default_model.h"
 #include "server/http/http_server.h"
+#include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
@@ -230,9 +231,22 @@ int RunServe(ServeFlags f) {
 
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
-  int grpc_port = -1;
+  std::unique_ptr<GrpcServer> grpc;
+  if (f.grpc_port >= 0) {
+    GrpcServerOptions go;
+    go.host = f.host;
+    go.port = f.grpc_port;
+    go.api_keys = f.api_keys;
+    go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(f.max_body_bytes, 1u << 30));
+    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(go, [&ctx] { return ctx.ready_engine(); });
+    if (!g.ok()) return Fail(g.status());
+    grpc = std::move(*g);
+    shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
+  }
+  const int grpc_port = grpc ? grpc->port() : -1;
   if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
-  spdlog::info("serve: HTTP on {} (model '{}' loading; /health and /ready answer now){}", url, served,
+  spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
+               grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
                f.api_keys.empty() ? "" : "; API key required");
   server.Start();
 
@@ -301,6 +315,7 @@ int RunServe(ServeFlags f) {
     std::_Exit(shutdown.exit_code());
   }
   loader.join();
+  if (grpc) grpc->Shutdown(std::chrono::milliseconds(1000));  // cancels streams that outlived the drain
   if (engine) engine->Stop();  // aborts whatever outlived the drain
   spdlog::info("serve: stopped");
   return shutdown.exit_code();
