@@ -25,6 +25,7 @@
 #include "server/commands.h"
 #include "server/default_model.h"
 #include "server/http/http_server.h"
+#include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
@@ -138,6 +139,36 @@ class Shutdown {
   std::chrono::steady_clock::time_point deadline_;
 };
 
+// Applies `path` (TOML, CLI11's reader) to the options of `cmd` that were not
+// given on the command line. Unknown keys are errors, so typos do not pass silently.
+Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const std::exception& e) {
+    return InvalidArgument("serve: --config " + path + ": " + e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--") continue;  // section markers
+    const std::string key = item.fullname();
+    if (key == "config") return InvalidArgument("serve: --config " + path + ": 'config' cannot nest");
+    CLI::Option* opt = nullptr;
+    try {
+      opt = cmd->get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      return InvalidArgument("serve: --config " + path + ": unknown setting '" + key + "'");
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    try {
+      opt->add_result(item.inputs);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return InvalidArgument("serve: --config " + path + ": '" + key + "': " + e.what());
+    }
+  }
+  return Status::Ok();
+}
+
 Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
   if (path.empty()) return Status::Ok();
   const std::string tmp = path + ".tmp";
@@ -200,9 +231,22 @@ int RunServe(ServeFlags f) {
 
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
-  int grpc_port = -1;
+  std::unique_ptr<GrpcServer> grpc;
+  if (f.grpc_port >= 0) {
+    GrpcServerOptions go;
+    go.host = f.host;
+    go.port = f.grpc_port;
+    go.api_keys = f.api_keys;
+    go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(f.max_body_bytes, 1u << 30));
+    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(go, [&ctx] { return ctx.ready_engine(); });
+    if (!g.ok()) return Fail(g.status());
+    grpc = std::move(*g);
+    shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
+  }
+  const int grpc_port = grpc ? grpc->port() : -1;
   if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
-  spdlog::info("serve: HTTP on {} (model '{}' loading; /health and /ready answer now){}", url, served,
+  spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
+               grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
                f.api_keys.empty() ? "" : "; API key required");
   server.Start();
 
@@ -271,6 +315,7 @@ int RunServe(ServeFlags f) {
     std::_Exit(shutdown.exit_code());
   }
   loader.join();
+  if (grpc) grpc->Shutdown(std::chrono::milliseconds(1000));  // cancels streams that outlived the drain
   if (engine) engine->Stop();  // aborts whatever outlived the drain
   spdlog::info("serve: stopped");
   return shutdown.exit_code();
@@ -281,7 +326,11 @@ int RunServe(ServeFlags f) {
 void AddServeCommand(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API and gRPC");
   auto f = std::make_shared<ServeFlags>();
-  cmd->set_config("--config", "", "TOML file with the same settings (keys are the long option names)");
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--config", *config,
+                  "TOML file with the same settings: long option names as keys (e.g. max-num-seqs = 32); "
+                  "command-line flags win")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--model", f->model,
                   "HF checkpoint directory (default: a built-in synthetic model with random weights)");
   cmd->add_option("--served-model-name", f->served_model_name,
@@ -330,7 +379,15 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests
-  cmd->callback([f, exit_code] { *exit_code = RunServe(*f); });
+  cmd->callback([cmd, f, config, exit_code] {
+    if (!config->empty()) {
+      if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
+        *exit_code = Fail(s);
+        return;
+      }
+    }
+    *exit_code = RunServe(*f);
+  });
 }
 
 }  // namespace tessera

@@ -12,5 +12,6 @@ void AddServeCommand(CLI::App& app, int* exit_code);
 void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddRenderChatCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
+void AddClientCommand(CLI::App& app, int* exit_code);
 
 }  // namespace tessera

@@ -34,7 +34,11 @@ std::optional<ApiError> NormalizeContent(const Json& msg, const std::string& rol
     if (type == part.end() || !type->is_string()) {
       return TypeError(pp + ".type", "a string", type == part.end() ? Json() : *type);
     }
-    if (*type != "text") return BadRequest("only text content parts are supported", pp + ".type");
+    if (*type != "text") {
+      return BadRequest("only text content parts are supported: '" + pp + ".type' must be \"text\", got " +
+                            type->dump(-1, ' ', false, Json::error_handler_t::replace).substr(0, 64),
+                        pp + ".type");
+    }
     auto t = part.find("text");
     if (t == part.end() || !t->is_string()) {
       return TypeError(pp + ".text", "a string", t == part.end() ? Json() : *t);

@@ -252,7 +252,8 @@ ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_to
            std::to_string(prompt_tokens) + " in the " + what + ", " + std::to_string(*max_tokens) +
            " in the completion). Please reduce the length of the " + what + " or completion.";
   } else {
-    msg += "However, your request has " + std::to_string(prompt_tokens) + " input tokens. Please reduce the length of the " + what + ".";
+    msg += "However, your request has " + std::to_string(prompt_tokens) +
+           " input tokens. Please reduce the length of the " + what + ".";
   }
   return BadRequest(std::move(msg), P(param), "context_length_exceeded");
 }

@@ -1,0 +1,48 @@
+// GrpcService: the callback-API implementation of tessera.v1.Tessera.
+// Internal to GrpcServer (grpc_server.h).
+//
+// Threading: handlers run on gRPC's callback threads. Each Generate call is a
+// reactor owning its Generation; the engine's notify (loop thread) reaches the
+// reactor through a shared NotifyLink that the reactor detaches in OnDone, so
+// a late notify never touches a deleted reactor.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "proto/tessera.grpc.pb.h"
+#include "server/grpc/grpc_server.h"
+
+namespace tessera {
+
+class GrpcService final : public v1::Tessera::CallbackService {
+ public:
+  GrpcService(ServingEngineProvider provider, std::vector<std::string> api_keys, const std::atomic<bool>* draining)
+      : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining) {}
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* GenerateStream(grpc::CallbackServerContext* ctx,
+                                                                const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx, const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+
+  // The engine when loaded and not draining; else null (serving status).
+  ServingEngine* ServingEngineIfReady() const;
+
+ private:
+  // OK with the engine, or UNAUTHENTICATED / UNAVAILABLE. `for_generate`:
+  // also refuse while draining.
+  grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const;
+
+  ServingEngineProvider provider_;
+  std::vector<std::string> api_keys_;
+  const std::atomic<bool>* draining_;  // owned by GrpcServer
+};
+
+}  // namespace tessera
