@@ -440,25 +440,29 @@ def config_server_checks(res, tessera, model, workdir):
         srv.stop()
 
 
-def missing_config_check(res, tessera, workdir):
-    def missing():
-        env = dict(os.environ, TESSERA_HOME=os.path.join(workdir, "tessera-home"))
-        cmd = [tessera, "serve", "--config", os.path.join(workdir, "no-such-file.toml"), "--host", "127.0.0.1",
-               "--port", "0", "--grpc-port", "-1", "--default-model-size", "tiny"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        try:
-            out, _ = proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
+def bad_config_checks(res, tessera, workdir):
+    """A missing --config file, or one with an unknown key, must stop serve from starting."""
+    unknown = os.path.join(workdir, "unknown-key.toml")
+    with open(unknown, "w") as f:
+        f.write("no-such-option = 5\n")
+    for what, path in (("a missing file", os.path.join(workdir, "no-such-file.toml")), ("an unknown key", unknown)):
+        def refused(path=path):
+            env = dict(os.environ, TESSERA_HOME=os.path.join(workdir, "tessera-home"))
+            cmd = [tessera, "serve", "--config", path, "--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
+                   "--default-model-size", "tiny"]
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
             try:
-                out, _ = proc.communicate(timeout=10)
+                out, _ = proc.communicate(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                out, _ = proc.communicate()
-            raise AssertionError("serve started with a missing --config file; output: "
-                                 + out.decode(errors="replace")[-600:]) from None
-        assert proc.returncode != 0, f"exit status {proc.returncode}"
-    res.run("--config with a missing file -> refuses to start (non-zero exit)", missing)
+                proc.terminate()
+                try:
+                    out, _ = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, _ = proc.communicate()
+                raise AssertionError("serve started anyway; output: " + out.decode(errors="replace")[-400:]) from None
+            assert proc.returncode != 0, f"exit status {proc.returncode}"
+        res.run(f"--config with {what} -> refuses to start (non-zero exit)", refused)
 
 
 def limits_server_checks(res, tessera, model, workdir):
@@ -573,7 +577,7 @@ def main():
         else:
             main_server_checks(res, tessera, model, workdir)
             config_server_checks(res, tessera, model, workdir)
-            missing_config_check(res, tessera, workdir)
+            bad_config_checks(res, tessera, workdir)
             limits_server_checks(res, tessera, model, workdir)
             default_model_checks(res, tessera, workdir)
     finally:
