@@ -107,7 +107,10 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
 
   SchedulerOptions& so = options.scheduler;
   if (so.limits.vocab_size == 0) so.limits.vocab_size = mc.vocab_size;
-  if (mc.max_position_embeddings > 0) {
+  const bool auto_len = so.limits.max_model_len <= 0;
+  if (auto_len) {
+    so.limits.max_model_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
+  } else if (mc.max_position_embeddings > 0) {
     so.limits.max_model_len = std::min(so.limits.max_model_len, mc.max_position_embeddings);
   }
   if (so.eos_token_ids.empty()) {
@@ -124,6 +127,17 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
                per_token,
                from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
                            : std::string("block count set explicitly"));
+  const int64_t kv_tokens = int64_t{so.kv.num_blocks} * so.kv.block_size;
+  if (so.limits.max_model_len > kv_tokens) {
+    if (auto_len) {
+      spdlog::info("max model length: {} (what the KV cache holds; the model allows {}); raise the KV cache "
+                   "size for longer sequences", kv_tokens, so.limits.max_model_len);
+      so.limits.max_model_len = kv_tokens;
+    } else {
+      spdlog::warn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
+                   so.limits.max_model_len, kv_tokens);
+    }
+  }
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();

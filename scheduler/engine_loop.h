@@ -38,7 +38,8 @@ struct EngineLoopOptions {
   // per-token KV size (logged). scheduler.kv.num_blocks > 0 overrides it.
   int64_t kv_cache_bytes = int64_t{512} << 20;
   // limits.vocab_size (0) and eos_token_ids (empty) are filled from the
-  // model; limits.max_model_len is capped at max_position_embeddings.
+  // model; limits.max_model_len is capped at max_position_embeddings (and is
+  // max_position_embeddings when <= 0, then at most what the KV cache holds).
   SchedulerOptions scheduler;
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.

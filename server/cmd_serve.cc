@@ -282,7 +282,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.max_num_seqs = f.max_num_seqs;
       o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
-      if (f.max_model_len > 0) o.loop.scheduler.limits.max_model_len = f.max_model_len;
+      o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;

@@ -169,6 +169,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
         error.status != HttpStatus::gateway_timeout) {
       spdlog::error("{} failed: request {}: {}", id_, ex_->request_id(), status.ToString());
     }
+    if (error.status == HttpStatus::too_many_requests || error.status == HttpStatus::service_unavailable) {
+      ctx_->metrics->RequestRejected(error.code);
+    }
     if (stream_started_) {
       ex_->WriteChunk(openai::SseError(error) + openai::SseDone());
       ex_->EndStream();

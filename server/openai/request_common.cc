@@ -1,5 +1,7 @@
 #include "server/openai/request_common.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -96,7 +98,36 @@ ApiError TypeError(std::string_view param, std::string_view expect, const Json& 
   return BadRequest("'" + P(param) + "' must be " + P(expect) + ", got " + Abbrev(value), P(param));
 }
 
+// Nesting depth of arrays/objects, outside strings, stopping once past `limit`.
+// Deeper documents are refused before parsing: copying, dumping or walking
+// them recursively could exhaust an io thread's stack.
+int JsonDepth(std::string_view body, int limit) {
+  int depth = 0;
+  int max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size() && max_depth <= limit; ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
 std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out) {
+  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
+    return BadRequest("The request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return BadRequest("The request body is not valid JSON");
   if (!j.is_object()) return BadRequest("The request body must be a JSON object");

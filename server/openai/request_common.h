@@ -33,6 +33,7 @@ inline constexpr size_t kMaxStopStringBytes = 1024;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr size_t kMaxPrompts = 64;
+inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (400)
 
 // 400 "'<param>' must be <expect>, got <value>" (value abbreviated).
 ApiError TypeError(std::string_view param, std::string_view expect, const Json& value);

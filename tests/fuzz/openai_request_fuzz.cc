@@ -1,0 +1,38 @@
+// libFuzzer target: arbitrary bytes as the body of every OpenAI-style route
+// (/v1/completions, /v1/chat/completions, /tokenize, /detokenize). Each parser
+// must accept or return an ApiError naming the problem; any crash, sanitizer
+// report, stack overflow (deep nesting) or escaping exception is a bug.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "server/openai/chat_request.h"
+#include "server/openai/completion_request.h"
+#include "server/openai/request_common.h"
+#include "server/openai/sse.h"
+#include "server/openai/tokenize_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > 256 * 1024) return 0;
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  tessera::openai::RequestLimits limits;
+  limits.served_model_name = "m";
+  limits.model.vocab_size = 1000;
+  limits.model.max_model_len = 4096;
+
+  tessera::openai::CompletionRequest completion;
+  if (auto err = tessera::openai::ParseCompletionRequest(body, limits, &completion)) {
+    (void)tessera::openai::SseError(*err);
+  }
+  tessera::openai::ChatRequest chat;
+  if (auto err = tessera::openai::ParseChatRequest(body, limits, &chat)) {
+    (void)tessera::openai::SseError(*err);
+  } else {
+    (void)tessera::openai::DumpJson(chat.messages);
+  }
+  tessera::openai::TokenizeRequest tokenize;
+  (void)tessera::openai::ParseTokenizeRequest(body, limits, &tokenize);
+  tessera::openai::DetokenizeRequest detokenize;
+  (void)tessera::openai::ParseDetokenizeRequest(body, limits, &detokenize);
+  return 0;
+}
