@@ -275,6 +275,7 @@ int RunGenerate(GenerateArgs a) {
   o.kv_cache_bytes = a.kv_cache_mb << 20;
   o.scheduler.max_num_seqs = a.max_num_seqs;
   o.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
+  o.scheduler.limits.max_model_len = 0;  // the model's, capped by what the KV cache holds
   auto loop_or = EngineLoop::Create(o);
   if (!loop_or.ok()) return fail(loop_or.status());
   EngineLoop& loop = **loop_or;

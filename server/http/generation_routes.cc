@@ -213,6 +213,16 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<int64_t> completion_tokens_;  // per generation, running totals
 };
 
+// Prompt + max_tokens against the context length, as OpenAI words the error.
+std::optional<ApiError> CheckFits(const ServingEngine& engine, size_t prompt_tokens, const SamplingParams& params,
+                                  const char* param) {
+  const int64_t n = static_cast<int64_t>(prompt_tokens);
+  Status fits = CheckContextLength(n, params, engine.limits());
+  if (fits.ok()) return std::nullopt;
+  if (!IsContextLengthExceeded(fits)) return ErrorFromStatus(fits);
+  return openai::ContextLengthError(n, params.max_tokens, engine.limits().max_model_len, param);
+}
+
 GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
   GenerateInput in;
   in.prompt_token_ids = std::move(ids);
@@ -238,14 +248,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
   for (openai::PromptInput& p : req.prompts) {
     std::vector<int32_t> ids = p.text ? tok.Encode(*p.text, req.add_special_tokens) : std::move(p.token_ids);
     if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'prompt' encodes to no tokens", "prompt")));
-    Status fits = CheckContextLength(static_cast<int64_t>(ids.size()), req.params, engine->limits());
-    if (!fits.ok()) {
-      return ex->Send(ErrorResponse(
-          IsContextLengthExceeded(fits)
-              ? openai::ContextLengthError(static_cast<int64_t>(ids.size()), req.params.max_tokens,
-                                           engine->limits().max_model_len, "prompt")
-              : ErrorFromStatus(fits)));
-    }
+    if (auto err = CheckFits(*engine, ids.size(), req.params, "prompt")) return ex->Send(ErrorResponse(*err));
     if (req.echo) {
       openai::PromptEcho echo;
       if (p.text) {
@@ -297,14 +300,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   }
   std::vector<int32_t> ids = engine->tokenizer().Encode(*prompt, req.add_special_tokens);
   if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'messages' render to no tokens", "messages")));
-  Status fits = CheckContextLength(static_cast<int64_t>(ids.size()), req.params, engine->limits());
-  if (!fits.ok()) {
-    return ex->Send(ErrorResponse(IsContextLengthExceeded(fits)
-                                      ? openai::ContextLengthError(static_cast<int64_t>(ids.size()),
-                                                                   req.params.max_tokens,
-                                                                   engine->limits().max_model_len, "messages")
-                                      : ErrorFromStatus(fits)));
-  }
+  if (auto err = CheckFits(*engine, ids.size(), req.params, "messages")) return ex->Send(ErrorResponse(*err));
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/true, req.stream);
   openai::ChatOptions opts{req.logprobs, req.top_logprobs, openai::ChatEchoPrefix(req)};
   if (req.stream) {

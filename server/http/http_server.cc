@@ -433,6 +433,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return Continue(after_watch_);
     }
     if (!active_) return;
+    if (ec && handler_done_ && (writing_active_ || !pending_.empty())) {
+      // The whole response is written or being written: a client that closes
+      // after reading it has not abandoned the request. A failed write still
+      // reports a disconnect; the next read sees the EOF and closes.
+      return;
+    }
     if (ec) return Disconnect(ec == net::error::eof ? "client closed the connection" : ec.message());
     StartWatch();
   }

@@ -518,6 +518,47 @@ def limits_server_checks(res, tessera, model, workdir):
         srv.stop()
 
 
+def timeout_checks(res, tessera, model, workdir):
+    """--request-timeout: a request still generating when it expires is aborted with 504 (non-streamed)
+    or an error event then [DONE] (streamed, the mid-stream failure path), and its KV blocks are freed."""
+    srv = Server(tessera, ["--model", model, "--threads", "1", "--request-timeout", "1"], workdir, "serve-timeout")
+    res.server = srv
+    try:
+        if not res.run("timeout server becomes ready", srv.wait_ready):
+            return
+        port = srv.port
+        long_request = {"prompt": PROMPT, "max_tokens": 30000, "ignore_eos": True}
+
+        def non_streamed():
+            t0 = time.time()
+            status, _, body = complete(port, **long_request)
+            err = error_check(status, body, 504, code="timeout", etype="timeout_error")
+            assert "1 s" in err["message"], err
+            assert time.time() - t0 < 10, f"took {time.time() - t0:.1f} s"
+        res.run("--request-timeout 1: a long completion -> 504 timeout", non_streamed)
+
+        def streamed():
+            status, _, events, done = stream_events(port, "/v1/completions", dict(long_request, stream=True))
+            assert status == 200 and done, (status, done)
+            texts = [e for e in events if "choices" in e]
+            errors = [e for e in events if "error" in e]
+            assert texts and len(errors) == 1 and events[-1] is errors[0], events[-3:]
+            assert errors[0]["error"]["code"] == "timeout", errors[0]
+        res.run("--request-timeout 1: a stream gets text, then one error event, then [DONE]", streamed)
+
+        def freed():
+            deadline = time.time() + 10
+            while True:
+                m = get_metrics(port)
+                if m.get("tessera:num_requests_running", 1) == 0 and m.get("tessera:kv_cache_usage_perc", 1) == 0:
+                    return
+                assert time.time() < deadline, {k: v for k, v in m.items() if "running" in k or "kv_cache" in k}
+                time.sleep(0.1)
+        res.run("timed-out requests free their sequences and KV blocks (/metrics)", freed)
+    finally:
+        srv.stop()
+
+
 def _assert_eq(a, b):
     assert a == b, f"{a!r} != {b!r}"
 
@@ -579,6 +620,7 @@ def main():
             config_server_checks(res, tessera, model, workdir)
             bad_config_checks(res, tessera, workdir)
             limits_server_checks(res, tessera, model, workdir)
+            timeout_checks(res, tessera, model, workdir)
             default_model_checks(res, tessera, workdir)
     finally:
         if args.keep:
