@@ -469,6 +469,9 @@ TEST_F(HttpServerTest, SlowReaderHitsTheBufferLimitAndServerStaysResponsive) {
         for (int i = 0; i < 320 && !ex->closed(); ++i) {  // 20 MiB
           ex->WriteChunk(chunk);
           st->produced.fetch_add(chunk.size());
+          // Paced so the socket buffers fill first: the limit trips because
+          // the client does not read, not because the producer outruns the io.
+          std::this_thread::sleep_for(1ms);
         }
         ex->EndStream();
       });
