@@ -11,6 +11,9 @@ std::string_view DTypeName(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_K: return "q4_k";
   }
   return "?";
 }
@@ -21,6 +24,9 @@ bool ParseDType(std::string_view n, DType* out) {
   if (n == "bf16" || n == "BF16" || n == "bfloat16") { *out = DType::kBF16; return true; }
   if (n == "i32" || n == "I32" || n == "int32") { *out = DType::kI32; return true; }
   if (n == "i64" || n == "I64" || n == "int64") { *out = DType::kI64; return true; }
+  if (n == "q8_0" || n == "Q8_0") { *out = DType::kQ8_0; return true; }
+  if (n == "q4_0" || n == "Q4_0") { *out = DType::kQ4_0; return true; }
+  if (n == "q4_k" || n == "Q4_K") { *out = DType::kQ4_K; return true; }
   return false;
 }
 

@@ -7,23 +7,53 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64 };
+// kQ8_0, kQ4_0 and kQ4_K are GGML's block-quantized weight formats (bit-exact with
+// GGUF files; layouts in common/quant.h). They exist only as weight matrices whose
+// row length is a multiple of the block size.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_K };
 
-// Bytes per element.
-constexpr int64_t DTypeSize(DType t) {
+constexpr bool IsQuantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K;
+}
+
+// Elements per block: 1 for plain types, 32 (Q8_0, Q4_0) or 256 (Q4_K).
+constexpr int64_t DTypeBlockElems(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return 32;
+    case DType::kQ4_0: return 32;
+    case DType::kQ4_K: return 256;
+    default: return 1;
+  }
+}
+
+// Bytes per block (per element for plain types).
+constexpr int64_t DTypeBlockBytes(DType t) {
   switch (t) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_K: return 144;
   }
   return 0;
 }
 
-// "f32", "f16", "bf16", "i32", "i64"
+// Bytes per element of a plain type; 0 for block-quantized types (use DTypeRowBytes).
+constexpr int64_t DTypeSize(DType t) { return IsQuantized(t) ? 0 : DTypeBlockBytes(t); }
+
+// Bytes of one row of `cols` elements; -1 when cols is not a multiple of the block.
+constexpr int64_t DTypeRowBytes(DType t, int64_t cols) {
+  const int64_t b = DTypeBlockElems(t);
+  return cols % b != 0 ? -1 : cols / b * DTypeBlockBytes(t);
+}
+
+// "f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "q4_k"
 std::string_view DTypeName(DType t);
-// Parses our short names and safetensors' names ("F32", "BF16", ...).
+// Parses our short names, safetensors' names ("F32", "BF16", ...) and GGML's
+// ("Q8_0", "Q4_0", "Q4_K").
 bool ParseDType(std::string_view name, DType* out);
 
 inline float Bf16ToF32(uint16_t h) {

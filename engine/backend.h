@@ -15,14 +15,15 @@
 
 namespace tessera {
 
-// A 2-D weight matrix [rows, cols] (row-major) resident on a backend.
+// A 2-D weight matrix [rows, cols] (row-major) resident on a backend. Quantized
+// dtypes store each row as cols / DTypeBlockElems blocks (cols a multiple of it).
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   bool empty() const { return data == nullptr; }
-  int64_t bytes() const { return rows * cols * DTypeSize(dtype); }
+  int64_t bytes() const { return rows * DTypeRowBytes(dtype, cols); }
 };
 
 // Paged KV cache of one layer, in the layout the backend chose.

@@ -42,6 +42,10 @@ void CheckFloatType(const char* what, DType t) {
   if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) Fatal(what, t);
 }
 
+void CheckWeightType(const char* what, DType t) {
+  if (!IsQuantized(t)) CheckFloatType(what, t);
+}
+
 // Below this many work units (~ one float touched or one FMA) per part, waking a
 // worker (tens of microseconds) costs more than it saves.
 constexpr int64_t kMinUnitsPerPart = int64_t{1} << 16;
@@ -95,15 +99,16 @@ void ClearUseAvx2ForTesting() { g_avx2_override.store(-1); }
 
 void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
             const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
-  CheckFloatType("Linear", w_type);
+  CheckWeightType("Linear", w_type);
   if (m <= 0 || n <= 0) return;
-  const bool avx2 = UseAvx2();
+  // Quantized weights: scalar dequantize-and-dot for now (exact per row, slow).
+  const bool avx2 = UseAvx2() && !IsQuantized(w_type);
   // Threads split the columns in blocks of 24 (a multiple of the 3- and 8-wide
   // register tiles), never K. Cost of a block ~ its m*k FMAs (8-wide, ~1/4 unit each)
   // plus its weight bytes streamed from memory (~1/4 unit each).
   constexpr int64_t kBlock = 24;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-  const int64_t units = kBlock * k * (m + DTypeSize(w_type)) / 4;
+  const int64_t units = kBlock * (k * m + DTypeRowBytes(w_type, k)) / 4;
   ForItems(pool, blocks, units, [&](int64_t b, int64_t e) {
     const int64_t n0 = b * kBlock, n1 = std::min(n, e * kBlock);
     if (avx2) {
@@ -142,10 +147,10 @@ void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out, Thre
 
 void Embedding(const void* table, DType type, int64_t dim, const int32_t* ids,
                int64_t num_tokens, float* out, ThreadPool* pool) {
-  CheckFloatType("Embedding", type);
-  const bool avx2 = UseAvx2();
+  CheckWeightType("Embedding", type);
+  const bool avx2 = UseAvx2() && !IsQuantized(type);
   const auto* base = static_cast<const uint8_t*>(table);
-  const int64_t row_bytes = dim * DTypeSize(type);
+  const int64_t row_bytes = DTypeRowBytes(type, dim);
   ForItems(pool, num_tokens, dim, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const void* row = base + static_cast<int64_t>(ids[t]) * row_bytes;
@@ -221,8 +226,8 @@ void PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool) {
 }
 
 void ConvertToF32(const void* src, DType type, int64_t count, float* dst) {
-  CheckFloatType("ConvertToF32", type);
-  if (UseAvx2()) {
+  CheckWeightType("ConvertToF32", type);
+  if (UseAvx2() && !IsQuantized(type)) {
     internal::ConvertAvx2(src, type, count, dst);
   } else {
     internal::ConvertScalar(src, type, count, dst);

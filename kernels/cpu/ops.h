@@ -4,7 +4,8 @@
 // output row depends only on that row's inputs, never on how many rows there are,
 // how they are tiled, or how many threads run. Reductions run in a fixed order
 // per output element. AVX2/FMA paths are chosen at run time (CpuFeatures());
-// a scalar path runs elsewhere. Activations are f32; weights may be f32/f16/bf16.
+// a scalar path runs elsewhere. Activations are f32; weights may be f32/f16/bf16 or
+// block-quantized (Q8_0/Q4_0/Q4_K, common/quant.h) for Linear, Embedding, ConvertToF32.
 //
 // Layouts are dense row-major unless stated. `pool` may be null (single thread).
 #pragma once

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/quant.h"
 #include "kernels/cpu/internal.h"
 
 namespace tessera::kernels::cpu::internal {
@@ -52,6 +53,11 @@ void ConvertScalar(const void* src, DType type, int64_t count, float* dst) {
       for (int64_t i = 0; i < count; ++i) dst[i] = F16ToF32(s[i]);
       return;
     }
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+      DequantizeRow(src, type, count, dst);
+      return;
     default:
       return;
   }
@@ -61,7 +67,7 @@ void ConvertScalar(const void* src, DType type, int64_t count, float* dst) {
 void LinearColsScalar(const float* x, int64_t m, int64_t k, const void* w, DType w_type,
                       int64_t n_begin, int64_t n_end, const float* bias, float* y,
                       int64_t ldy) {
-  const int64_t row_bytes = k * DTypeSize(w_type);
+  const int64_t row_bytes = DTypeRowBytes(w_type, k);
   float* wrow = w_type == DType::kF32 ? nullptr : Scratch(t_row, k);
   for (int64_t j = n_begin; j < n_end; ++j) {
     const void* src = static_cast<const uint8_t*>(w) + j * row_bytes;
