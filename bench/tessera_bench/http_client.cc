@@ -2,6 +2,9 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
+#include <limits>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -162,7 +165,9 @@ StatusOr<HttpResponse> SendHttp(const BaseUrl& base, const HttpRequest& req, con
 
   beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // Not boost::none: Boost 1.74 compares lengths against the optional, and
+  // any length is greater than none.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   http::read_header(sock, buf, parser, ec);
   if (ec) return IoError("read header", ec, slot);
   HttpResponse out;

@@ -156,8 +156,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->group("Workload");
   app.add_option("--seed", f.seed, "random seed (prompts, lengths, arrivals)")->group("Workload");
-  app.add_flag("--ignore-eos,!--no-ignore-eos", f.ignore_eos,
-               "send ignore_eos: true so every request generates max_tokens (vLLM/Tessera extension)")
+  bool no_ignore_eos = false;
+  app.add_flag("--no-ignore-eos", no_ignore_eos,
+               "do not send ignore_eos: true (sent by default so every request generates max_tokens; a vLLM/Tessera "
+               "extension that other servers may reject)")
       ->group("Workload");
   app.add_option("--temperature", f.temperature, "sampling temperature")->check(CLI::Range(0.0, 2.0))->group("Workload");
   app.add_option("--extra-body", f.extra_body, "JSON object merged into every request body")->group("Workload");
@@ -191,13 +193,15 @@ int Main(int argc, char** argv) {
   // Output.
   app.add_option("--result-json", f.result_json, "write config, per-run metrics and per-request records here")
       ->group("Output");
-  app.add_flag("--per-request,!--no-per-request", f.per_request, "include per-request records in the JSON")
-      ->group("Output");
+  bool no_per_request = false;
+  app.add_flag("--no-per-request", no_per_request, "leave the per-request records out of the JSON")->group("Output");
   app.add_option("--svg", f.svg, "write a chart: latency-throughput curve (several rates) or latency CDFs (one run)")
       ->group("Output");
   app.add_flag("--progress", f.progress, "draw a progress bar on stderr even if it is not a terminal")->group("Output");
   app.add_flag("--no-progress", f.no_progress, "no progress output")->group("Output");
   CLI11_PARSE(app, argc, argv);
+  f.ignore_eos = !no_ignore_eos;
+  f.per_request = !no_per_request;
 
   // --- Validate.
   auto base = ParseBaseUrl(f.base_url);
@@ -271,8 +275,11 @@ int Main(int argc, char** argv) {
     }
     if (specs.empty()) return Fail(f.dataset_path + ": no usable requests (" + std::to_string(skipped) + " skipped)");
   }
-  if (skipped > 0) std::fprintf(stderr, "tessera-bench: %lld entries of %s skipped (failed or empty)\n",
-                                static_cast<long long>(skipped), f.dataset_path.c_str());
+  if (skipped > 0) {
+    std::fprintf(stderr, "tessera-bench: skipped %lld %s of %s (%s)\n", static_cast<long long>(skipped),
+                 trace ? "rows" : "conversations", f.dataset_path.c_str(),
+                 trace ? "0 request or response tokens: failed requests" : "no human turn followed by a gpt turn");
+  }
 
   // --- Target model.
   if (f.model.empty()) {

@@ -87,7 +87,10 @@ Summary Summarize(const std::vector<RequestRecord>& records, double duration_s, 
     }
     if (!r.ok) {
       (r.cancelled ? s.cancelled : s.failed)++;
-      if (!r.cancelled && s.first_errors.size() < 5) s.first_errors.push_back(r.error);
+      if (!r.cancelled && s.first_errors.size() < 5 &&
+          std::find(s.first_errors.begin(), s.first_errors.end(), r.error) == s.first_errors.end()) {
+        s.first_errors.push_back(r.error);
+      }
       continue;
     }
     s.completed++;

@@ -56,7 +56,7 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 struct Summary {
   double duration_s = 0;
   int64_t num_requests = 0, completed = 0, failed = 0, cancelled = 0, not_sent = 0;
-  std::vector<std::string> first_errors;  // up to 5
+  std::vector<std::string> first_errors;  // up to 5 distinct messages
   int64_t total_input_tokens = 0, total_output_tokens = 0;
   double request_throughput = 0, input_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   std::optional<double> goodput;  // requests/s meeting the SLOs (when any is set)

@@ -182,7 +182,9 @@ RunOutput RunBenchmark(const RunConfig& cfg, const std::vector<RequestSpec>& spe
       const double elapsed = Secs(now - start);
       for (auto& a : active) {
         if (now >= a->deadline && !a->slot->cancelled()) {
-          a->slot->Cancel("timeout: no complete response within " + std::to_string(cfg.timeout_s) + " s");
+          char msg[96];
+          std::snprintf(msg, sizeof msg, "timeout: no complete response within %g s (--timeout)", cfg.timeout_s);
+          a->slot->Cancel(msg);
         }
       }
       if (cfg.max_duration_s > 0 && elapsed >= cfg.max_duration_s && !stop) {
