@@ -155,7 +155,10 @@ int Main(int argc, char** argv) {
   app.add_option("--sharegpt-output-len", f.sharegpt_output_len, "sharegpt: max_tokens for all (0: the reply's length)")
       ->check(CLI::NonNegativeNumber)
       ->group("Workload");
-  app.add_option("--seed", f.seed, "random seed (prompts, lengths, arrivals)")->group("Workload");
+  app.add_option("--seed", f.seed,
+                 "random seed (prompts, lengths, arrivals); the same seed sends the same prompts, which a server's "
+                 "prefix cache will hit on a repeat: change it between runs against one server")
+      ->group("Workload");
   bool no_ignore_eos = false;
   app.add_flag("--no-ignore-eos", no_ignore_eos,
                "do not send ignore_eos: true (sent by default so every request generates max_tokens; a vLLM/Tessera "
@@ -243,8 +246,9 @@ int Main(int argc, char** argv) {
   std::vector<RequestSpec> specs;
   std::vector<double> trace_offsets;
   int64_t skipped = 0;
-  if (f.dataset == "random" || f.dataset == "shared-prefix") {
-    RandomOptions ro;
+  RandomOptions ro;
+  const bool synthetic = f.dataset == "random" || f.dataset == "shared-prefix";
+  if (synthetic) {
     ro.num = f.num_prompts;
     ro.input_len = f.input_len;
     ro.output_len = f.output_len;
@@ -347,6 +351,9 @@ int Main(int argc, char** argv) {
                    specs.size(), f.max_concurrency ? std::to_string(f.max_concurrency).c_str() : "none",
                    f.model.c_str(), (base->host + ":" + std::to_string(base->port) + cfg.path).c_str());
     }
+    // Fresh random prompts per run (seed + k), so a later rate of a sweep does
+    // not hit the server's prefix cache with the earlier runs' prompts.
+    if (synthetic && k > 0) specs = RandomDataset(ro, pb, f.seed + k);
     RunOutput run = RunBenchmark(cfg, specs, offsets);
     Summary s = Summarize(run.records, run.duration_s, slo.value());
     any_completed = any_completed || s.completed > 0;

@@ -246,7 +246,24 @@ StatusOr<std::string> FirstModelId(const BaseUrl& base, const std::string& api_k
   HttpRequest req;
   req.target = base.prefix + "/v1/models";
   if (!api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + api_key);
-  auto resp = SendHttp(base, req, nullptr, nullptr);
+  // Bounded: a server that accepts but never answers fails after 30 s.
+  CancelSlot slot;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread timer([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(30), [&] { return done; })) {
+      slot.Cancel("timeout: no answer within 30 s");
+    }
+  });
+  auto resp = SendHttp(base, req, nullptr, &slot);
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  timer.join();
   if (!resp.ok()) return resp.status();
   if (resp->status != 200) {
     return Status(StatusCode::kUnavailable,

@@ -7,7 +7,7 @@ Synthesises a tiny qwen3 checkpoint, serves it on 127.0.0.1, and runs
 tessera-bench (dirname(--tessera)/bench/tessera-bench) for: fixed concurrency
 on /v1/completions, a two-rate sweep on /v1/chat/completions with an SVG, a
 BurstGPT CSV replay with time scaling, a ShareGPT file, the shared-prefix
-dataset, --max-duration cancellation, and bad flags. The checks use the
+dataset, --sweep, --max-duration cancellation, API keys, and bad flags. The checks use the
 server's own view where they can (usage in the JSON comes from the server;
 prefix-cache hits from /metrics) and Python's XML parser for the SVG.
 """
@@ -117,6 +117,17 @@ def main():
                 texts = " ".join(e.text or "" for e in root.iter())
                 assert "rate 40" in texts and "rate inf" in texts, texts[:500]
 
+            def auto_sweep():
+                doc, _ = run_bench("autosweep", "--num-prompts", "4", "--input-len", "8", "--output-len", "2",
+                                   "--sweep", "2")
+                runs = doc["runs"]
+                assert len(runs) == 2 and runs[0]["request_rate"] == "inf", [r["request_rate"] for r in runs]
+                for r in runs:
+                    check_run(r, 4, output_len=2)
+                # The second rate is half the saturation run's achieved request rate.
+                want = runs[0]["request_throughput"] / 2
+                assert abs(runs[1]["request_rate"] - want) < 1e-6 * want, (runs[1]["request_rate"], want)
+
             def burstgpt():
                 csv = os.path.join(work, "trace.csv")
                 with open(csv, "w") as f:
@@ -200,6 +211,7 @@ def main():
 
             res.run("concurrency_completions", concurrency)
             res.run("rate_sweep_chat_svg", sweep)
+            res.run("auto_sweep", auto_sweep)
             res.run("burstgpt_replay", burstgpt)
             res.run("sharegpt", sharegpt)
             res.run("shared_prefix_chat", shared_prefix)
@@ -207,6 +219,31 @@ def main():
             res.run("bad_flags", bad_flags)
         finally:
             srv.stop()
+
+        # A server requiring an API key: $OPENAI_API_KEY is sent as a Bearer token.
+        keyed = Server(tessera, ["--model", model, "--threads", "2", "--api-key", "sekrit"], work, "keyed")
+        try:
+            res.server = keyed
+
+            def api_key():
+                keyed.wait_ready()
+                cmd = [bench, "--base-url", f"http://127.0.0.1:{keyed.port}", "--no-progress", "--num-prompts", "2",
+                       "--input-len", "4", "--output-len", "2"]
+                env = dict(os.environ, OPENAI_API_KEY="sekrit")
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=BENCH_TIMEOUT, env=env)
+                assert p.returncode == 0 and "Successful requests:                                2" in p.stdout, \
+                    p.stdout + p.stderr
+                env.pop("OPENAI_API_KEY")
+                p = subprocess.run(cmd + ["--model", "tiny-qwen3"], capture_output=True, text=True,
+                                   timeout=BENCH_TIMEOUT, env=env)
+                assert p.returncode == 1 and "HTTP 401" in p.stdout, p.stdout + p.stderr
+                p = subprocess.run(cmd + ["--api-key", "sekrit"], capture_output=True, text=True,
+                                   timeout=BENCH_TIMEOUT, env=env)
+                assert p.returncode == 0, p.stdout + p.stderr
+
+            res.run("api_key", api_key)
+        finally:
+            keyed.stop()
     return res.summary(start)
 
 
