@@ -151,9 +151,8 @@ double TickStep(double lo, double hi) {
 std::string Num(double v) {
   if (v == 0) return "0";
   const double a = std::fabs(v);
-  if (a >= 1e4 || a < 1e-3) return Fmt("%.2g", v);
-  if (a >= 100) return Fmt("%.0f", v);
-  if (a >= 1) return Fmt("%.3g", v);
+  if (a >= 1e7 || a < 1e-3) return Fmt("%.2g", v);
+  if (a >= 100) return Fmt("%.0f", v);  // 15000, not 1.5e+04
   return Fmt("%.3g", v);
 }
 
