@@ -1,0 +1,322 @@
+// AVX2 int8 kernels for block-quantized weights (Q8_0, Q4_0, Q4_K).
+//
+// Arithmetic: exactly the per-element sequence of quant_scalar.cc (bitwise equal).
+// Integer block dots are exact whatever the reduction order, so each is computed
+// with maddubs/madd/hadd, and the float chain s = fma(d_w * d_x, isum, s) runs with
+// 8 OUTPUT COLUMNS per __m256 (lane c = column c): every lane performs the scalar
+// sequence, for any tile shape, so results are batch-invariant.
+//
+// Tiling: a tile is MR (1..4) activation rows x 8 weight rows (columns of y). Per
+// weight block the 8 columns are unpacked once and reused for the MR rows. Rows run
+// in chunks of kMc (x chunk in L2); per chunk each 8-column group streams its weights
+// once from memory (prefetching the next group) and the chunk's row groups reuse them
+// from L1/L2.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/quant.h"
+#include "kernels/cpu/internal.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace tessera::kernels::cpu::internal {
+namespace {
+
+constexpr int64_t kMc = 64;  // rows per chunk
+
+inline uint16_t Ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// f16 scales at col[c] + off of the 8 columns, as f32 (exact, like F16ToF32).
+inline __m256 LoadD8(const uint8_t* const* col, int64_t off) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<short>(Ld16(col[0] + off)), static_cast<short>(Ld16(col[1] + off)),
+      static_cast<short>(Ld16(col[2] + off)), static_cast<short>(Ld16(col[3] + off)),
+      static_cast<short>(Ld16(col[4] + off)), static_cast<short>(Ld16(col[5] + off)),
+      static_cast<short>(Ld16(col[6] + off)), static_cast<short>(Ld16(col[7] + off))));
+}
+
+// Lane c = sum of the 16 int16 lanes of p[c]. Exact when each 128-bit half of each
+// p[c] sums to |.| < 2^15 in any grouping (true for maddubs of 4-bit weights 0..15
+// with |x| <= 127: 8 lanes x 3810).
+inline __m256i Reduce8x16(const __m256i* p) {
+  const __m256i h01 = _mm256_hadd_epi16(p[0], p[1]);
+  const __m256i h23 = _mm256_hadd_epi16(p[2], p[3]);
+  const __m256i h45 = _mm256_hadd_epi16(p[4], p[5]);
+  const __m256i h67 = _mm256_hadd_epi16(p[6], p[7]);
+  const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(h01, h23), _mm256_hadd_epi16(h45, h67));
+  // h half = [sum of that half of p[0], ..., of p[7]]
+  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)),
+                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)));
+}
+
+// Lane c = sum of the 8 int32 lanes of p[c] (exact: int32 sums cannot overflow here).
+inline __m256i Reduce8x32(const __m256i* p) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Prefetches the next column group, step bytes per weight block step.
+inline void Prefetch(const char*& pf, int64_t step) {
+  if (pf == nullptr) return;
+  for (int64_t off = 0; off < step; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+  pf += step;
+}
+
+template <int MR>
+inline void Store(const __m256* acc, int nc, const float* bias, float* y, int64_t ldy) {
+  alignas(32) float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (bias != nullptr) std::memcpy(b, bias, sizeof(float) * nc);
+  const __m256 bv = _mm256_load_ps(b);
+  for (int r = 0; r < MR; ++r) {
+    const __m256 v = bias != nullptr ? _mm256_add_ps(acc[r], bv) : acc[r];
+    if (nc == 8) {
+      _mm256_storeu_ps(y + r * ldy, v);
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, v);
+      std::memcpy(y + r * ldy, t, sizeof(float) * nc);
+    }
+  }
+}
+
+struct Q8_0 {
+  static constexpr DType kType = DType::kQ8_0;
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 34);
+      const int64_t off = b * 34;
+      __m256i wv[8], aw[8];
+      for (int c = 0; c < 8; ++c) {
+        wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[c] + off + 2));
+        aw[c] = _mm256_abs_epi8(wv[c]);  // -128 -> 0x80 = 128 as unsigned
+      }
+      const __m256 dw = LoadD8(col, off);
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + row * a.k + 32 * b));
+        __m256i p[8];
+        for (int c = 0; c < 8; ++c) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
+          p[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xq, wv[c])), ones);
+        }
+        const __m256i isum = Reduce8x32(p);
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
+        acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+struct Q4_0 {
+  static constexpr DType kType = DType::kQ4_0;
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 18);
+      const int64_t off = b * 18;
+      __m256i wv[8];  // nibbles 0..15: elements 0..15 low, 16..31 high
+      for (int c = 0; c < 8; ++c) {
+        const __m256i q = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col[c] + off + 2)));
+        wv[c] = _mm256_and_si256(_mm256_blend_epi32(q, _mm256_srli_epi16(q, 4), 0xF0), m4);
+      }
+      const __m256 dw = LoadD8(col, off);
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + row * a.k + 32 * b));
+        __m256i p[8];
+        for (int c = 0; c < 8; ++c) p[c] = _mm256_maddubs_epi16(wv[c], xq);
+        const __m256i isum = _mm256_sub_epi32(Reduce8x16(p),
+                                              _mm256_set1_epi32(8 * int32_t{a.sums[row * nb + b]}));
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
+        acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+// 8x8 byte transpose: rows[c] holds 8 bytes (t = 0..7) of column c; out[t] lane c
+// = rows[c] byte t, widened to int32.
+inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
+  __m128i r[8];
+  for (int c = 0; c < 8; ++c) r[c] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + c));
+  const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+  const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+  const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+  const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
+                        _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
+  for (int t = 0; t < 4; ++t) {  // c[t] = [t'=2t: cols 0..7 | t'=2t+1: cols 0..7]
+    out[2 * t] = _mm256_cvtepu8_epi32(c[t]);
+    out[2 * t + 1] = _mm256_cvtepu8_epi32(_mm_srli_si128(c[t], 8));
+  }
+}
+
+struct Q4_K {
+  static constexpr DType kType = DType::kQ4_K;
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 256, ng = a.k / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 144);
+      const int64_t off = b * 144;
+      const __m256 dw = LoadD8(col, off), dminw = LoadD8(col, off + 2);
+      // 6-bit scales/mins of the 8 columns: sc[c] bytes t = sc_t, mn[c] bytes t = m_t.
+      uint64_t sc[8], mn[8];
+      for (int c = 0; c < 8; ++c) {
+        constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+        uint32_t u[3];
+        std::memcpy(u, col[c] + off + 4, 12);
+        const uint32_t s_lo = u[0] & k1, m_lo = u[1] & k1;
+        const uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+        const uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+        sc[c] = s_lo | (uint64_t{s_hi} << 32);
+        mn[c] = m_lo | (uint64_t{m_hi} << 32);
+      }
+      __m256i sc8[8], mn8[8];
+      Transpose8x8(sc, sc8);
+      Transpose8x8(mn, mn8);
+      __m256i isc[MR];
+      for (int r = 0; r < MR; ++r) isc[r] = _mm256_setzero_si256();
+      for (int cc = 0; cc < 4; ++cc) {  // 64 elements: sub-block 2cc low nibbles, 2cc+1 high
+        __m256i q[8];
+        for (int c = 0; c < 8; ++c)
+          q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[c] + off + 16 + 32 * cc));
+        for (int h = 0; h < 2; ++h) {
+          const int t = 2 * cc + h;
+          __m256i wv[8];
+          for (int c = 0; c < 8; ++c)
+            wv[c] = _mm256_and_si256(h == 0 ? q[c] : _mm256_srli_epi16(q[c], 4), m4);
+          for (int r = 0; r < MR; ++r) {
+            const __m256i xq = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(a.q + (i0 + r) * a.k + 256 * b + 32 * t));
+            __m256i p[8];
+            for (int c = 0; c < 8; ++c) p[c] = _mm256_maddubs_epi16(wv[c], xq);
+            isc[r] = _mm256_add_epi32(isc[r], _mm256_mullo_epi32(Reduce8x16(p), sc8[t]));
+          }
+        }
+      }
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const int16_t* xs = a.sums + row * ng + 8 * b;
+        __m256i imin = _mm256_setzero_si256();
+        for (int t = 0; t < 8; ++t)
+          imin = _mm256_add_epi32(imin, _mm256_mullo_epi32(mn8[t], _mm256_set1_epi32(xs[t])));
+        const __m256 dx = _mm256_set1_ps(a.d[row * nb + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isc[r]), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dminw, dx), _mm256_cvtepi32_ps(imin), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+template <class Kind>
+void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const float* bias,
+          float* y, int64_t ldy) {
+  const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
+  for (int64_t mb = 0; mb < a.m; mb += kMc) {
+    const int64_t me = std::min(a.m, mb + kMc);
+    for (int64_t j0 = n0; j0 < n1; j0 += 8) {
+      const int nc = static_cast<int>(std::min<int64_t>(8, n1 - j0));
+      const uint8_t* col[8];
+      for (int c = 0; c < 8; ++c) col[c] = w + (j0 + std::min(c, nc - 1)) * rb;
+      // Next group's weights (the 8 rows are contiguous), fetched while this one runs.
+      const char* next = j0 + 8 < n1 ? reinterpret_cast<const char*>(w + (j0 + 8) * rb) : nullptr;
+      const float* bj = bias != nullptr ? bias + j0 : nullptr;
+      for (int64_t i0 = mb; i0 < me; i0 += 4) {
+        const char* pf = i0 == mb ? next : nullptr;
+        float* yt = y + i0 * ldy + j0;
+        switch (std::min<int64_t>(4, me - i0)) {
+          case 1: Kind::template Tile<1>(a, i0, col, nc, bj, yt, ldy, pf); break;
+          case 2: Kind::template Tile<2>(a, i0, col, nc, bj, yt, ldy, pf); break;
+          case 3: Kind::template Tile<3>(a, i0, col, nc, bj, yt, ldy, pf); break;
+          default: Kind::template Tile<4>(a, i0, col, nc, bj, yt, ldy, pf); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
+                      float* d, int16_t* sums) {
+  const int64_t nb = k / block;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * k;
+    int8_t* qr = q + r * k;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * block;
+      __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+      for (int64_t l = 0; l < block; l += 8) {
+        const __m256 v = _mm256_loadu_ps(xb + l);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);  // NaN lanes keep amax
+      }
+      const float db = avx2::HmaxPs(amax) / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      d[r * nb + b] = _mm256_movemask_ps(nan) != 0 ? std::numeric_limits<float>::quiet_NaN() : db;
+      const __m256 vid = _mm256_set1_ps(id);
+      for (int64_t l = 0; l < block; l += 32) {
+        __m256i i[4];
+        for (int u = 0; u < 4; ++u) {
+          __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + l + 8 * u), vid);
+          v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
+          v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+          i[u] = _mm256_cvtps_epi32(v);  // MXCSR default: nearest, ties to even
+        }
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]),
+                                             _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + b * block + l),
+                            _mm256_permutevar8x32_epi32(p, order));
+      }
+    }
+    for (int64_t g = 0; g < k / 32; ++g) {
+      int s = 0;
+      for (int l = 0; l < 32; ++l) s += qr[32 * g + l];
+      sums[r * (k / 32) + g] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                         int64_t n_end, const float* bias, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (w_type) {
+    case DType::kQ8_0: return Cols<Q8_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_0: return Cols<Q4_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_K: return Cols<Q4_K>(a, wb, n_begin, n_end, bias, y, ldy);
+    default: break;
+  }
+}
+
+}  // namespace tessera::kernels::cpu::internal
