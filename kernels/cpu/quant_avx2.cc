@@ -33,13 +33,15 @@ inline uint16_t Ld16(const uint8_t* p) {
   return v;
 }
 
-// f16 scales at col[c] + off of the 8 columns, as f32 (exact, like F16ToF32).
+// f16 scales at col[c] + off of the 8 columns, as f32 (exact, like F16ToF32). Packed
+// in general-purpose registers: the vector ports are the bottleneck, not these.
 inline __m256 LoadD8(const uint8_t* const* col, int64_t off) {
-  return _mm256_cvtph_ps(_mm_setr_epi16(
-      static_cast<short>(Ld16(col[0] + off)), static_cast<short>(Ld16(col[1] + off)),
-      static_cast<short>(Ld16(col[2] + off)), static_cast<short>(Ld16(col[3] + off)),
-      static_cast<short>(Ld16(col[4] + off)), static_cast<short>(Ld16(col[5] + off)),
-      static_cast<short>(Ld16(col[6] + off)), static_cast<short>(Ld16(col[7] + off))));
+  uint64_t lo = 0, hi = 0;
+  for (int c = 0; c < 4; ++c) {
+    lo |= uint64_t{Ld16(col[c] + off)} << (16 * c);
+    hi |= uint64_t{Ld16(col[c + 4] + off)} << (16 * c);
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
 // Lane c = sum of the 16 int16 lanes of p[c]. Exact when each 128-bit half of each
@@ -124,30 +126,39 @@ struct Q8_0 {
 
 struct Q4_0 {
   static constexpr DType kType = DType::kQ4_0;
+  // Columns c and c + 4 share a vector (low / high 128 bits), so one maddubs serves two
+  // columns and the reduction needs 3 hadds + 1 madd for 8 columns.
   template <int MR>
   static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
     const int64_t nb = a.k / 32;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[MR];
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 18);
       const int64_t off = b * 18;
-      __m256i wv[8];  // nibbles 0..15: elements 0..15 low, 16..31 high
-      for (int c = 0; c < 8; ++c) {
-        const __m256i q = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col[c] + off + 2)));
-        wv[c] = _mm256_and_si256(_mm256_blend_epi32(q, _mm256_srli_epi16(q, 4), 0xF0), m4);
+      __m256i lo[4], hi[4];  // nibbles 0..15: elements 0..15 (lo), 16..31 (hi)
+      for (int i = 0; i < 4; ++i) {
+        const __m256i v = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col[i] + off + 2))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col[i + 4] + off + 2)), 1);
+        lo[i] = _mm256_and_si256(v, m4);
+        hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       }
       const __m256 dw = LoadD8(col, off);
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + row * a.k + 32 * b));
-        __m256i p[8];
-        for (int c = 0; c < 8; ++c) p[c] = _mm256_maddubs_epi16(wv[c], xq);
-        const __m256i isum = _mm256_sub_epi32(Reduce8x16(p),
-                                              _mm256_set1_epi32(8 * int32_t{a.sums[row * nb + b]}));
+        const int8_t* xb = a.q + row * a.k + 32 * b;
+        const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+        const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+        __m256i p[4];  // int16 lanes <= 2 * 2 * 15 * 127 = 7620
+        for (int i = 0; i < 4; ++i)
+          p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xl), _mm256_maddubs_epi16(hi[i], xh));
+        // Per half: [p0 4-lane sums x2, p1 x2, p2 x2, p3 x2] (<= 30480), then pairs.
+        const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+        const __m256i dot = _mm256_madd_epi16(h, ones);  // lanes: columns 0..3 | 4..7
+        const __m256i isum = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * int32_t{a.sums[row * nb + b]}));
         const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
         acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
       }
