@@ -44,20 +44,6 @@ inline __m256 LoadD8(const uint8_t* const* col, int64_t off) {
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
-// Lane c = sum of the 16 int16 lanes of p[c]. Exact when each 128-bit half of each
-// p[c] sums to |.| < 2^15 in any grouping (true for maddubs of 4-bit weights 0..15
-// with |x| <= 127: 8 lanes x 3810).
-inline __m256i Reduce8x16(const __m256i* p) {
-  const __m256i h01 = _mm256_hadd_epi16(p[0], p[1]);
-  const __m256i h23 = _mm256_hadd_epi16(p[2], p[3]);
-  const __m256i h45 = _mm256_hadd_epi16(p[4], p[5]);
-  const __m256i h67 = _mm256_hadd_epi16(p[6], p[7]);
-  const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(h01, h23), _mm256_hadd_epi16(h45, h67));
-  // h half = [sum of that half of p[0], ..., of p[7]]
-  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)),
-                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)));
-}
-
 // Lane c = sum of the 8 int32 lanes of p[c] (exact: int32 sums cannot overflow here).
 inline __m256i Reduce8x32(const __m256i* p) {
   const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
@@ -212,23 +198,42 @@ struct Q4_K {
       __m256i sc8[8], mn8[8];
       Transpose8x8(sc, sc8);
       Transpose8x8(mn, mn8);
+      __m256i mn16[4];  // int16 pairs (m_t, m_t+1) per column, for madd with x's sums
+      for (int t = 0; t < 4; ++t)
+        mn16[t] = _mm256_or_si256(mn8[2 * t], _mm256_slli_epi32(mn8[2 * t + 1], 16));
       __m256i isc[MR];
       for (int r = 0; r < MR; ++r) isc[r] = _mm256_setzero_si256();
       for (int cc = 0; cc < 4; ++cc) {  // 64 elements: sub-block 2cc low nibbles, 2cc+1 high
-        __m256i q[8];
-        for (int c = 0; c < 8; ++c)
-          q[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[c] + off + 16 + 32 * cc));
+        // As Q4_0: columns i and i + 4 share a vector; A: bytes 0..15, B: bytes 16..31.
+        __m256i qa[4], qb[4];
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t* p0 = col[i] + off + 16 + 32 * cc;
+          const uint8_t* p1 = col[i + 4] + off + 16 + 32 * cc;
+          qa[i] = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+          qb[i] = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 16))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 16)), 1);
+        }
         for (int h = 0; h < 2; ++h) {
           const int t = 2 * cc + h;
-          __m256i wv[8];
-          for (int c = 0; c < 8; ++c)
-            wv[c] = _mm256_and_si256(h == 0 ? q[c] : _mm256_srli_epi16(q[c], 4), m4);
+          __m256i wa[4], wb[4];
+          for (int i = 0; i < 4; ++i) {
+            wa[i] = _mm256_and_si256(h == 0 ? qa[i] : _mm256_srli_epi16(qa[i], 4), m4);
+            wb[i] = _mm256_and_si256(h == 0 ? qb[i] : _mm256_srli_epi16(qb[i], 4), m4);
+          }
+          // int16 lanes 2c, 2c+1 of each half = scale of that half's column.
+          const __m256i sc16 = _mm256_or_si256(sc8[t], _mm256_slli_epi32(sc8[t], 16));
           for (int r = 0; r < MR; ++r) {
-            const __m256i xq = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(a.q + (i0 + r) * a.k + 256 * b + 32 * t));
-            __m256i p[8];
-            for (int c = 0; c < 8; ++c) p[c] = _mm256_maddubs_epi16(wv[c], xq);
-            isc[r] = _mm256_add_epi32(isc[r], _mm256_mullo_epi32(Reduce8x16(p), sc8[t]));
+            const int8_t* xb = a.q + (i0 + r) * a.k + 256 * b + 32 * t;
+            const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+            const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+            __m256i p[4];  // int16 lanes <= 7620
+            for (int i = 0; i < 4; ++i)
+              p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(wa[i], xl), _mm256_maddubs_epi16(wb[i], xh));
+            const __m256i hs = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+            isc[r] = _mm256_add_epi32(isc[r], _mm256_madd_epi16(hs, sc16));  // sc_t * dot_t
           }
         }
       }
@@ -236,8 +241,11 @@ struct Q4_K {
         const int64_t row = i0 + r;
         const int16_t* xs = a.sums + row * ng + 8 * b;
         __m256i imin = _mm256_setzero_si256();
-        for (int t = 0; t < 8; ++t)
-          imin = _mm256_add_epi32(imin, _mm256_mullo_epi32(mn8[t], _mm256_set1_epi32(xs[t])));
+        for (int t = 0; t < 8; t += 2) {  // m_t * bsum_t + m_t+1 * bsum_t+1 per column
+          int32_t pair;
+          std::memcpy(&pair, xs + t, 4);
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn16[t / 2], _mm256_set1_epi32(pair)));
+        }
         const __m256 dx = _mm256_set1_ps(a.d[row * nb + b]);
         acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isc[r]), acc[r]);
         acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dminw, dx), _mm256_cvtepi32_ps(imin), acc[r]);
