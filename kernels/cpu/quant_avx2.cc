@@ -44,14 +44,6 @@ inline __m256 LoadD8(const uint8_t* const* col, int64_t off) {
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
 
-// Lane c = sum of the 8 int32 lanes of p[c] (exact: int32 sums cannot overflow here).
-inline __m256i Reduce8x32(const __m256i* p) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
-                          _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 // Prefetches the next column group, step bytes per weight block step.
 inline void Prefetch(const char*& pf, int64_t step) {
   if (pf == nullptr) return;
@@ -76,8 +68,21 @@ inline void Store(const __m256* acc, int nc, const float* bias, float* y, int64_
   }
 }
 
+// Loads 16 bytes of column i into the low and 16 of column i + 4 into the high half.
+inline __m256i LoadPair(const uint8_t* lo, const uint8_t* hi) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
+}
+
+inline __m256i Bcast16(const int8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 struct Q8_0 {
   static constexpr DType kType = DType::kQ8_0;
+  // Columns i and i + 4 share a vector (A: elements 0..15, B: 16..31), so 8 columns
+  // reduce with 3 hadds.
   template <int MR>
   static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
@@ -88,20 +93,26 @@ struct Q8_0 {
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 34);
       const int64_t off = b * 34;
-      __m256i wv[8], aw[8];
-      for (int c = 0; c < 8; ++c) {
-        wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col[c] + off + 2));
-        aw[c] = _mm256_abs_epi8(wv[c]);  // -128 -> 0x80 = 128 as unsigned
+      __m256i wa[4], wb[4], aa[4], ab[4];
+      for (int i = 0; i < 4; ++i) {
+        wa[i] = LoadPair(col[i] + off + 2, col[i + 4] + off + 2);
+        wb[i] = LoadPair(col[i] + off + 18, col[i + 4] + off + 18);
+        aa[i] = _mm256_abs_epi8(wa[i]);  // -128 -> 0x80 = 128 as unsigned
+        ab[i] = _mm256_abs_epi8(wb[i]);
       }
       const __m256 dw = LoadD8(col, off);
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + row * a.k + 32 * b));
-        __m256i p[8];
-        for (int c = 0; c < 8; ++c) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
-          p[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xq, wv[c])), ones);
+        const int8_t* xb = a.q + row * a.k + 32 * b;
+        const __m256i xl = Bcast16(xb), xh = Bcast16(xb + 16);
+        __m256i p[4];
+        for (int i = 0; i < 4; ++i) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
+          const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(aa[i], _mm256_sign_epi8(xl, wa[i])), ones);
+          const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(ab[i], _mm256_sign_epi8(xh, wb[i])), ones);
+          p[i] = _mm256_add_epi32(pa, pb);
         }
-        const __m256i isum = Reduce8x32(p);
+        // Per half: [p0 pair sums x2, p1 x2 | ...] then [p0, p1, p2, p3]: columns 0..3 | 4..7.
+        const __m256i isum = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
         acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
       }
