@@ -219,7 +219,8 @@ void BM_FmaPeak(benchmark::State& state) {
 
 // The int8 dot instruction sequence (vpmaddubsw + vpmaddwd + vpaddd on 32 byte
 // pairs), 12 independent chains in registers: counted as 2 ops (multiply, add) per
-// byte pair, i.e. 64 ops per sequence, so it compares with 2*M*N*K of a GEMM.
+// byte pair, i.e. 64 ops per sequence (counter FLOPS, though integer), so it
+// compares with 2*M*N*K of a GEMM.
 __attribute__((target("avx2"))) int Int8Loop(int64_t iters) {
   __m256i acc[12], v[12];
   for (int i = 0; i < 12; ++i) {
@@ -251,7 +252,7 @@ void BM_Int8Peak(benchmark::State& state) {
       for (int64_t t = b; t < e; ++t) benchmark::DoNotOptimize(Int8Loop(iters));
     });
   }
-  state.counters["OPS"] = benchmark::Counter(2.0 * 32 * 12 * iters * threads * state.iterations(),
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * 32 * 12 * iters * threads * state.iterations(),
                                              benchmark::Counter::kIsRate);
 }
 
