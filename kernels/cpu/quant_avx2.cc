@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "common/quant.h"
 #include "kernels/cpu/internal.h"
@@ -33,14 +34,14 @@ inline uint16_t Ld16(const uint8_t* p) {
   return v;
 }
 
-// f16 scales at col[c] + off of the 8 columns, as f32 (exact, like F16ToF32). Packed
+// f16 scales at w0 + c * rb + off of the 8 columns, as f32 (exact, like F16ToF32). Packed
 // in general-purpose registers: the vector ports are the bottleneck, not these.
-inline __m256 LoadD8(const uint8_t* const* col, int64_t off) {
+inline __m256 LoadD8(const uint8_t* w0, int64_t rb, int64_t off) {
   uint64_t lo = 0, hi = 0;
   #pragma GCC unroll 8
   for (int c = 0; c < 4; ++c) {
-    lo |= uint64_t{Ld16(col[c] + off)} << (16 * c);
-    hi |= uint64_t{Ld16(col[c + 4] + off)} << (16 * c);
+    lo |= uint64_t{Ld16(w0 + c * rb + off)} << (16 * c);
+    hi |= uint64_t{Ld16(w0 + (c + 4) * rb + off)} << (16 * c);
   }
   return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
 }
@@ -86,7 +87,7 @@ struct Q8_0 {
   // Columns i and i + 4 share a vector (A: elements 0..15, B: 16..31), so 8 columns
   // reduce with 3 hadds.
   template <int MR>
-  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
     const int64_t nb = a.k / 32;
     const __m256i ones = _mm256_set1_epi16(1);
@@ -99,12 +100,12 @@ struct Q8_0 {
       __m256i wa[4], wb[4], aa[4], ab[4];
       #pragma GCC unroll 8
       for (int i = 0; i < 4; ++i) {
-        wa[i] = LoadPair(col[i] + off + 2, col[i + 4] + off + 2);
-        wb[i] = LoadPair(col[i] + off + 18, col[i + 4] + off + 18);
+        wa[i] = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
+        wb[i] = LoadPair(w0 + i * rb + off + 18, w0 + (i + 4) * rb + off + 18);
         aa[i] = _mm256_abs_epi8(wa[i]);  // -128 -> 0x80 = 128 as unsigned
         ab[i] = _mm256_abs_epi8(wb[i]);
       }
-      const __m256 dw = LoadD8(col, off);
+      const __m256 dw = LoadD8(w0, rb, off);
       #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
@@ -132,7 +133,7 @@ struct Q4_0 {
   // Columns c and c + 4 share a vector (low / high 128 bits), so one maddubs serves two
   // columns and the reduction needs 3 hadds + 1 madd for 8 columns.
   template <int MR>
-  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
     const int64_t nb = a.k / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -145,13 +146,11 @@ struct Q4_0 {
       __m256i lo[4], hi[4];  // nibbles 0..15: elements 0..15 (lo), 16..31 (hi)
       #pragma GCC unroll 8
       for (int i = 0; i < 4; ++i) {
-        const __m256i v = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col[i] + off + 2))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col[i + 4] + off + 2)), 1);
+        const __m256i v = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
         lo[i] = _mm256_and_si256(v, m4);
         hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       }
-      const __m256 dw = LoadD8(col, off);
+      const __m256 dw = LoadD8(w0, rb, off);
       #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
@@ -196,7 +195,7 @@ inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
 struct Q4_K {
   static constexpr DType kType = DType::kQ4_K;
   template <int MR>
-  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* const* col, int nc,
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
     const int64_t nb = a.k / 256, ng = a.k / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -206,14 +205,14 @@ struct Q4_K {
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 144);
       const int64_t off = b * 144;
-      const __m256 dw = LoadD8(col, off), dminw = LoadD8(col, off + 2);
+      const __m256 dw = LoadD8(w0, rb, off), dminw = LoadD8(w0, rb, off + 2);
       // 6-bit scales/mins of the 8 columns: sc[c] bytes t = sc_t, mn[c] bytes t = m_t.
       uint64_t sc[8], mn[8];
       #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
         uint32_t u[3];
-        std::memcpy(u, col[c] + off + 4, 12);
+        std::memcpy(u, w0 + c * rb + off + 4, 12);
         const uint32_t s_lo = u[0] & k1, m_lo = u[1] & k1;
         const uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
         const uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
@@ -235,14 +234,10 @@ struct Q4_K {
         __m256i qa[4], qb[4];
         #pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
-          const uint8_t* p0 = col[i] + off + 16 + 32 * cc;
-          const uint8_t* p1 = col[i + 4] + off + 16 + 32 * cc;
-          qa[i] = _mm256_inserti128_si256(
-              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
-          qb[i] = _mm256_inserti128_si256(
-              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0 + 16))),
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1 + 16)), 1);
+          const uint8_t* p0 = w0 + i * rb + off + 16 + 32 * cc;
+          const uint8_t* p1 = w0 + (i + 4) * rb + off + 16 + 32 * cc;
+          qa[i] = LoadPair(p0, p1);
+          qb[i] = LoadPair(p0 + 16, p1 + 16);
         }
         #pragma GCC unroll 8
         for (int h = 0; h < 2; ++h) {
@@ -289,6 +284,8 @@ struct Q4_K {
   }
 };
 
+thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
+
 template <class Kind>
 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const float* bias,
           float* y, int64_t ldy) {
@@ -297,8 +294,12 @@ void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const fl
     const int64_t me = std::min(a.m, mb + kMc);
     for (int64_t j0 = n0; j0 < n1; j0 += 8) {
       const int nc = static_cast<int>(std::min<int64_t>(8, n1 - j0));
-      const uint8_t* col[8];
-            for (int c = 0; c < 8; ++c) col[c] = w + (j0 + std::min(c, nc - 1)) * rb;
+      const uint8_t* w0 = w + j0 * rb;
+      if (nc < 8) {  // tiles always read 8 rows; padding rows (zero scales) are not stored
+        t_tail.assign(static_cast<size_t>(8 * rb), 0);
+        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
+        w0 = t_tail.data();
+      }
       // Next group's weights (the 8 rows are contiguous), fetched while this one runs.
       const char* next = j0 + 8 < n1 ? reinterpret_cast<const char*>(w + (j0 + 8) * rb) : nullptr;
       const float* bj = bias != nullptr ? bias + j0 : nullptr;
@@ -306,10 +307,10 @@ void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const fl
         const char* pf = i0 == mb ? next : nullptr;
         float* yt = y + i0 * ldy + j0;
         switch (std::min<int64_t>(4, me - i0)) {
-          case 1: Kind::template Tile<1>(a, i0, col, nc, bj, yt, ldy, pf); break;
-          case 2: Kind::template Tile<2>(a, i0, col, nc, bj, yt, ldy, pf); break;
-          case 3: Kind::template Tile<3>(a, i0, col, nc, bj, yt, ldy, pf); break;
-          default: Kind::template Tile<4>(a, i0, col, nc, bj, yt, ldy, pf); break;
+          case 1: Kind::template Tile<1>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          case 2: Kind::template Tile<2>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          case 3: Kind::template Tile<3>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          default: Kind::template Tile<4>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
         }
       }
     }
