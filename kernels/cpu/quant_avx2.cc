@@ -6,8 +6,14 @@
 // 8 OUTPUT COLUMNS per __m256 (lane c = column c): every lane performs the scalar
 // sequence, for any tile shape, so results are batch-invariant.
 //
-// Tiling: a tile is MR (1..4) activation rows x 8 weight rows (columns of y). Per
-// weight block the 8 columns are unpacked once and reused for the MR rows. Rows run
+// Exactness: maddubs multiplies unsigned weights (4-bit 0..15, or |w| <= 128 with
+// the sign moved onto x) by int8 x with |x| <= 127, so int16 pair sums never saturate;
+// int16 adds/hadds are used only while the bound stays < 2^15 (noted at each use).
+//
+// Tiling: a tile is MR (1..4) activation rows x 8 weight rows (columns of y); columns
+// c and c + 4 share one vector (128-bit halves), so one maddubs serves two columns
+// and 8 columns reduce with 3 hadds. Per weight block the 8 columns are unpacked once
+// and reused for the MR rows. Rows run
 // in chunks of kMc (x chunk in L2); per chunk each 8-column group streams its weights
 // once from memory (prefetching the next group) and the chunk's row groups reuse them
 // from L1/L2.
@@ -38,7 +44,7 @@ inline uint16_t Ld16(const uint8_t* p) {
 // in general-purpose registers: the vector ports are the bottleneck, not these.
 inline __m256 LoadD8(const uint8_t* w0, int64_t rb, int64_t off) {
   uint64_t lo = 0, hi = 0;
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int c = 0; c < 4; ++c) {
     lo |= uint64_t{Ld16(w0 + c * rb + off)} << (16 * c);
     hi |= uint64_t{Ld16(w0 + (c + 4) * rb + off)} << (16 * c);
@@ -58,7 +64,7 @@ inline void Store(const __m256* acc, int nc, const float* bias, float* y, int64_
   alignas(32) float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (bias != nullptr) std::memcpy(b, bias, sizeof(float) * nc);
   const __m256 bv = _mm256_load_ps(b);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     const __m256 v = bias != nullptr ? _mm256_add_ps(acc[r], bv) : acc[r];
     if (nc == 8) {
@@ -92,13 +98,13 @@ struct Q8_0 {
     const int64_t nb = a.k / 32;
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 34);
       const int64_t off = b * 34;
       __m256i wa[4], wb[4], aa[4], ab[4];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < 4; ++i) {
         wa[i] = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
         wb[i] = LoadPair(w0 + i * rb + off + 18, w0 + (i + 4) * rb + off + 18);
@@ -106,13 +112,13 @@ struct Q8_0 {
         ab[i] = _mm256_abs_epi8(wb[i]);
       }
       const __m256 dw = LoadD8(w0, rb, off);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
         const int8_t* xb = a.q + row * a.k + 32 * b;
         const __m256i xl = Bcast16(xb), xh = Bcast16(xb + 16);
         __m256i p[4];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
           const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(aa[i], _mm256_sign_epi8(xl, wa[i])), ones);
           const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(ab[i], _mm256_sign_epi8(xh, wb[i])), ones);
@@ -138,27 +144,27 @@ struct Q4_0 {
     const int64_t nb = a.k / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256 acc[MR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 18);
       const int64_t off = b * 18;
       __m256i lo[4], hi[4];  // nibbles 0..15: elements 0..15 (lo), 16..31 (hi)
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < 4; ++i) {
         const __m256i v = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
         lo[i] = _mm256_and_si256(v, m4);
         hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       }
       const __m256 dw = LoadD8(w0, rb, off);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
         const int8_t* xb = a.q + row * a.k + 32 * b;
         const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
         const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
         __m256i p[4];  // int16 lanes <= 2 * 2 * 15 * 127 = 7620
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i)
           p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xl), _mm256_maddubs_epi16(hi[i], xh));
         // Per half: [p0 4-lane sums x2, p1 x2, p2 x2, p3 x2] (<= 30480), then pairs.
@@ -177,7 +183,7 @@ struct Q4_0 {
 // = rows[c] byte t, widened to int32.
 inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
   __m128i r[8];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int c = 0; c < 8; ++c) r[c] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + c));
   const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
   const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
@@ -185,7 +191,7 @@ inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
   const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
   const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
                         _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < 4; ++t) {  // c[t] = [t'=2t: cols 0..7 | t'=2t+1: cols 0..7]
     out[2 * t] = _mm256_cvtepu8_epi32(c[t]);
     out[2 * t + 1] = _mm256_cvtepu8_epi32(_mm_srli_si128(c[t], 8));
@@ -200,7 +206,7 @@ struct Q4_K {
     const int64_t nb = a.k / 256, ng = a.k / 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[MR];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       Prefetch(pf, 8 * 144);
@@ -208,7 +214,7 @@ struct Q4_K {
       const __m256 dw = LoadD8(w0, rb, off), dminw = LoadD8(w0, rb, off + 2);
       // 6-bit scales/mins of the 8 columns: sc[c] bytes t = sc_t, mn[c] bytes t = m_t.
       uint64_t sc[8], mn[8];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int c = 0; c < 8; ++c) {
         constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
         uint32_t u[3];
@@ -223,40 +229,40 @@ struct Q4_K {
       Transpose8x8(sc, sc8);
       Transpose8x8(mn, mn8);
       __m256i mn16[4];  // int16 pairs (m_t, m_t+1) per column, for madd with x's sums
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < 4; ++t)
         mn16[t] = _mm256_or_si256(mn8[2 * t], _mm256_slli_epi32(mn8[2 * t + 1], 16));
       __m256i isc[MR];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) isc[r] = _mm256_setzero_si256();
             for (int cc = 0; cc < 4; ++cc) {  // 64 elements: sub-block 2cc low nibbles, 2cc+1 high
         // As Q4_0: columns i and i + 4 share a vector; A: bytes 0..15, B: bytes 16..31.
         __m256i qa[4], qb[4];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int i = 0; i < 4; ++i) {
           const uint8_t* p0 = w0 + i * rb + off + 16 + 32 * cc;
           const uint8_t* p1 = w0 + (i + 4) * rb + off + 16 + 32 * cc;
           qa[i] = LoadPair(p0, p1);
           qb[i] = LoadPair(p0 + 16, p1 + 16);
         }
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int h = 0; h < 2; ++h) {
           const int t = 2 * cc + h;
           __m256i wa[4], wb[4];
-          #pragma GCC unroll 8
+#pragma GCC unroll 8
           for (int i = 0; i < 4; ++i) {
             wa[i] = _mm256_and_si256(h == 0 ? qa[i] : _mm256_srli_epi16(qa[i], 4), m4);
             wb[i] = _mm256_and_si256(h == 0 ? qb[i] : _mm256_srli_epi16(qb[i], 4), m4);
           }
           // int16 lanes 2c, 2c+1 of each half = scale of that half's column.
           const __m256i sc16 = _mm256_or_si256(sc8[t], _mm256_slli_epi32(sc8[t], 16));
-          #pragma GCC unroll 8
+#pragma GCC unroll 8
           for (int r = 0; r < MR; ++r) {
             const int8_t* xb = a.q + (i0 + r) * a.k + 256 * b + 32 * t;
             const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
             const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
             __m256i p[4];  // int16 lanes <= 7620
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int i = 0; i < 4; ++i)
               p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(wa[i], xl), _mm256_maddubs_epi16(wb[i], xh));
             const __m256i hs = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
@@ -264,12 +270,12 @@ struct Q4_K {
           }
         }
       }
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const int64_t row = i0 + r;
         const int16_t* xs = a.sums + row * ng + 8 * b;
         __m256i imin = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < 8; t += 2) {  // m_t * bsum_t + m_t+1 * bsum_t+1 per column
           int32_t pair;
           std::memcpy(&pair, xs + t, 4);
@@ -342,7 +348,7 @@ void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, in
       const __m256 vid = _mm256_set1_ps(id);
       for (int64_t l = 0; l < block; l += 32) {
         __m256i i[4];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int u = 0; u < 4; ++u) {
           __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + l + 8 * u), vid);
           v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
@@ -357,7 +363,7 @@ void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, in
     }
     for (int64_t g = 0; g < k / 32; ++g) {
       int s = 0;
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int l = 0; l < 32; ++l) s += qr[32 * g + l];
       sums[r * (k / 32) + g] = static_cast<int16_t>(s);
     }
