@@ -5,11 +5,16 @@
 //
 //   build/bench/kernels_bench --benchmark_filter='Linear/bf16/896x9728'
 //
-// Counters: bytes_per_second = weight+activation bytes per second; FLOPS = 2*M*N*K/s.
+// TESSERA_BENCH_HOT_WEIGHTS=1 keeps one copy of the weights (cache-resident for the
+// small shapes): separates a kernel's compute rate from DRAM bandwidth.
+//
+// Counters: bytes_per_second = weight+activation bytes per second; FLOPS = 2*M*N*K/s
+// (for quantized weights too: int8 multiply-adds count as 2 ops, like Limit/Int8Peak).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/ops.h"
 
@@ -50,16 +56,26 @@ struct WeightSet {
 const WeightSet& Weights(int64_t k, int64_t n, DType type) {
   static WeightSet ws;
   if (ws.k == k && ws.n == n && ws.type == type) return ws;
-  ws = WeightSet{k, n, type, k * n * DTypeSize(type), {}, 0};
+  ws = WeightSet{k, n, type, n * DTypeRowBytes(type, k), {}, 0};
   ws.copies = std::max<int64_t>(1, ((int64_t{128} << 20) + ws.bytes - 1) / ws.bytes);
+  if (std::getenv("TESSERA_BENCH_HOT_WEIGHTS") != nullptr) ws.copies = 1;  // cache-resident
   ws.data.resize(ws.bytes * ws.copies);
-  const auto vals = RandomVec(k * n, 7);
-  for (int64_t i = 0; i < k * n; ++i) {
-    if (type == DType::kF32) {
-      std::memcpy(ws.data.data() + 4 * i, &vals[i], 4);
+  // Rows drawn from one random pool (the lm_head would need 0.5 GB of f32 otherwise).
+  const int64_t pool = (int64_t{1} << 20) + 7;
+  const auto vals = RandomVec(pool + k, 7);
+  const int64_t rb = DTypeRowBytes(type, k);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* src = vals.data() + (j * 7919) % pool;
+    uint8_t* dst = ws.data.data() + j * rb;
+    if (IsQuantized(type)) {
+      QuantizeRow(src, k, type, dst);
+    } else if (type == DType::kF32) {
+      std::memcpy(dst, src, 4 * k);
     } else {
-      const uint16_t h = F32ToBf16(vals[i]);
-      std::memcpy(ws.data.data() + 2 * i, &h, 2);
+      for (int64_t i = 0; i < k; ++i) {
+        const uint16_t h = type == DType::kBF16 ? F32ToBf16(src[i]) : F32ToF16(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
     }
   }
   for (int64_t c = 1; c < ws.copies; ++c)
@@ -201,6 +217,45 @@ void BM_FmaPeak(benchmark::State& state) {
       2.0 * 8 * 12 * iters * threads * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+// The int8 dot instruction sequence (vpmaddubsw + vpmaddwd + vpaddd on 32 byte
+// pairs), 12 independent chains in registers: counted as 2 ops (multiply, add) per
+// byte pair, i.e. 64 ops per sequence (counter FLOPS, though integer), so it
+// compares with 2*M*N*K of a GEMM.
+__attribute__((target("avx2"))) int Int8Loop(int64_t iters) {
+  __m256i acc[12], v[12];
+  for (int i = 0; i < 12; ++i) {
+    acc[i] = _mm256_setzero_si256();
+    v[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
+  }
+  const __m256i s = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      asm volatile("" : "+x"(v[i]));  // opaque: keeps the multiply inside the loop
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(v[i], s), ones));
+    }
+  }
+  __m256i t = acc[0];
+  for (int i = 1; i < 12; ++i) t = _mm256_add_epi32(t, acc[i]);
+  return _mm256_extract_epi32(t, 0);
+}
+
+void BM_Int8Peak(benchmark::State& state) {
+  if (!UseAvx2()) {
+    state.SkipWithError("no AVX2");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t iters = 1 << 20;
+  for (auto _ : state) {
+    Pool(threads)->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) benchmark::DoNotOptimize(Int8Loop(iters));
+    });
+  }
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * 32 * 12 * iters * threads * state.iterations(),
+                                             benchmark::Counter::kIsRate);
+}
+
 struct LinearShape {
   const char* name;
   int64_t k, n;
@@ -211,23 +266,36 @@ int RegisterAll() {
                                 {"896x9728", 896, 9728},    // gate+up fused
                                 {"4864x896", 4864, 896},    // down
                                 {"896x151936", 896, 151936}};  // lm_head
-  for (DType type : {DType::kBF16, DType::kF32}) {
-    for (const auto& s : shapes) {
-      const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
-      b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-      for (int64_t m : {1, 4, 16, 32, 512}) {
-        if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
-        for (int threads : {1, 2}) b->Args({m, threads});
-      }
+  // Shapes of the 0.5B model for the quantized types (and bf16 to compare with).
+  const LinearShape qshapes[] = {{"896x896", 896, 896},
+                                 {"896x4864", 896, 4864},
+                                 {"4864x896", 4864, 896},
+                                 {"896x151936", 896, 151936}};
+  auto add = [](DType type, const LinearShape& s) {
+    if (DTypeRowBytes(type, s.k) < 0) return;  // Q4_K needs K % 256 == 0 (not 896)
+    const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
+    b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+    for (int64_t m : {1, 4, 16, 32, 512}) {
+      if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
+      for (int threads : {1, 2}) b->Args({m, threads});
     }
+  };
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+    for (const auto& s : qshapes) add(type, s);
   }
+  for (DType type : {DType::kBF16, DType::kF32}) {
+    for (const auto& s : shapes) add(type, s);
+  }
+  add(DType::kBF16, qshapes[1]);
   benchmark::RegisterBenchmark("PagedAttentionDecode", BM_PagedAttentionDecode)
       ->ArgNames({"ctx", "seqs", "threads"})
       ->ArgsProduct({{512, 2048}, {1, 8}, {1, 2}})
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark("Limit/ReadBandwidth", BM_ReadBandwidth)
+      ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("Limit/Int8Peak", BM_Int8Peak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Limit/FmaPeak", BM_FmaPeak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();

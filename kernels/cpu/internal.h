@@ -19,6 +19,35 @@ void LinearColsAvx2(const float* x, int64_t m, int64_t k, const void* w, DType w
                     int64_t n_begin, int64_t n_end, const float* bias, float* y,
                     int64_t ldy);
 
+// Activations quantized per row for the int8 dot products with block-quantized
+// weights (one buffer per Linear call, written by QuantizeActs*, read by all threads).
+// Per row of k: q int8 [k]; d f32 scale per block of ActBlock(w_type) (x ~ d * q);
+// sums int16 per 32 values (sum of q, for Q4_0's -8 offset and Q4_K's mins).
+struct QuantActs {
+  const int8_t* q = nullptr;     // [m, k]
+  const float* d = nullptr;      // [m, k / ActBlock]
+  const int16_t* sums = nullptr;  // [m, k / 32]
+  int64_t m = 0;
+  int64_t k = 0;
+};
+// 32 for Q8_0/Q4_0 (Q8_0-style blocks), 256 for Q4_K (Q8_K-style blocks).
+inline int64_t ActBlock(DType w_type) { return w_type == DType::kQ4_K ? 256 : 32; }
+// Quantizes rows [0, rows) of x (k a multiple of block): per block d = amax / 127,
+// q = round-half-even(clamp(x / d, -127, 127)) (0 for NaN; d = NaN when the block
+// has a NaN). Scalar and AVX2 produce identical bytes.
+void QuantizeActsScalar(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
+                        float* d, int16_t* sums);
+void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
+                      float* d, int16_t* sums);
+// Linear output columns [n_begin, n_end) of all a.m rows with quantized weights w
+// (Q8_0/Q4_0/Q4_K rows of a.k). Per output element: s = 0; per weight block in k
+// order, an exact int32 block dot, then s = fma(d_w * d_x, isum, s) (Q4_K: two fmas
+// per 256-block, see quant_scalar.cc); y = s + bias. Scalar and AVX2 bitwise equal.
+void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                           int64_t n_end, const float* bias, float* y, int64_t ldy);
+void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                         int64_t n_end, const float* bias, float* y, int64_t ldy);
+
 // Rows [0, rows) of the elementwise/row ops (callers offset the pointers).
 void RmsNormRowsScalar(const float* x, const float* weight, int64_t rows, int64_t dim,
                        float eps, float* out);

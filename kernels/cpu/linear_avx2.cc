@@ -7,7 +7,8 @@
 // packing weights to f32 first does not change any value either.
 //
 // Tiling: register tiles of MR rows of x by NR rows of w (4x3 for M >= 4, 1x8 for
-// decode). Small M streams the weights once; large M runs a cache-blocked GEMM
+// decode). Small M streams the weights once (bf16/f16 micro-panels converted once to
+// f32 when more than one 4-row group reuses them); large M runs a cache-blocked GEMM
 // (LargeMPanel) with bf16/f16 panels converted once to f32 scratch.
 #include <immintrin.h>
 
@@ -137,6 +138,8 @@ constexpr int NrFor(int64_t mr) { return mr == 1 ? 8 : mr == 4 ? 3 : 4; }
 // Small M (decode, small batches): weight-bandwidth bound. Each weight micro-panel
 // (NR rows) is loaded from memory once and reused for all m rows from L1/L2; x (at
 // most 63 rows) stays in L2.
+thread_local std::vector<float> t_micro;  // one converted weight micro-panel (SmallM)
+
 template <class W>
 void SmallM(const float* x, int64_t m, int64_t k, const typename W::T* w, int64_t n0,
             int64_t n1, const float* bias, float* y, int64_t ldy) {
@@ -148,6 +151,22 @@ void SmallM(const float* x, int64_t m, int64_t k, const typename W::T* w, int64_
     // Software prefetch of the next block: rows of only a few KB are too short for
     // the hardware stream prefetchers to reach full DRAM bandwidth.
     const char* next = jb + nr < n1 ? reinterpret_cast<const char*>(w + (jb + nr) * k) : nullptr;
+    if constexpr (!std::is_same_v<W, F32W>) {
+      if (m > 4) {  // several row groups: convert the micro-panel once (exact), reuse it
+        const int64_t total = nr * k, t8 = total & ~int64_t{7};
+        if (t_micro.size() < static_cast<size_t>(total)) t_micro.resize(total);
+        float* p = t_micro.data();
+        const typename W::T* src = w + jb * k;
+        for (int64_t i = 0; i < t8; i += 8) _mm256_storeu_ps(p + i, W::Load(src + i));
+        for (int64_t i = t8; i < total; ++i) p[i] = W::At(src + i);
+        for (int64_t ib = 0; ib < m; ib += 4) {
+          const int64_t mr = std::min<int64_t>(4, m - ib);
+          kTiles<F32W>[mr - 1][nr - 1](x + ib * k, k, p, k, 0, k8, k, nullptr,
+                                       ib == 0 ? next : nullptr, bj, y + ib * ldy + jb, ldy);
+        }
+        continue;
+      }
+    }
     for (int64_t ib = 0; ib < m; ib += 4) {
       const int64_t mr = std::min<int64_t>(4, m - ib);
       kTiles<W>[mr - 1][nr - 1](x + ib * k, k, w + jb * k, k, 0, k8, k, nullptr,

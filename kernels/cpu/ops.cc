@@ -97,12 +97,58 @@ bool SetUseAvx2ForTesting(bool use_avx2) {
 
 void ClearUseAvx2ForTesting() { g_avx2_override.store(-1); }
 
+namespace {
+
+// Activation scratch of the calling thread for quantized Linear (workers only read it).
+thread_local std::vector<int8_t> t_act_q;
+thread_local std::vector<float> t_act_d;
+thread_local std::vector<int16_t> t_act_sums;
+
+// Quantized weights: x is quantized once per call (rows in parallel, each row alone),
+// then threads split the columns like the float path.
+void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
+                 const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+  const int64_t block = internal::ActBlock(w_type);
+  if (k % DTypeBlockElems(w_type) != 0) {
+    std::fprintf(stderr, "tessera kernels: Linear: k=%lld is not a multiple of the %s block\n",
+                 static_cast<long long>(k), std::string(DTypeName(w_type)).c_str());
+    std::abort();
+  }
+  const bool avx2 = UseAvx2();
+  t_act_q.resize(static_cast<size_t>(m * k));
+  t_act_d.resize(static_cast<size_t>(m * (k / block)));
+  t_act_sums.resize(static_cast<size_t>(m * (k / 32)));
+  int8_t* q = t_act_q.data();
+  float* d = t_act_d.data();
+  int16_t* sums = t_act_sums.data();
+  ForItems(pool, m, 4 * k, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::QuantizeActsAvx2 : internal::QuantizeActsScalar;
+    fn(x + b * k, e - b, k, block, q + b * k, d + b * (k / block), sums + b * (k / 32));
+  });
+  const internal::QuantActs acts{q, d, sums, m, k};
+  // Column blocks of 24 (multiple of the 8-column tiles). Cost of a block ~ its m*k
+  // int8 MACs (~32 per 16 vector ops) plus its weight bytes streamed (~1/4 unit each).
+  constexpr int64_t kBlock = 24;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t units = kBlock * (k * m / 8 + DTypeRowBytes(w_type, k)) / 4;
+  ForItems(pool, blocks, units, [&](int64_t b, int64_t e) {
+    const int64_t n0 = b * kBlock, n1 = std::min(n, e * kBlock);
+    if (avx2) {
+      internal::LinearQuantColsAvx2(acts, w, w_type, n0, n1, bias, y, ldy);
+    } else {
+      internal::LinearQuantColsScalar(acts, w, w_type, n0, n1, bias, y, ldy);
+    }
+  });
+}
+
+}  // namespace
+
 void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
             const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
   CheckWeightType("Linear", w_type);
   if (m <= 0 || n <= 0) return;
-  // Quantized weights: scalar dequantize-and-dot for now (exact per row, slow).
-  const bool avx2 = UseAvx2() && !IsQuantized(w_type);
+  if (IsQuantized(w_type)) return LinearQuant(x, m, k, w, w_type, n, bias, y, ldy, pool);
+  const bool avx2 = UseAvx2();
   // Threads split the columns in blocks of 24 (a multiple of the 3- and 8-wide
   // register tiles), never K. Cost of a block ~ its m*k FMAs (8-wide, ~1/4 unit each)
   // plus its weight bytes streamed from memory (~1/4 unit each).

@@ -34,8 +34,16 @@ bool SetUseAvx2ForTesting(bool use_avx2);
 void ClearUseAvx2ForTesting();
 
 // y[m, n] = sum_k x[m, k] * w[n, k] + (bias ? bias[n] : 0)
-// x: [M, K] f32; w: [N, K] of w_type (f32, f16 or bf16); bias: [N] f32 or null;
-// y: [M, N] f32 with row stride ldy (>= N).
+// x: [M, K] f32; w: [N, K] of w_type; bias: [N] f32 or null; y: [M, N] f32 with row
+// stride ldy (>= N).
+// f32/f16/bf16 weights: f32 FMA dot products (weights converted exactly).
+// Q8_0/Q4_0/Q4_K weights (K a multiple of the block, else abort): each x row is first
+// quantized on its own to int8 blocks (32 values; 256 for Q4_K): d = amax/127,
+// q = round-half-even(x/d); then per weight block an exact integer dot, scaled by
+// d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc).
+// So the result is the float64 product of the dequantized weights and the
+// quantize-dequantized activations up to f32 rounding; AVX2 and scalar are bitwise
+// equal. A NaN in x makes its row NaN.
 void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
             const float* bias, float* y, int64_t ldy, ThreadPool* pool);
 
@@ -51,7 +59,8 @@ void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t ro
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up is [rows, 2*inter].
 void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out, ThreadPool* pool);
 
-// out[t, :] = table[ids[t], :] converted to f32. table: [vocab, dim] of type.
+// out[t, :] = table[ids[t], :] converted to f32 (DequantizeRow for quantized types).
+// table: [vocab, dim] of type.
 void Embedding(const void* table, DType type, int64_t dim, const int32_t* ids,
                int64_t num_tokens, float* out, ThreadPool* pool);
 
@@ -97,7 +106,8 @@ struct PagedAttentionArgs {
 // Causal softmax attention per (token, head), exact f32 softmax with max subtraction.
 void PagedAttention(const PagedAttentionArgs& args, ThreadPool* pool);
 
-// dst[i] = src[i] converted to f32 (weights into f32 scratch).
+// dst[i] = src[i] converted to f32 (weights into f32 scratch); quantized types need
+// count to be a multiple of the block.
 void ConvertToF32(const void* src, DType type, int64_t count, float* dst);
 
 }  // namespace tessera::kernels::cpu

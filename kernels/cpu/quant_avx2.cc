@@ -1,0 +1,384 @@
+// AVX2 int8 kernels for block-quantized weights (Q8_0, Q4_0, Q4_K).
+//
+// Arithmetic: exactly the per-element sequence of quant_scalar.cc (bitwise equal).
+// Integer block dots are exact whatever the reduction order, so each is computed
+// with maddubs/madd/hadd, and the float chain s = fma(d_w * d_x, isum, s) runs with
+// 8 OUTPUT COLUMNS per __m256 (lane c = column c): every lane performs the scalar
+// sequence, for any tile shape, so results are batch-invariant.
+//
+// Exactness: maddubs multiplies unsigned weights (4-bit 0..15, or |w| <= 128 with
+// the sign moved onto x) by int8 x with |x| <= 127, so int16 pair sums never saturate;
+// int16 adds/hadds are used only while the bound stays < 2^15 (noted at each use).
+//
+// Tiling: a tile is MR (1..4) activation rows x 8 weight rows (columns of y); columns
+// c and c + 4 share one vector (128-bit halves), so one maddubs serves two columns
+// and 8 columns reduce with 3 hadds. Per weight block the 8 columns are unpacked once
+// and reused for the MR rows. Rows run
+// in chunks of kMc (x chunk in L2); per chunk each 8-column group streams its weights
+// once from memory (prefetching the next group) and the chunk's row groups reuse them
+// from L1/L2.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/quant.h"
+#include "kernels/cpu/internal.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace tessera::kernels::cpu::internal {
+namespace {
+
+constexpr int64_t kMc = 64;  // rows per chunk
+
+inline uint16_t Ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// f16 scales at w0 + c * rb + off of the 8 columns, as f32 (exact, like F16ToF32). Packed
+// in general-purpose registers: the vector ports are the bottleneck, not these.
+inline __m256 LoadD8(const uint8_t* w0, int64_t rb, int64_t off) {
+  uint64_t lo = 0, hi = 0;
+#pragma GCC unroll 8
+  for (int c = 0; c < 4; ++c) {
+    lo |= uint64_t{Ld16(w0 + c * rb + off)} << (16 * c);
+    hi |= uint64_t{Ld16(w0 + (c + 4) * rb + off)} << (16 * c);
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+}
+
+// Prefetches the next column group, step bytes per weight block step.
+inline void Prefetch(const char*& pf, int64_t step) {
+  if (pf == nullptr) return;
+  for (int64_t off = 0; off < step; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+  pf += step;
+}
+
+template <int MR>
+inline void Store(const __m256* acc, int nc, const float* bias, float* y, int64_t ldy) {
+  alignas(32) float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (bias != nullptr) std::memcpy(b, bias, sizeof(float) * nc);
+  const __m256 bv = _mm256_load_ps(b);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const __m256 v = bias != nullptr ? _mm256_add_ps(acc[r], bv) : acc[r];
+    if (nc == 8) {
+      _mm256_storeu_ps(y + r * ldy, v);
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, v);
+      std::memcpy(y + r * ldy, t, sizeof(float) * nc);
+    }
+  }
+}
+
+// Loads 16 bytes of column i into the low and 16 of column i + 4 into the high half.
+inline __m256i LoadPair(const uint8_t* lo, const uint8_t* hi) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
+}
+
+inline __m256i Bcast16(const int8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+struct Q8_0 {
+  static constexpr DType kType = DType::kQ8_0;
+  // Columns i and i + 4 share a vector (A: elements 0..15, B: 16..31), so 8 columns
+  // reduce with 3 hadds.
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 34);
+      const int64_t off = b * 34;
+      __m256i wa[4], wb[4], aa[4], ab[4];
+#pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i) {
+        wa[i] = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
+        wb[i] = LoadPair(w0 + i * rb + off + 18, w0 + (i + 4) * rb + off + 18);
+        aa[i] = _mm256_abs_epi8(wa[i]);  // -128 -> 0x80 = 128 as unsigned
+        ab[i] = _mm256_abs_epi8(wb[i]);
+      }
+      const __m256 dw = LoadD8(w0, rb, off);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const int8_t* xb = a.q + row * a.k + 32 * b;
+        const __m256i xl = Bcast16(xb), xh = Bcast16(xb + 16);
+        __m256i p[4];
+#pragma GCC unroll 8
+        for (int i = 0; i < 4; ++i) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
+          const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(aa[i], _mm256_sign_epi8(xl, wa[i])), ones);
+          const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(ab[i], _mm256_sign_epi8(xh, wb[i])), ones);
+          p[i] = _mm256_add_epi32(pa, pb);
+        }
+        // Per half: [p0 pair sums x2, p1 x2 | ...] then [p0, p1, p2, p3]: columns 0..3 | 4..7.
+        const __m256i isum = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
+        acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+struct Q4_0 {
+  static constexpr DType kType = DType::kQ4_0;
+  // Columns c and c + 4 share a vector (low / high 128 bits), so one maddubs serves two
+  // columns and the reduction needs 3 hadds + 1 madd for 8 columns.
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 18);
+      const int64_t off = b * 18;
+      __m256i lo[4], hi[4];  // nibbles 0..15: elements 0..15 (lo), 16..31 (hi)
+#pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i) {
+        const __m256i v = LoadPair(w0 + i * rb + off + 2, w0 + (i + 4) * rb + off + 2);
+        lo[i] = _mm256_and_si256(v, m4);
+        hi[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
+      const __m256 dw = LoadD8(w0, rb, off);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const int8_t* xb = a.q + row * a.k + 32 * b;
+        const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+        const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+        __m256i p[4];  // int16 lanes <= 2 * 2 * 15 * 127 = 7620
+#pragma GCC unroll 8
+        for (int i = 0; i < 4; ++i)
+          p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], xl), _mm256_maddubs_epi16(hi[i], xh));
+        // Per half: [p0 4-lane sums x2, p1 x2, p2 x2, p3 x2] (<= 30480), then pairs.
+        const __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+        const __m256i dot = _mm256_madd_epi16(h, ones);  // lanes: columns 0..3 | 4..7
+        const __m256i isum = _mm256_sub_epi32(dot, _mm256_set1_epi32(8 * int32_t{a.sums[row * nb + b]}));
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
+        acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+// 8x8 byte transpose: rows[c] holds 8 bytes (t = 0..7) of column c; out[t] lane c
+// = rows[c] byte t, widened to int32.
+inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
+  __m128i r[8];
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) r[c] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + c));
+  const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+  const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+  const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+  const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+  const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
+                        _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
+#pragma GCC unroll 8
+  for (int t = 0; t < 4; ++t) {  // c[t] = [t'=2t: cols 0..7 | t'=2t+1: cols 0..7]
+    out[2 * t] = _mm256_cvtepu8_epi32(c[t]);
+    out[2 * t + 1] = _mm256_cvtepu8_epi32(_mm_srli_si128(c[t], 8));
+  }
+}
+
+struct Q4_K {
+  static constexpr DType kType = DType::kQ4_K;
+  template <int MR>
+  static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
+                   const float* bias, float* y, int64_t ldy, const char* pf) {
+    const int64_t nb = a.k / 256, ng = a.k / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      Prefetch(pf, 8 * 144);
+      const int64_t off = b * 144;
+      const __m256 dw = LoadD8(w0, rb, off), dminw = LoadD8(w0, rb, off + 2);
+      // 6-bit scales/mins of the 8 columns: sc[c] bytes t = sc_t, mn[c] bytes t = m_t.
+      uint64_t sc[8], mn[8];
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+        uint32_t u[3];
+        std::memcpy(u, w0 + c * rb + off + 4, 12);
+        const uint32_t s_lo = u[0] & k1, m_lo = u[1] & k1;
+        const uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+        const uint32_t m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+        sc[c] = s_lo | (uint64_t{s_hi} << 32);
+        mn[c] = m_lo | (uint64_t{m_hi} << 32);
+      }
+      __m256i sc8[8], mn8[8];
+      Transpose8x8(sc, sc8);
+      Transpose8x8(mn, mn8);
+      __m256i mn16[4];  // int16 pairs (m_t, m_t+1) per column, for madd with x's sums
+#pragma GCC unroll 8
+      for (int t = 0; t < 4; ++t)
+        mn16[t] = _mm256_or_si256(mn8[2 * t], _mm256_slli_epi32(mn8[2 * t + 1], 16));
+      __m256i isc[MR];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) isc[r] = _mm256_setzero_si256();
+            for (int cc = 0; cc < 4; ++cc) {  // 64 elements: sub-block 2cc low nibbles, 2cc+1 high
+        // As Q4_0: columns i and i + 4 share a vector; A: bytes 0..15, B: bytes 16..31.
+        __m256i qa[4], qb[4];
+#pragma GCC unroll 8
+        for (int i = 0; i < 4; ++i) {
+          const uint8_t* p0 = w0 + i * rb + off + 16 + 32 * cc;
+          const uint8_t* p1 = w0 + (i + 4) * rb + off + 16 + 32 * cc;
+          qa[i] = LoadPair(p0, p1);
+          qb[i] = LoadPair(p0 + 16, p1 + 16);
+        }
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; ++h) {
+          const int t = 2 * cc + h;
+          __m256i wa[4], wb[4];
+#pragma GCC unroll 8
+          for (int i = 0; i < 4; ++i) {
+            wa[i] = _mm256_and_si256(h == 0 ? qa[i] : _mm256_srli_epi16(qa[i], 4), m4);
+            wb[i] = _mm256_and_si256(h == 0 ? qb[i] : _mm256_srli_epi16(qb[i], 4), m4);
+          }
+          // int16 lanes 2c, 2c+1 of each half = scale of that half's column.
+          const __m256i sc16 = _mm256_or_si256(sc8[t], _mm256_slli_epi32(sc8[t], 16));
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            const int8_t* xb = a.q + (i0 + r) * a.k + 256 * b + 32 * t;
+            const __m256i xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb)));
+            const __m256i xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 16)));
+            __m256i p[4];  // int16 lanes <= 7620
+#pragma GCC unroll 8
+            for (int i = 0; i < 4; ++i)
+              p[i] = _mm256_add_epi16(_mm256_maddubs_epi16(wa[i], xl), _mm256_maddubs_epi16(wb[i], xh));
+            const __m256i hs = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
+            isc[r] = _mm256_add_epi32(isc[r], _mm256_madd_epi16(hs, sc16));  // sc_t * dot_t
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const int64_t row = i0 + r;
+        const int16_t* xs = a.sums + row * ng + 8 * b;
+        __m256i imin = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t += 2) {  // m_t * bsum_t + m_t+1 * bsum_t+1 per column
+          int32_t pair;
+          std::memcpy(&pair, xs + t, 4);
+          imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn16[t / 2], _mm256_set1_epi32(pair)));
+        }
+        const __m256 dx = _mm256_set1_ps(a.d[row * nb + b]);
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isc[r]), acc[r]);
+        acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(dminw, dx), _mm256_cvtepi32_ps(imin), acc[r]);
+      }
+    }
+    Store<MR>(acc, nc, bias, y, ldy);
+  }
+};
+
+thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
+
+template <class Kind>
+void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const float* bias,
+          float* y, int64_t ldy) {
+  const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
+  for (int64_t mb = 0; mb < a.m; mb += kMc) {
+    const int64_t me = std::min(a.m, mb + kMc);
+    for (int64_t j0 = n0; j0 < n1; j0 += 8) {
+      const int nc = static_cast<int>(std::min<int64_t>(8, n1 - j0));
+      const uint8_t* w0 = w + j0 * rb;
+      if (nc < 8) {  // tiles always read 8 rows; padding rows (zero scales) are not stored
+        t_tail.assign(static_cast<size_t>(8 * rb), 0);
+        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
+        w0 = t_tail.data();
+      }
+      // Next group's weights (the 8 rows are contiguous), fetched while this one runs.
+      const char* next = j0 + 8 < n1 ? reinterpret_cast<const char*>(w + (j0 + 8) * rb) : nullptr;
+      const float* bj = bias != nullptr ? bias + j0 : nullptr;
+      for (int64_t i0 = mb; i0 < me; i0 += 4) {
+        const char* pf = i0 == mb ? next : nullptr;
+        float* yt = y + i0 * ldy + j0;
+        switch (std::min<int64_t>(4, me - i0)) {
+          case 1: Kind::template Tile<1>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          case 2: Kind::template Tile<2>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          case 3: Kind::template Tile<3>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+          default: Kind::template Tile<4>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
+                      float* d, int16_t* sums) {
+  const int64_t nb = k / block;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * k;
+    int8_t* qr = q + r * k;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xr + b * block;
+      __m256 amax = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+      for (int64_t l = 0; l < block; l += 8) {
+        const __m256 v = _mm256_loadu_ps(xb + l);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        amax = _mm256_max_ps(_mm256_and_ps(v, abs_mask), amax);  // NaN lanes keep amax
+      }
+      const float db = avx2::HmaxPs(amax) / 127.0f;
+      const float id = db != 0.0f ? 1.0f / db : 0.0f;
+      d[r * nb + b] = _mm256_movemask_ps(nan) != 0 ? std::numeric_limits<float>::quiet_NaN() : db;
+      const __m256 vid = _mm256_set1_ps(id);
+      for (int64_t l = 0; l < block; l += 32) {
+        __m256i i[4];
+#pragma GCC unroll 8
+        for (int u = 0; u < 4; ++u) {
+          __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + l + 8 * u), vid);
+          v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
+          v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+          i[u] = _mm256_cvtps_epi32(v);  // MXCSR default: nearest, ties to even
+        }
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]),
+                                             _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qr + b * block + l),
+                            _mm256_permutevar8x32_epi32(p, order));
+      }
+    }
+    for (int64_t g = 0; g < k / 32; ++g) {
+      int s = 0;
+#pragma GCC unroll 8
+      for (int l = 0; l < 32; ++l) s += qr[32 * g + l];
+      sums[r * (k / 32) + g] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                         int64_t n_end, const float* bias, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (w_type) {
+    case DType::kQ8_0: return Cols<Q8_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_0: return Cols<Q4_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_K: return Cols<Q4_K>(a, wb, n_begin, n_end, bias, y, ldy);
+    default: break;
+  }
+}
+
+}  // namespace tessera::kernels::cpu::internal
