@@ -23,6 +23,7 @@
 #include "scheduler/engine_loop.h"
 #include "server/commands.h"
 #include "server/default_model.h"
+#include "server/text/gguf_tokenizer.h"
 #include "server/text/tokenizer.h"
 
 namespace tessera {
@@ -286,7 +287,7 @@ int RunGenerate(GenerateArgs a) {
   }
 
   std::shared_ptr<const text::Tokenizer> tok;
-  if (auto t = text::Tokenizer::FromDirectory(a.model); t.ok()) {
+  if (auto t = text::LoadModelTokenizer(a.model); t.ok()) {
     tok = *t;
   } else {
     spdlog::warn("generate: no usable tokenizer in {} ({}); token-id prompts only", a.model, t.status().message());

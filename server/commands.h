@@ -13,5 +13,6 @@ void AddTokenizeCommand(CLI::App& app, int* exit_code);
 void AddRenderChatCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddClientCommand(CLI::App& app, int* exit_code);
+void AddGgufInfoCommand(CLI::App& app, int* exit_code);
 
 }  // namespace tessera
