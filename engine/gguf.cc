@@ -374,8 +374,9 @@ StatusOr<GgufContents> ParseGguf(const uint8_t* bytes, size_t size, std::string_
     for (uint32_t d = 0; d < n_dims; ++d) {
       uint64_t ne = 0;
       RETURN_IF_ERROR(r.Read(&ne, what + " ne[" + std::to_string(d) + "]"));
+      // 2^56 elements bounds every byte size below 2^59 (at most 4 bytes/element).
       if (ne == 0 || ne > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(elems, ne, &elems) ||
-          elems > (1ull << 62)) {
+          elems > (1ull << 56)) {
         return InvalidArgument(label + ": " + what + " ne[" + std::to_string(d) + "] = " + std::to_string(ne) +
                                (ne == 0 ? " is zero" : " overflows the element count"));
       }
@@ -515,7 +516,7 @@ int64_t GgufTensorBytes(DType dtype, const std::vector<int64_t>& shape) {
   for (size_t i = 0; i + 1 < shape.size(); ++i) {
     if (shape[i] <= 0 || __builtin_mul_overflow(rows, shape[i], &rows)) return -1;
   }
-  if (shape.back() <= 0) return -1;
+  if (shape.back() <= 0 || shape.back() > (int64_t{1} << 56)) return -1;
   const int64_t row = DTypeRowBytes(dtype, shape.back());
   int64_t total;
   if (row < 0 || __builtin_mul_overflow(rows, row, &total)) return -1;

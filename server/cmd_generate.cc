@@ -390,7 +390,7 @@ int RunGenerate(GenerateArgs a) {
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Offline batch generation through the scheduler (JSONL out)");
-  cmd->add_option("--model", a->model, "HF checkpoint directory (default: the embedded synthetic model, as for serve)");
+  cmd->add_option("--model", a->model, "HF checkpoint directory or .gguf file (default: the embedded synthetic model, as for serve)");
   cmd->add_option("--prompt", a->prompts, "Text prompt (repeatable; needs tokenizer.json)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. '1,2,3' (repeatable)");
   cmd->add_option("--input,-i", a->input, "Prompt file, one per line: text, [ids] or JSON object; '-' = stdin");

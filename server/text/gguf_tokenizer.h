@@ -9,7 +9,10 @@
 // regex (llama-bpe/llama3, qwen2, gpt2/default; others are Unimplemented);
 // bos/eos/unk/pad ids, add_bos/add_eos, clean_spaces and
 // `tokenizer.chat_template` -> tokenizer_config fields. "llama"
-// (SentencePiece) vocabularies are not supported yet.
+// (SentencePiece BPE) becomes HF's LlamaTokenizerFast layout: "▁" prefix and
+// space replacement (tokenizer.ggml.add_space_prefix, default true), byte
+// fallback, and merges derived from tokens + scores the way transformers'
+// SentencePieceExtractor derives them.
 #pragma once
 
 #include <memory>

