@@ -278,6 +278,29 @@ def dir_with_one_gguf(t, tmp):
     assert generate(t, d) == generate(t, os.path.join(tmp, "qwen3_bf16"))
 
 
+def serve_gguf_like_dir(t, tmp):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import serve_util  # noqa: E402 - shared e2e helpers (stdlib only)
+    answers = []
+    for name, model in (("dir", os.path.join(tmp, "qwen3_bf16")), ("gguf", os.path.join(tmp, "qwen3_bf16.gguf"))):
+        srv = serve_util.Server(t, ["--model", model], tmp, f"serve_{name}")
+        try:
+            srv.wait_ready()
+            out = []
+            for messages in ([{"role": "user", "content": "Hi there!"}],
+                             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "日本語 😀"}]):
+                status, _, body = serve_util.chat(srv.port, messages=messages, max_tokens=8, temperature=0)
+                assert status == 200, body
+                out.append((body["usage"], body["choices"][0]["message"]["content"]))
+            status, _, body = serve_util.complete(srv.port, prompt="def f(x):", max_tokens=8, temperature=0)
+            assert status == 200, body
+            out.append((body["usage"], body["choices"][0]["text"]))
+            answers.append(out)
+        finally:
+            srv.stop()
+    assert answers[0] == answers[1], f"dir {answers[0]} != gguf {answers[1]}"
+
+
 def errors_are_clear(t, tmp):
     bad = os.path.join(tmp, "bad.gguf")
     data = open(os.path.join(tmp, "qwen3_bf16.gguf"), "rb").read()
@@ -311,6 +334,8 @@ def main():
             check(f"{dtype} gguf generates the argmax of tessera logits",
                   lambda: quantized_generates_logits_argmax(t, tmp, dtype))
         check("a directory holding one .gguf loads it", lambda: dir_with_one_gguf(t, tmp))
+        check("tessera serve: chat template and completions from .gguf equal the directory's",
+              lambda: serve_gguf_like_dir(t, tmp))
         check("truncated gguf and bad synth flags give clear errors", lambda: errors_are_clear(t, tmp))
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
