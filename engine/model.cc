@@ -5,7 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/gguf_model.h"
 #include "engine/safetensors.h"
+#include "engine/weight_source.h"
 #include "engine/weight_specs.h"
 
 namespace tessera {
@@ -13,16 +15,39 @@ namespace {
 
 float* F(const std::shared_ptr<void>& p) { return static_cast<float*>(p.get()); }
 
+// Safetensors checkpoint directory as a WeightSource.
+class SafetensorsSource : public WeightSource {
+ public:
+  explicit SafetensorsSource(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
+  StatusOr<SourceTensor> Get(const WeightSpec& spec) override {
+    const auto& s = spec.shape;
+    StatusOr<const SafetensorsTensor*> t = s.size() == 1 ? store_->Require(spec.name, {s[0]})
+                                                         : store_->Require(spec.name, {s[0], s[1]});
+    if (!t.ok()) return t.status();
+    return SourceTensor{(*t)->data, *(*t)->dtype, static_cast<int64_t>((*t)->nbytes()), (*t)->file};
+  }
+
+ private:
+  std::unique_ptr<WeightStore> store_;
+};
+
 }  // namespace
 
 Model::~Model() = default;
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_dir, Backend* backend) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Backend* backend) {
   auto m = std::unique_ptr<Model>(new Model());
-  m->dir_ = model_dir;
+  m->dir_ = model_path;
   m->backend_ = backend;
-  ASSIGN_OR_RETURN(m->config_, LoadModelConfig(model_dir));
-  ASSIGN_OR_RETURN(m->store_, WeightStore::Open(model_dir));
+  ASSIGN_OR_RETURN(std::string gguf, ResolveGgufPath(model_path));
+  if (!gguf.empty()) {
+    ASSIGN_OR_RETURN(auto src, GgufWeightSource::Open(gguf, &m->config_));
+    m->source_ = std::move(src);
+  } else {
+    ASSIGN_OR_RETURN(m->config_, LoadModelConfig(model_path));
+    ASSIGN_OR_RETURN(auto store, WeightStore::Open(model_path));
+    m->source_ = std::make_unique<SafetensorsSource>(std::move(store));
+  }
   RETURN_IF_ERROR(m->BindWeights());
   m->rope_ = std::make_unique<RopeTable>(m->config_);
   spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
@@ -32,68 +57,64 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_dir, Backe
 
 Status Model::BindWeights() {
   const ModelConfig& c = config_;
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, WeightView* out) -> Status {
-    ASSIGN_OR_RETURN(const SafetensorsTensor* t, store_->Require(name, {rows, cols}));
-    WeightView host{t->data, *t->dtype, rows, cols};
+  auto matrix = [&](const WeightSpec& spec, WeightView* out) -> Status {
+    ASSIGN_OR_RETURN(SourceTensor t, source_->Get(spec));
+    WeightView host{t.data, t.dtype, spec.shape[0], spec.shape[1]};
     ASSIGN_OR_RETURN(*out, backend_->UploadWeight(host));
     weight_bytes_ += host.bytes();
     return Status::Ok();
   };
   // Small vectors are converted to f32 and copied to the backend.
-  auto vec = [&](const std::string& name, int64_t len, std::shared_ptr<void>* out) -> Status {
-    ASSIGN_OR_RETURN(const SafetensorsTensor* t, store_->Require(name, {len}));
+  auto vec = [&](const WeightSpec& spec, std::shared_ptr<void>* out) -> Status {
+    ASSIGN_OR_RETURN(SourceTensor t, source_->Get(spec));
+    const int64_t len = spec.shape[0];
+    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) {
+      return InvalidArgument(t.file + ": tensor '" + spec.name + "' has unsupported dtype " +
+                             std::string(DTypeName(t.dtype)));
+    }
     std::vector<float> host(len);
+    const auto* bytes = static_cast<const uint8_t*>(t.data);  // may be unaligned
     for (int64_t i = 0; i < len; ++i) {
-      switch (*t->dtype) {
-        case DType::kF32: std::memcpy(&host[i], t->data + 4 * i, 4); break;
-        case DType::kF16: {
-          uint16_t v;
-          std::memcpy(&v, t->data + 2 * i, 2);
-          host[i] = F16ToF32(v);
-          break;
-        }
-        case DType::kBF16: {
-          uint16_t v;
-          std::memcpy(&v, t->data + 2 * i, 2);
-          host[i] = Bf16ToF32(v);
-          break;
-        }
-        default: return InvalidArgument(t->file + ": tensor '" + name + "' has unsupported dtype");
+      if (t.dtype == DType::kF32) {
+        std::memcpy(&host[i], bytes + 4 * i, 4);
+      } else {
+        uint16_t v;
+        std::memcpy(&v, bytes + 2 * i, 2);
+        host[i] = t.dtype == DType::kF16 ? F16ToF32(v) : Bf16ToF32(v);
       }
     }
     ASSIGN_OR_RETURN(*out, backend_->Allocate(len * 4));
     backend_->CopyFromHost(out->get(), host.data(), len * 4);
-    weight_bytes_ += t->end - t->begin;
+    weight_bytes_ += t.bytes;
     return Status::Ok();
   };
 
   layers_.resize(c.num_layers);
   for (const WeightSpec& spec : ExpectedWeights(c)) {
     LayerWeights* L = spec.layer >= 0 ? &layers_[spec.layer] : nullptr;
-    const auto& s = spec.shape;
     using R = WeightRole;
     switch (spec.role) {
-      case R::kEmbed: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &embed_)); break;
-      case R::kLmHead: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &lm_head_)); break;
-      case R::kFinalNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &final_norm_)); break;
-      case R::kInputNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->input_norm)); break;
-      case R::kPostNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->post_norm)); break;
-      case R::kQNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->q_norm)); break;
-      case R::kKNorm: RETURN_IF_ERROR(vec(spec.name, s[0], &L->k_norm)); break;
-      case R::kQ: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->q)); break;
-      case R::kK: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->k)); break;
-      case R::kV: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->v)); break;
-      case R::kO: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->o)); break;
-      case R::kQBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->q_bias)); break;
-      case R::kKBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->k_bias)); break;
-      case R::kVBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->v_bias)); break;
-      case R::kOBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->o_bias)); break;
-      case R::kGate: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->gate)); break;
-      case R::kUp: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->up)); break;
-      case R::kDown: RETURN_IF_ERROR(matrix(spec.name, s[0], s[1], &L->down)); break;
-      case R::kGateBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->gate_bias)); break;
-      case R::kUpBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->up_bias)); break;
-      case R::kDownBias: RETURN_IF_ERROR(vec(spec.name, s[0], &L->down_bias)); break;
+      case R::kEmbed: RETURN_IF_ERROR(matrix(spec, &embed_)); break;
+      case R::kLmHead: RETURN_IF_ERROR(matrix(spec, &lm_head_)); break;
+      case R::kFinalNorm: RETURN_IF_ERROR(vec(spec, &final_norm_)); break;
+      case R::kInputNorm: RETURN_IF_ERROR(vec(spec, &L->input_norm)); break;
+      case R::kPostNorm: RETURN_IF_ERROR(vec(spec, &L->post_norm)); break;
+      case R::kQNorm: RETURN_IF_ERROR(vec(spec, &L->q_norm)); break;
+      case R::kKNorm: RETURN_IF_ERROR(vec(spec, &L->k_norm)); break;
+      case R::kQ: RETURN_IF_ERROR(matrix(spec, &L->q)); break;
+      case R::kK: RETURN_IF_ERROR(matrix(spec, &L->k)); break;
+      case R::kV: RETURN_IF_ERROR(matrix(spec, &L->v)); break;
+      case R::kO: RETURN_IF_ERROR(matrix(spec, &L->o)); break;
+      case R::kQBias: RETURN_IF_ERROR(vec(spec, &L->q_bias)); break;
+      case R::kKBias: RETURN_IF_ERROR(vec(spec, &L->k_bias)); break;
+      case R::kVBias: RETURN_IF_ERROR(vec(spec, &L->v_bias)); break;
+      case R::kOBias: RETURN_IF_ERROR(vec(spec, &L->o_bias)); break;
+      case R::kGate: RETURN_IF_ERROR(matrix(spec, &L->gate)); break;
+      case R::kUp: RETURN_IF_ERROR(matrix(spec, &L->up)); break;
+      case R::kDown: RETURN_IF_ERROR(matrix(spec, &L->down)); break;
+      case R::kGateBias: RETURN_IF_ERROR(vec(spec, &L->gate_bias)); break;
+      case R::kUpBias: RETURN_IF_ERROR(vec(spec, &L->up_bias)); break;
+      case R::kDownBias: RETURN_IF_ERROR(vec(spec, &L->down_bias)); break;
     }
   }
   if (c.tie_word_embeddings) lm_head_ = embed_;

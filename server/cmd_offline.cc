@@ -164,15 +164,19 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   auto dtype = std::make_shared<std::string>("bf16");
   cmd->add_option("--arch", opts->arch, "llama | mistral | qwen2 | qwen3")->capture_default_str();
   cmd->add_option("--size", opts->size, "tiny | 0.5b | 1.5b")->capture_default_str();
-  cmd->add_option("--dtype", *dtype, "f32 | f16 | bf16")->capture_default_str();
-  cmd->add_option("--out", opts->out_dir, "output directory")->required();
+  cmd->add_option("--dtype", *dtype, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k (q* with --format gguf|both)")
+      ->capture_default_str();
+  cmd->add_option("--format", opts->format,
+                  "safetensors (HF directory) | gguf (--out is the .gguf file) | both (directory + <out>.gguf)")
+      ->capture_default_str();
+  cmd->add_option("--out", opts->out_dir, "output directory (or .gguf file with --format gguf)")->required();
   cmd->add_option("--shards", opts->shards, "number of safetensors shards")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   cmd->add_option("--set", opts->overrides, "override a config.json field: KEY=JSON (repeatable)");
   cmd->callback([opts, dtype, exit_code] {
     DType t;
     if (!ParseDType(*dtype, &t) || t == DType::kI32 || t == DType::kI64) {
-      *exit_code = Fail(InvalidArgument("synth: --dtype must be f32, f16 or bf16"));
+      *exit_code = Fail(InvalidArgument("synth: --dtype must be f32, f16, bf16, q8_0, q4_0 or q4_k"));
       return;
     }
     opts->dtype = t;
@@ -182,8 +186,9 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
       *exit_code = Fail(s);
       return;
     }
-    spdlog::info("synth: wrote {} {} ({}) to {} — weights are random", opts->arch, opts->size, *dtype,
-                 opts->out_dir);
+    std::string where = opts->out_dir;
+    if (opts->format == "both") where += " and " + SynthGgufPath(opts->out_dir);
+    spdlog::info("synth: wrote {} {} ({}) to {} — weights are random", opts->arch, opts->size, *dtype, where);
   });
 }
 
@@ -193,7 +198,7 @@ void AddLogitsCommand(CLI::App& app, int* exit_code) {
   auto batch = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto threads = std::make_shared<int>(0);
-  cmd->add_option("--model", *model, "HF checkpoint directory")->required();
+  cmd->add_option("--model", *model, "HF checkpoint directory or .gguf file")->required();
   cmd->add_option("--batch", *batch, "JSON: {\"sequences\":[{\"tokens\":[..],\"logits_at\":[..]}],\"chunk_size\":N}")
       ->required();
   cmd->add_option("--out", *out, "output .npy path")->required();

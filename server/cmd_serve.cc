@@ -199,8 +199,8 @@ int RunServe(ServeFlags f) {
                  "with RANDOM weights ({}); its outputs are meaningless. Pass --model DIR to serve a real "
                  "HF checkpoint.",
                  f.default_model_size, planned_dir);
-  } else if (!fs::is_directory(f.model)) {
-    return Fail(NotFound("serve: --model " + f.model + " is not a directory"));
+  } else if (!fs::is_directory(f.model) && !fs::is_regular_file(f.model)) {
+    return Fail(NotFound("serve: --model " + f.model + " is not a directory or a .gguf file"));
   }
   std::string served = f.served_model_name;
   if (served.empty()) {
@@ -332,7 +332,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "command-line flags win")
       ->check(CLI::ExistingFile);
   cmd->add_option("--model", f->model,
-                  "HF checkpoint directory (default: a built-in synthetic model with random weights)");
+                  "HF checkpoint directory or .gguf file (default: a built-in synthetic model with random weights)");
   cmd->add_option("--served-model-name", f->served_model_name,
                   "model id in the API (default: the model directory's name)");
   cmd->add_option("--host", f->host, "address to listen on (HTTP and gRPC)")->capture_default_str();

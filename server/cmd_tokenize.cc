@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/commands.h"
+#include "server/text/gguf_tokenizer.h"
 #include "server/text/tokenizer.h"
 
 namespace tessera {
@@ -22,7 +23,7 @@ struct TokenizeArgs {
 
 int RunTokenize(const TokenizeArgs& a) {
   using nlohmann::json;
-  auto tok = !a.model_dir.empty() ? text::Tokenizer::FromDirectory(a.model_dir)
+  auto tok = !a.model_dir.empty() ? text::LoadModelTokenizer(a.model_dir)
                                   : text::Tokenizer::FromFiles(a.tokenizer_file, a.config_file);
   if (!tok.ok()) {
     spdlog::error("{}", tok.status().ToString());
@@ -79,7 +80,7 @@ int RunTokenize(const TokenizeArgs& a) {
 void AddTokenizeCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Encode or decode a JSONL file with a tokenizer");
-  auto* dir = cmd->add_option("--model-dir", args->model_dir, "Directory with tokenizer.json (+ tokenizer_config.json)");
+  auto* dir = cmd->add_option("--model-dir", args->model_dir, "Model: directory with tokenizer.json (+ tokenizer_config.json), or a .gguf file");
   auto* file = cmd->add_option("--tokenizer", args->tokenizer_file, "Path to tokenizer.json");
   cmd->add_option("--config", args->config_file, "Path to tokenizer_config.json (with --tokenizer)")->needs(file);
   dir->excludes(file);

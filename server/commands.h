@@ -14,5 +14,6 @@ void AddRenderChatCommand(CLI::App& app, int* exit_code);
 void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddClientCommand(CLI::App& app, int* exit_code);
 void AddKernelCommand(CLI::App& app, int* exit_code);
+void AddGgufInfoCommand(CLI::App& app, int* exit_code);
 
 }  // namespace tessera

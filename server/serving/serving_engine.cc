@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/serving/metrics.h"
+#include "server/text/gguf_tokenizer.h"
 
 namespace tessera {
 
@@ -210,16 +211,11 @@ bool Generation::Poll(GenerationUpdate* update) {
 StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions options) {
   auto engine = std::unique_ptr<ServingEngine>(new ServingEngine());
   const std::string dir = options.loop.model_dir;
-  ASSIGN_OR_RETURN(engine->tokenizer_, text::Tokenizer::FromDirectory(dir));
-  const fs::path config = fs::path(dir) / "tokenizer_config.json";
-  if (fs::exists(config)) {
-    StatusOr<text::ChatTemplate> t = text::ChatTemplate::FromTokenizerConfigFile(config.string());
-    if (t.ok()) {
-      engine->chat_template_ = std::move(*t);
-    } else if (t.status().code() != StatusCode::kNotFound) {
-      spdlog::warn("serve: chat template unusable, /v1/chat/completions will answer 400: {}",
-                   t.status().ToString());
-    }
+  ASSIGN_OR_RETURN(engine->tokenizer_, text::LoadModelTokenizer(dir));
+  if (StatusOr<text::ChatTemplate> t = text::LoadModelChatTemplate(dir); t.ok()) {
+    engine->chat_template_ = std::move(*t);
+  } else if (t.status().code() != StatusCode::kNotFound) {
+    spdlog::warn("serve: chat template unusable, /v1/chat/completions will answer 400: {}", t.status().ToString());
   }
   if (!engine->chat_template_) spdlog::warn("serve: {} has no chat template", dir);
 

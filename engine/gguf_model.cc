@@ -1,0 +1,332 @@
+#include "engine/gguf_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera {
+namespace {
+
+using json = nlohmann::json;
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Typed metadata lookups; errors name the key.
+class Meta {
+ public:
+  Meta(const GgufContents& g, std::string label) : g_(g), label_(std::move(label)) {}
+  StatusOr<int64_t> Int(const std::string& key, std::optional<int64_t> def = std::nullopt) const {
+    const GgufValue* v = g_.Find(key);
+    if (!v) {
+      if (def) return *def;
+      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
+    }
+    auto i = v->AsInt();
+    if (!i) return InvalidArgument(label_ + ": metadata '" + key + "' must be an integer");
+    return *i;
+  }
+  StatusOr<double> Num(const std::string& key, std::optional<double> def = std::nullopt) const {
+    const GgufValue* v = g_.Find(key);
+    if (!v) {
+      if (def) return *def;
+      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
+    }
+    auto d = v->AsDouble();
+    if (!d || !std::isfinite(*d)) return InvalidArgument(label_ + ": metadata '" + key + "' must be a finite number");
+    return *d;
+  }
+  StatusOr<std::string> Str(const std::string& key, std::optional<std::string> def = std::nullopt) const {
+    const GgufValue* v = g_.Find(key);
+    if (!v) {
+      if (def) return *def;
+      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
+    }
+    if (v->type != GgufType::kString) return InvalidArgument(label_ + ": metadata '" + key + "' must be a string");
+    return v->str;
+  }
+
+ private:
+  const GgufContents& g_;
+  std::string label_;
+};
+
+// Llama 3 rope scaling is stored as a rope_freqs tensor of per-frequency
+// wavelength factors. Recognise the published Llama 3.x parameters from it.
+Status RopeFreqsToScaling(const GgufTensor& t, double base, int64_t head_dim, const std::string& label,
+                          json* rope_scaling) {
+  const int64_t n = head_dim / 2;
+  if (t.dtype != DType::kF32 || t.ne.size() != 1 || t.ne[0] != n) {
+    return InvalidArgument(label + ": tensor 'rope_freqs.weight' must be f32 [" + std::to_string(n) + "]");
+  }
+  std::vector<float> f(n);
+  std::memcpy(f.data(), t.data, n * 4);
+  double factor = 1.0;
+  for (float x : f) factor = std::max(factor, static_cast<double>(x));
+  const double low = 1.0, high = 4.0, old_ctx = 8192.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double freq = 1.0 / std::pow(base, 2.0 * i / head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    double expect = 1.0;
+    if (wavelen > old_ctx / low) {
+      expect = factor;
+    } else if (wavelen >= old_ctx / high) {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      expect = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    if (std::abs(f[i] - expect) > 1e-3 * expect) {
+      return Unimplemented(label + ": tensor 'rope_freqs.weight' is not Llama 3 rope scaling with "
+                           "low_freq_factor 1, high_freq_factor 4, original context 8192 (entry " +
+                           std::to_string(i) + ")");
+    }
+  }
+  if (factor == 1.0) return Status::Ok();
+  *rope_scaling = {{"rope_type", "llama3"}, {"factor", factor}, {"low_freq_factor", low},
+                   {"high_freq_factor", high}, {"original_max_position_embeddings", 8192}};
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveGgufPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  if (!fs::is_directory(path, ec)) return std::string();
+  std::vector<std::string> ggufs;
+  bool safetensors = false;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string ext = e.path().extension().string();
+    if (ext == ".gguf") ggufs.push_back(e.path().string());
+    if (ext == ".safetensors") safetensors = true;
+  }
+  if (safetensors || ggufs.empty()) return std::string();
+  if (ggufs.size() > 1) {
+    return InvalidArgument(path + ": holds " + std::to_string(ggufs.size()) +
+                           " .gguf files and no safetensors; pass one .gguf file as the model");
+  }
+  return ggufs[0];
+}
+
+std::string GgufArchFor(const std::string& model_type) {
+  if (model_type == "llama" || model_type == "mistral") return "llama";
+  if (model_type == "qwen2" || model_type == "qwen3") return model_type;
+  return "";
+}
+
+StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& label) {
+  Meta m(g, label);
+  ASSIGN_OR_RETURN(std::string arch, m.Str("general.architecture"));
+  json c;
+  if (arch == "llama") {
+    c["architectures"] = {"LlamaForCausalLM"};
+  } else if (arch == "qwen2") {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+  } else if (arch == "qwen3") {
+    c["architectures"] = {"Qwen3ForCausalLM"};
+  } else {
+    return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
+                         "', which is not supported (supported: llama, qwen2, qwen3)");
+  }
+  c["model_type"] = arch;
+  const std::string p = arch + ".";
+  ASSIGN_OR_RETURN(int64_t layers, m.Int(p + "block_count"));
+  ASSIGN_OR_RETURN(int64_t hidden, m.Int(p + "embedding_length"));
+  ASSIGN_OR_RETURN(int64_t ffn, m.Int(p + "feed_forward_length"));
+  ASSIGN_OR_RETURN(int64_t heads, m.Int(p + "attention.head_count"));
+  ASSIGN_OR_RETURN(int64_t kv_heads, m.Int(p + "attention.head_count_kv", heads));
+  for (auto [key, v] : {std::pair{"block_count", layers}, {"embedding_length", hidden},
+                        {"feed_forward_length", ffn}, {"attention.head_count", heads},
+                        {"attention.head_count_kv", kv_heads}}) {
+    if (v <= 0 || v > (1 << 24)) {
+      return InvalidArgument(label + ": metadata '" + p + key + "' must be in [1, 2^24], got " + std::to_string(v));
+    }
+  }
+  ASSIGN_OR_RETURN(int64_t head_dim, m.Int(p + "attention.key_length", 0));
+  ASSIGN_OR_RETURN(int64_t value_dim, m.Int(p + "attention.value_length", head_dim));
+  if (value_dim != head_dim) {
+    return Unimplemented(label + ": metadata '" + p + "attention.value_length' differs from key_length");
+  }
+  ASSIGN_OR_RETURN(int64_t ctx, m.Int(p + "context_length"));
+  ASSIGN_OR_RETURN(double theta, m.Num(p + "rope.freq_base", 10000.0));
+  ASSIGN_OR_RETURN(double eps, m.Num(p + "attention.layer_norm_rms_epsilon"));
+  const GgufTensor* embd = g.FindTensor("token_embd.weight");
+  if (!embd) return NotFound(label + ": missing tensor 'token_embd.weight'");
+  if (embd->ne.size() != 2 || embd->ne[0] != hidden) {
+    return InvalidArgument(label + ": tensor 'token_embd.weight' has ne " + ShapeStr(embd->ne) +
+                           ", expected [" + std::to_string(hidden) + ", vocab]");
+  }
+  c["vocab_size"] = embd->ne[1];
+  c["hidden_size"] = hidden;
+  c["intermediate_size"] = ffn;
+  c["num_hidden_layers"] = layers;
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = kv_heads;
+  if (head_dim > 0) c["head_dim"] = head_dim;
+  c["max_position_embeddings"] = ctx;
+  c["rope_theta"] = theta;
+  c["rms_norm_eps"] = eps;
+  c["tie_word_embeddings"] = g.FindTensor("output.weight") == nullptr;
+  c["torch_dtype"] = "gguf";
+  const bool q_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
+  if (arch != "qwen2") c["attention_bias"] = q_bias;
+  if (arch == "llama") c["mlp_bias"] = g.FindTensor("blk.0.ffn_gate.bias") != nullptr;
+  if (const GgufValue* v = g.Find("tokenizer.ggml.bos_token_id"); v && v->AsInt()) c["bos_token_id"] = *v->AsInt();
+  if (const GgufValue* v = g.Find("tokenizer.ggml.eos_token_id"); v && v->AsInt()) c["eos_token_id"] = *v->AsInt();
+
+  // Rope scaling.
+  ASSIGN_OR_RETURN(std::string scaling, m.Str(p + "rope.scaling.type", std::string("none")));
+  if (scaling == "linear" || scaling == "yarn") {
+    ASSIGN_OR_RETURN(double factor, m.Num(p + "rope.scaling.factor"));
+    json s = {{"rope_type", scaling}, {"factor", factor}};
+    if (scaling == "yarn") {
+      ASSIGN_OR_RETURN(int64_t orig, m.Int(p + "rope.scaling.original_context_length", ctx));
+      s["original_max_position_embeddings"] = orig;
+      ASSIGN_OR_RETURN(double bf, m.Num(p + "rope.scaling.yarn_beta_fast", 32.0));
+      ASSIGN_OR_RETURN(double bs, m.Num(p + "rope.scaling.yarn_beta_slow", 1.0));
+      s["beta_fast"] = bf;
+      s["beta_slow"] = bs;
+    }
+    c["rope_scaling"] = s;
+  } else if (scaling != "none") {
+    return Unimplemented(label + ": metadata '" + p + "rope.scaling.type' value '" + scaling +
+                         "' is not supported (none, linear, yarn)");
+  }
+  if (const GgufTensor* rf = g.FindTensor("rope_freqs.weight")) {
+    const int64_t hd = head_dim > 0 ? head_dim : hidden / heads;
+    json s;
+    RETURN_IF_ERROR(RopeFreqsToScaling(*rf, theta, hd, label, &s));
+    if (!s.is_null()) c["rope_scaling"] = s;
+  }
+  ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", 0));
+  if (window > 0 && arch == "llama") {
+    c["architectures"] = {"MistralForCausalLM"};  // same weights; window on every layer
+    c["sliding_window"] = window;
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(c.dump(), label));
+  config.model_type = arch;
+  config.o_bias = g.FindTensor("blk.0.attn_output.bias") != nullptr;
+  return config;
+}
+
+std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConfig& c, const std::string& arch,
+                                                                 const std::string& name) {
+  std::vector<std::pair<std::string, GgufValue>> md;
+  const std::string p = arch + ".";
+  auto u32 = [](int64_t v) { return GgufValue::U32(static_cast<uint32_t>(v)); };
+  md.emplace_back("general.architecture", GgufValue::Str(arch));
+  md.emplace_back("general.name", GgufValue::Str(name));
+  md.emplace_back(p + "block_count", u32(c.num_layers));
+  md.emplace_back(p + "context_length", u32(c.max_position_embeddings));
+  md.emplace_back(p + "embedding_length", u32(c.hidden_size));
+  md.emplace_back(p + "feed_forward_length", u32(c.intermediate_size));
+  md.emplace_back(p + "attention.head_count", u32(c.num_q_heads));
+  md.emplace_back(p + "attention.head_count_kv", u32(c.num_kv_heads));
+  md.emplace_back(p + "attention.key_length", u32(c.head_dim));
+  md.emplace_back(p + "attention.value_length", u32(c.head_dim));
+  md.emplace_back(p + "rope.freq_base", GgufValue::F32(static_cast<float>(c.rope_theta)));
+  md.emplace_back(p + "attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(c.rms_norm_eps)));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kLinear || s.type == RopeScalingType::kYarn) {
+    md.emplace_back(p + "rope.scaling.type", GgufValue::Str(s.type == RopeScalingType::kLinear ? "linear" : "yarn"));
+    md.emplace_back(p + "rope.scaling.factor", GgufValue::F32(static_cast<float>(s.factor)));
+    if (s.type == RopeScalingType::kYarn) {
+      md.emplace_back(p + "rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
+    }
+  }
+  for (int64_t w : c.layer_sliding_window) {
+    if (w > 0 && arch == "llama") {
+      md.emplace_back(p + "attention.sliding_window", u32(w));
+      break;
+    }
+  }
+  return md;
+}
+
+std::string GgufTensorName(const WeightSpec& spec) {
+  using R = WeightRole;
+  const std::string b = "blk." + std::to_string(spec.layer) + ".";
+  switch (spec.role) {
+    case R::kEmbed: return "token_embd.weight";
+    case R::kLmHead: return "output.weight";
+    case R::kFinalNorm: return "output_norm.weight";
+    case R::kInputNorm: return b + "attn_norm.weight";
+    case R::kPostNorm: return b + "ffn_norm.weight";
+    case R::kQNorm: return b + "attn_q_norm.weight";
+    case R::kKNorm: return b + "attn_k_norm.weight";
+    case R::kQ: return b + "attn_q.weight";
+    case R::kK: return b + "attn_k.weight";
+    case R::kV: return b + "attn_v.weight";
+    case R::kO: return b + "attn_output.weight";
+    case R::kQBias: return b + "attn_q.bias";
+    case R::kKBias: return b + "attn_k.bias";
+    case R::kVBias: return b + "attn_v.bias";
+    case R::kOBias: return b + "attn_output.bias";
+    case R::kGate: return b + "ffn_gate.weight";
+    case R::kUp: return b + "ffn_up.weight";
+    case R::kDown: return b + "ffn_down.weight";
+    case R::kGateBias: return b + "ffn_gate.bias";
+    case R::kUpBias: return b + "ffn_up.bias";
+    case R::kDownBias: return b + "ffn_down.bias";
+  }
+  return "";
+}
+
+void PermuteQkRows(const uint8_t* src, uint8_t* dst, int64_t n_head, int64_t rows, int64_t row_bytes,
+                   bool to_gguf) {
+  const int64_t hd = rows / n_head, half = hd / 2;
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t j = 0; j < 2; ++j) {
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t hf = h * hd + j * half + i;  // HF rotate-half row
+        const int64_t gg = h * hd + 2 * i + j;     // llama.cpp interleaved row
+        const int64_t from = to_gguf ? hf : gg, to = to_gguf ? gg : hf;
+        std::memcpy(dst + to * row_bytes, src + from * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<GgufWeightSource>> GgufWeightSource::Open(const std::string& path, ModelConfig* config) {
+  auto s = std::unique_ptr<GgufWeightSource>(new GgufWeightSource());
+  ASSIGN_OR_RETURN(s->file_, GgufFile::Open(path));
+  ASSIGN_OR_RETURN(s->config_, GgufModelConfig(s->file_->contents(), path));
+  s->arch_ = s->config_.model_type;
+  *config = s->config_;
+  return s;
+}
+
+StatusOr<SourceTensor> GgufWeightSource::Get(const WeightSpec& spec) {
+  const std::string name = GgufTensorName(spec);
+  const std::string& path = file_->path();
+  const GgufTensor* t = file_->contents().FindTensor(name);
+  if (!t) return NotFound(path + ": missing tensor '" + name + "' (for " + spec.name + ")");
+  if (t->shape() != spec.shape) {
+    return InvalidArgument(path + ": tensor '" + name + "' has shape " + ShapeStr(t->shape()) + " (ne " +
+                           ShapeStr(t->ne) + "), expected " + ShapeStr(spec.shape));
+  }
+  if (spec.shape.size() == 1 && IsQuantized(t->dtype)) {
+    return Unimplemented(path + ": tensor '" + name + "' is a vector in " + std::string(GgmlTypeName(t->ggml_type)) +
+                         "; vectors must be F32, F16 or BF16");
+  }
+  SourceTensor out{t->data, t->dtype, static_cast<int64_t>(t->nbytes), path};
+  using R = WeightRole;
+  const bool q = spec.role == R::kQ || spec.role == R::kQBias;
+  const bool k = spec.role == R::kK || spec.role == R::kKBias;
+  if (GgufPermutesQk(arch_) && (q || k)) {
+    const int64_t rows = spec.shape[0];
+    const int64_t row_bytes = static_cast<int64_t>(t->nbytes) / rows;
+    auto buf = std::make_unique<uint8_t[]>(t->nbytes);
+    PermuteQkRows(t->data, buf.get(), q ? config_.num_q_heads : config_.num_kv_heads, rows, row_bytes, false);
+    out.data = buf.get();
+    owned_.push_back(std::move(buf));
+  }
+  return out;
+}
+
+}  // namespace tessera

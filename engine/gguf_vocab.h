@@ -1,0 +1,41 @@
+// Tokenizers in GGUF metadata (`tokenizer.ggml.*`, `tokenizer.chat_template`):
+// the named pre-tokenizers llama.cpp knows by `tokenizer.ggml.pre`, and the
+// conversion of an HF tokenizer.json (+ tokenizer_config.json) into that
+// metadata, as llama.cpp's convert_hf_to_gguf.py does for byte-level BPE.
+// The reverse direction (metadata -> Tokenizer) is server/text/gguf_tokenizer.h.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/gguf.h"
+
+namespace tessera {
+
+// llama.cpp token types (tokenizer.ggml.token_type).
+enum GgufTokenType : int32_t {
+  kGgufTokenNormal = 1, kGgufTokenUnknown = 2, kGgufTokenControl = 3,
+  kGgufTokenUserDefined = 4, kGgufTokenUnused = 5, kGgufTokenByte = 6,
+};
+
+// A byte-level BPE pre-tokenizer by its llama.cpp name.
+struct GgufPreTokenizer {
+  const char* name;   // tokenizer.ggml.pre, e.g. "llama-bpe", "qwen2", "gpt2"
+  const char* regex;  // the HF Split pattern
+  bool ignore_merges; // llama-bpe: whole-word vocab hits skip merging
+  bool nfc;           // HF applies an NFC normalizer (Qwen2)
+  bool add_bos;       // llama.cpp's default when tokenizer.ggml.add_bos_token is absent
+};
+// nullptr when unknown.
+const GgufPreTokenizer* FindGgufPreTokenizer(const std::string& name);
+const GgufPreTokenizer* FindGgufPreTokenizerByRegex(const std::string& regex);
+
+// tokenizer.* metadata for a byte-level BPE tokenizer.json and its
+// tokenizer_config.json (may be empty). Unsupported shapes (non-BPE models,
+// an unknown pre-tokenizer regex) give InvalidArgument naming the field.
+StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
+    const std::string& tokenizer_json, const std::string& tokenizer_config_json, const std::string& label);
+
+}  // namespace tessera
