@@ -9,7 +9,10 @@
 // small shapes): separates a kernel's compute rate from DRAM bandwidth.
 //
 // Counters: bytes_per_second = weight+activation bytes per second; FLOPS = 2*M*N*K/s
-// (for quantized weights too: int8 multiply-adds count as 2 ops, like Limit/Int8Peak).
+// (for quantized weights too: int8 multiply-adds count as 2 ops, like Limit/Int8Peak
+// and Limit/Int8VnniPeak). Quantized Linear runs on the dispatched path, named in
+// the label (vnni / avx2 / scalar); TESSERA_CPU_NO_AVX512=1 selects AVX2 instead
+// of VNNI, TESSERA_CPU_SCALAR=1 the scalar kernels.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -89,6 +92,10 @@ void BM_Linear(benchmark::State& state, int64_t k, int64_t n, DType type) {
   const WeightSet& w = Weights(k, n, type);
   const auto x = RandomVec(m * k, 3);
   std::vector<float> y(m * n);
+  if (IsQuantized(type)) {
+    const bool vnni = UseAvx512Vnni() && (type == DType::kQ8_0 || type == DType::kQ4_0);
+    state.SetLabel(vnni ? "vnni" : UseAvx2() ? "avx2" : "scalar");
+  }
   int64_t copy = 0;
   for (auto _ : state) {
     Linear(x.data(), m, k, w.data.data() + copy * w.bytes, type, n, nullptr, y.data(), n,
@@ -256,6 +263,55 @@ void BM_Int8Peak(benchmark::State& state) {
                                              benchmark::Counter::kIsRate);
 }
 
+// vpdpbusd (u8 x s8, 4 byte pairs into each int32 lane) on 256- or 512-bit vectors,
+// 12 independent chains in registers: 2 ops per byte pair (64 per ymm, 128 per zmm
+// instruction), comparable with Limit/Int8Peak and 2*M*N*K.
+#define TESSERA_VNNI_LOOP(NAME, V, SET1, ZERO, DPBUSD, STORE)                      \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) int NAME(int64_t iters) { \
+    V acc[12], v[12];                                                              \
+    for (int i = 0; i < 12; ++i) {                                                 \
+      acc[i] = ZERO();                                                             \
+      v[i] = SET1(static_cast<char>(i + 1));                                       \
+    }                                                                              \
+    const V s = SET1(3);                                                           \
+    for (int64_t it = 0; it < iters; ++it) {                                       \
+      _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) {                      \
+        asm volatile("" : "+v"(v[i])); /* opaque: keeps the multiply in the loop */ \
+        acc[i] = DPBUSD(acc[i], v[i], s);                                          \
+      }                                                                            \
+    }                                                                              \
+    int out = 0;                                                                   \
+    for (int i = 0; i < 12; ++i) {                                                 \
+      alignas(64) int32_t t[16];                                                   \
+      STORE(reinterpret_cast<V*>(t), acc[i]);                                      \
+      out += t[0];                                                                 \
+    }                                                                              \
+    return out;                                                                    \
+  }
+TESSERA_VNNI_LOOP(VnniLoop512, __m512i, _mm512_set1_epi8, _mm512_setzero_si512, _mm512_dpbusd_epi32,
+                  _mm512_store_si512)
+TESSERA_VNNI_LOOP(VnniLoop256, __m256i, _mm256_set1_epi8, _mm256_setzero_si256, _mm256_dpbusd_epi32,
+                  _mm256_store_si256)
+#undef TESSERA_VNNI_LOOP
+
+void BM_Int8VnniPeak(benchmark::State& state) {
+  if (!GetCpuFeatures().avx512vnni) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  const int bits = static_cast<int>(state.range(1));
+  const int64_t iters = 1 << 20;
+  for (auto _ : state) {
+    Pool(threads)->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        benchmark::DoNotOptimize(bits == 512 ? VnniLoop512(iters) : VnniLoop256(iters));
+    });
+  }
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * (bits / 8) * 12 * iters * threads * state.iterations(),
+                                               benchmark::Counter::kIsRate);
+}
+
 struct LinearShape {
   const char* name;
   int64_t k, n;
@@ -297,6 +353,9 @@ int RegisterAll() {
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Limit/Int8Peak", BM_Int8Peak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("Limit/Int8VnniPeak", BM_Int8VnniPeak)
+      ->ArgNames({"threads", "bits"})->ArgsProduct({{1, 2}, {256, 512}})
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Limit/FmaPeak", BM_FmaPeak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   return 0;
