@@ -143,6 +143,14 @@ bool SetUseAvx512VnniForTesting(bool use_vnni) {
 
 void ClearUseAvx512VnniForTesting() { g_vnni_override.store(-1); }
 
+const char* QuantLinearPath(DType w_type, int64_t m) {
+  if (!UseAvx2()) return "scalar";
+  if (!UseAvx512Vnni() || !internal::LinearQuantAvx512Supports(w_type)) return "avx2";
+  // Forced on (tests): every m, so the VNNI kernel is checked at small m too.
+  if (g_vnni_override.load(std::memory_order_relaxed) == 1) return "vnni";
+  return internal::LinearQuantAvx512Preferred(w_type, m) ? "vnni" : "avx2";
+}
+
 namespace {
 
 // Activation scratch of the calling thread for quantized Linear (workers only read it).
@@ -172,7 +180,7 @@ void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_ty
     fn(x + b * k, e - b, k, block, q + b * k, d + b * (k / block), sums + b * (k / 32));
   });
   const internal::QuantActs acts{q, d, sums, m, k};
-  const bool vnni = avx2 && UseAvx512Vnni() && internal::LinearQuantAvx512Supports(w_type);
+  const bool vnni = std::strcmp(QuantLinearPath(w_type, m), "vnni") == 0;
   // Column blocks of 24 (multiple of the 8-column AVX2 tiles) or 32 (16-column VNNI
   // groups). Cost of a block ~ its m*k int8 MACs (~32 per 16 vector ops) plus its
   // weight bytes streamed (~1/4 unit each).

@@ -74,17 +74,22 @@ bool BitEqual(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
 
-enum class Path { kScalar, kAvx2, kVnni };
-
-// Selects one kernel path; false when this CPU lacks it.
-bool UsePath(Path p) {
-  if (!SetUseAvx2ForTesting(p != Path::kScalar)) return false;
-  return SetUseAvx512VnniForTesting(p == Path::kVnni);
-}
+// kDefault: the detected dispatch, which on a VNNI CPU mixes AVX2 (small m) and VNNI.
+enum class Path { kScalar, kAvx2, kVnni, kDefault };
 
 void ClearPath() {
   ClearUseAvx2ForTesting();
   ClearUseAvx512VnniForTesting();
+}
+
+// Selects one kernel path; false when this CPU lacks it.
+bool UsePath(Path p) {
+  if (p == Path::kDefault) {
+    ClearPath();
+    return true;
+  }
+  if (!SetUseAvx2ForTesting(p != Path::kScalar)) return false;
+  return SetUseAvx512VnniForTesting(p == Path::kVnni);
 }
 
 class QuantPathTest : public ::testing::TestWithParam<Path> {
@@ -241,6 +246,26 @@ void CheckPathEqualsScalar(Path path) {
 TEST(QuantKernelsTest, Avx2EqualsScalarBitwise) {
   if (!UsePath(Path::kAvx2)) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   CheckPathEqualsScalar(Path::kAvx2);
+}
+
+// The names QuantLinearPath reports follow the overrides and the CPU.
+TEST(QuantKernelsTest, PathSelection) {
+  ASSERT_TRUE(UsePath(Path::kScalar));
+  EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 16), "scalar");
+  if (UsePath(Path::kAvx2)) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 16), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "avx2");
+  }
+  if (UsePath(Path::kVnni)) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "vnni");  // forced: every m
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 1), "vnni");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "avx2");  // no VNNI Q4_K kernel
+  }
+  ClearPath();
+  if (UseAvx2() && UseAvx512Vnni()) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 16), "vnni");
+  }
 }
 
 TEST(QuantKernelsTest, VnniEqualsScalarBitwise) {
@@ -412,11 +437,13 @@ std::string PathName(const ::testing::TestParamInfo<Path>& info) {
     case Path::kScalar: return "Scalar";
     case Path::kAvx2: return "Avx2";
     case Path::kVnni: return "Vnni";
+    case Path::kDefault: return "Default";
   }
   return "Unknown";
 }
 INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest,
-                         ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni), PathName);
+                         ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
+                         PathName);
 
 }  // namespace
 }  // namespace tessera::kernels::cpu
