@@ -116,12 +116,17 @@ struct Q4_0 {
 };
 
 thread_local std::vector<uint8_t> t_tail;  // a last group of < 16 columns, zero-padded
+thread_local std::vector<int32_t> t_off;   // -kOffset * sum(x) per (row, block)
 
 template <class Kind>
 TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1,
                          const float* bias, float* y, int64_t ldy) {
   const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
   const int64_t nb = a.k / 32;
+  // The dots start at -kOffset * sum(x): one broadcast load per row and block.
+  t_off.resize(static_cast<size_t>(a.m * nb));
+  for (int64_t i = 0; i < a.m * nb; ++i) t_off[i] = -Kind::kOffset * int32_t{a.sums[i]};
+  const int32_t* off0 = t_off.data();
   __m512 acc[kMc];
   for (int64_t mb = 0; mb < a.m; mb += kMc) {
     const int64_t rows = std::min(a.m, mb + kMc) - mb;
@@ -150,8 +155,7 @@ TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64
           const int64_t row = mb + r;
           const int8_t* xb = a.q + row * a.k + 32 * b;
           // Two independent dpbusd chains; integer sums are exact in any order.
-          __m512i s0 = _mm512_set1_epi32(-Kind::kOffset * int32_t{a.sums[row * nb + b]});
-          __m512i s1 = _mm512_setzero_si512();
+          __m512i s0 = _mm512_set1_epi32(off0[row * nb + b]), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
           for (int t = 0; t < 4; ++t) {
             s0 = _mm512_dpbusd_epi32(s0, wv[2 * t], _mm512_set1_epi32(Ld32(xb + 8 * t)));
