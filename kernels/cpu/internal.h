@@ -51,14 +51,16 @@ void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_
 // AVX-512 VNNI, bitwise equal to the above; only for types where
 // LinearQuantAvx512Supports() (others take the AVX2 kernel).
 inline bool LinearQuantAvx512Supports(DType w_type) {
-  return w_type == DType::kQ8_0 || w_type == DType::kQ4_0;
+  return w_type == DType::kQ8_0 || w_type == DType::kQ4_0 || w_type == DType::kQ4_K;
 }
 // Whether the VNNI kernel is also the faster one for m rows: it transposes each weight
 // block once per 64-row chunk, which at small m costs more than it saves (measured on
-// Zen 4, 1 thread: Q4_0 even from m = 2, Q8_0 (two transposes per block) from m = 8).
+// Zen 4, 1 thread: Q4_0 even from m = 2; Q8_0 (two transposes per block) and Q4_K
+// (scales unpacked per column) from m = 8).
 // Bitwise equal results either way, so this choice never changes a value.
 inline bool LinearQuantAvx512Preferred(DType w_type, int64_t m) {
-  return (w_type == DType::kQ4_0 && m >= 2) || (w_type == DType::kQ8_0 && m >= 8);
+  if (w_type == DType::kQ4_0) return m >= 2;
+  return (w_type == DType::kQ8_0 || w_type == DType::kQ4_K) && m >= 8;
 }
 void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                            int64_t n_end, const float* bias, float* y, int64_t ldy);

@@ -35,14 +35,14 @@ bool UseAvx2();
 bool SetUseAvx2ForTesting(bool use_avx2);
 // Testing only: back to the detected default (features and TESSERA_CPU_SCALAR).
 void ClearUseAvx2ForTesting();
-// True when quantized Linear (Q8_0/Q4_0) may use the AVX-512 VNNI kernels: requires
+// True when quantized Linear (Q8_0/Q4_0/Q4_K) may use the AVX-512 VNNI kernels: requires
 // UseAvx2() and CpuFeatures().avx512vnni; TESSERA_CPU_NO_AVX512=1 (read once)
 // turns it off. Results are bitwise the same either way; only speed differs.
 bool UseAvx512Vnni();
 // The kernel quantized Linear runs for w_type and m rows: "vnni", "avx2" or "scalar"
 // (by default VNNI only from the m where it beats AVX2, see kernels/cpu/internal.h).
 const char* QuantLinearPath(DType w_type, int64_t m);
-// Testing only: forces VNNI on (true: for Q8_0/Q4_0 at every m) or off (false) while
+// Testing only: forces VNNI on (true: for every quantized type and m) or off (false) while
 // UseAvx2(). Returns false and changes nothing when VNNI is requested on a CPU
 // without it.
 bool SetUseAvx512VnniForTesting(bool use_vnni);

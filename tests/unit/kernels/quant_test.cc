@@ -259,12 +259,14 @@ TEST(QuantKernelsTest, PathSelection) {
   if (UsePath(Path::kVnni)) {
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "vnni");  // forced: every m
     EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 1), "vnni");
-    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "avx2");  // no VNNI Q4_K kernel
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "vnni");
   }
   ClearPath();
   if (UseAvx2() && UseAvx512Vnni()) {
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "avx2");
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 16), "vnni");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "vnni");
   }
 }
 
