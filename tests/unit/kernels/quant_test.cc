@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -432,6 +433,11 @@ TEST_P(QuantPathTest, EmbeddingAndConvertDequantize) {
     ConvertToF32(w.bytes.data(), type, vocab * dim, all.data());
     ASSERT_TRUE(BitEqual(all.data(), w.deq.data(), vocab * dim));
   }
+}
+
+void PrintTo(Path p, std::ostream* os) {
+  static const char* const kNames[] = {"Scalar", "Avx2", "Vnni", "Default"};
+  *os << kNames[static_cast<int>(p)];
 }
 
 std::string PathName(const ::testing::TestParamInfo<Path>& info) {
