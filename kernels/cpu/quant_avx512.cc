@@ -7,15 +7,18 @@
 // saturation, so block dots are the same exact integers:
 //   Q4_0: dot(nib, x) - 8 * sum(x)           (nib 0..15 is the unsigned operand)
 //   Q8_0: dot(w + 128, x) - 128 * sum(x)     (w ^ 0x80 = w + 128 as u8; |dot| < 2^21)
-// with sum(x) the activation block sums QuantizeActs already made. The float chain
-// s = fma(d_w * d_x, isum, s) then runs per lane in block order.
+// with sum(x) the activation block sums QuantizeActs already made (Q4_K: see ColsQ4K).
+// The float chain s = fma(d_w * d_x, isum, s) then runs per lane in block order.
 //
 // Layout: 16 OUTPUT COLUMNS per __m512 (lane c = column c); per weight block the 16
 // columns' bytes are transposed once into 8 vectors of "4 consecutive k of column c
 // in dword c", so each row needs just 8 vpdpbusd with a broadcast dword of x, and no
 // horizontal reduction. The transposed block serves all rows of a chunk (kMc rows,
 // f32 accumulators in an L1 stack buffer), which amortizes the transpose for M > 1.
-// Results depend on neither tile shape nor chunking: batch-invariant.
+// Results depend on neither tile shape nor chunking: batch-invariant. zmm rather than
+// ymm: on Zen 4 both reach the same vpdpbusd rate (bench Limit/Int8VnniPeak), and 16
+// lanes halve the per-row cvt/mul/fma and x broadcasts. ops.cc calls this only from
+// the m where it beats the AVX2 kernel (LinearQuantAvx512Preferred).
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 false positive inside the AVX-512 intrinsic headers (_mm512_undefined_*()
 // self-initializes); it is reported at the header's lines, so it precedes the includes.
