@@ -9,7 +9,10 @@
 // small shapes): separates a kernel's compute rate from DRAM bandwidth.
 //
 // Counters: bytes_per_second = weight+activation bytes per second; FLOPS = 2*M*N*K/s
-// (for quantized weights too: int8 multiply-adds count as 2 ops, like Limit/Int8Peak).
+// (for quantized weights too: int8 multiply-adds count as 2 ops, like Limit/Int8Peak
+// and Limit/Int8VnniPeak). Quantized Linear runs on the dispatched path, named in
+// the label (vnni / avx2 / scalar); TESSERA_CPU_NO_AVX512=1 selects AVX2 instead
+// of VNNI, TESSERA_CPU_SCALAR=1 the scalar kernels.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -89,6 +92,7 @@ void BM_Linear(benchmark::State& state, int64_t k, int64_t n, DType type) {
   const WeightSet& w = Weights(k, n, type);
   const auto x = RandomVec(m * k, 3);
   std::vector<float> y(m * n);
+  if (IsQuantized(type)) state.SetLabel(QuantLinearPath(type, m));
   int64_t copy = 0;
   for (auto _ : state) {
     Linear(x.data(), m, k, w.data.data() + copy * w.bytes, type, n, nullptr, y.data(), n,
@@ -218,25 +222,28 @@ void BM_FmaPeak(benchmark::State& state) {
 }
 
 // The int8 dot instruction sequence (vpmaddubsw + vpmaddwd + vpaddd on 32 byte
-// pairs), 12 independent chains in registers: counted as 2 ops (multiply, add) per
-// byte pair, i.e. 64 ops per sequence (counter FLOPS, though integer), so it
+// pairs), 5 independent chains held in named registers (arrays were kept on the
+// stack by GCC: the loop then measured store forwarding): counted as 2 ops (multiply,
+// add) per byte pair, i.e. 64 ops per sequence (counter FLOPS, though integer), so it
 // compares with 2*M*N*K of a GEMM.
+constexpr int kInt8Chains = 5;
 __attribute__((target("avx2"))) int Int8Loop(int64_t iters) {
-  __m256i acc[12], v[12];
-  for (int i = 0; i < 12; ++i) {
-    acc[i] = _mm256_setzero_si256();
-    v[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
-  }
   const __m256i s = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  __m256i v0 = _mm256_set1_epi8(1), v1 = _mm256_set1_epi8(2), v2 = _mm256_set1_epi8(3);
+  __m256i v3 = _mm256_set1_epi8(4), v4 = _mm256_set1_epi8(5);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0;
   for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) {
-      asm volatile("" : "+x"(v[i]));  // opaque: keeps the multiply inside the loop
-      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(v[i], s), ones));
-    }
+    // Opaque: keeps the (otherwise loop-invariant) multiplies inside the loop.
+    asm volatile("" : "+x"(v0), "+x"(v1), "+x"(v2), "+x"(v3), "+x"(v4));
+#define TESSERA_INT8_STEP(A, V) A = _mm256_add_epi32(A, _mm256_madd_epi16(_mm256_maddubs_epi16(V, s), ones))
+    TESSERA_INT8_STEP(a0, v0);
+    TESSERA_INT8_STEP(a1, v1);
+    TESSERA_INT8_STEP(a2, v2);
+    TESSERA_INT8_STEP(a3, v3);
+    TESSERA_INT8_STEP(a4, v4);
+#undef TESSERA_INT8_STEP
   }
-  __m256i t = acc[0];
-  for (int i = 1; i < 12; ++i) t = _mm256_add_epi32(t, acc[i]);
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)), a4);
   return _mm256_extract_epi32(t, 0);
 }
 
@@ -252,8 +259,70 @@ void BM_Int8Peak(benchmark::State& state) {
       for (int64_t t = b; t < e; ++t) benchmark::DoNotOptimize(Int8Loop(iters));
     });
   }
-  state.counters["FLOPS"] = benchmark::Counter(2.0 * 32 * 12 * iters * threads * state.iterations(),
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * 32 * kInt8Chains * iters * threads * state.iterations(),
                                              benchmark::Counter::kIsRate);
+}
+
+// vpdpbusd (u8 x s8, 4 byte pairs into each int32 lane) on 256- or 512-bit vectors,
+// 12 independent accumulator chains in named registers (each step depends on its
+// accumulator, so nothing is loop-invariant): 2 ops per byte pair (64 per ymm, 128 per
+// zmm instruction), comparable with Limit/Int8Peak and 2*M*N*K.
+constexpr int kVnniChains = 12;
+__attribute__((target("avx2"))) inline int Extract0(__m256i v) {
+  return _mm_cvtsi128_si32(_mm256_castsi256_si128(v));
+}
+__attribute__((target("avx512f"))) inline int Extract0(__m512i v) {
+  alignas(64) int32_t t[16];  // (the cast/extract intrinsics trip GCC 12's -Wuninitialized)
+  _mm512_store_si512(t, v);
+  return t[0];
+}
+#define TESSERA_VNNI_LOOP(NAME, V, SET1, ZERO, DPBUSD, ADD, EXTRACT0)              \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) int NAME(int64_t iters) { \
+    const V s = SET1(3), v = SET1(7);                                              \
+    /* distinct starts, or the compiler merges identical chains */                 \
+    V a0 = ZERO(), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4);         \
+    V a5 = SET1(5), a6 = SET1(6), a7 = SET1(7), a8 = SET1(8), a9 = SET1(9);        \
+    V a10 = SET1(10), a11 = SET1(11);                                              \
+    for (int64_t it = 0; it < iters; ++it) {                                       \
+      a0 = DPBUSD(a0, v, s);                                                       \
+      a1 = DPBUSD(a1, v, s);                                                       \
+      a2 = DPBUSD(a2, v, s);                                                       \
+      a3 = DPBUSD(a3, v, s);                                                       \
+      a4 = DPBUSD(a4, v, s);                                                       \
+      a5 = DPBUSD(a5, v, s);                                                       \
+      a6 = DPBUSD(a6, v, s);                                                       \
+      a7 = DPBUSD(a7, v, s);                                                       \
+      a8 = DPBUSD(a8, v, s);                                                       \
+      a9 = DPBUSD(a9, v, s);                                                       \
+      a10 = DPBUSD(a10, v, s);                                                     \
+      a11 = DPBUSD(a11, v, s);                                                     \
+    }                                                                              \
+    const V t = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))), \
+                    ADD(ADD(a8, a9), ADD(a10, a11)));                              \
+    return EXTRACT0(t);                                                            \
+  }
+TESSERA_VNNI_LOOP(VnniLoop512, __m512i, _mm512_set1_epi8, _mm512_setzero_si512, _mm512_dpbusd_epi32,
+                  _mm512_add_epi32, Extract0)
+TESSERA_VNNI_LOOP(VnniLoop256, __m256i, _mm256_set1_epi8, _mm256_setzero_si256, _mm256_dpbusd_epi32,
+                  _mm256_add_epi32, Extract0)
+#undef TESSERA_VNNI_LOOP
+
+void BM_Int8VnniPeak(benchmark::State& state) {
+  if (!GetCpuFeatures().avx512vnni) {
+    state.SkipWithError("no AVX-512 VNNI");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  const int bits = static_cast<int>(state.range(1));
+  const int64_t iters = 1 << 20;
+  for (auto _ : state) {
+    Pool(threads)->ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        benchmark::DoNotOptimize(bits == 512 ? VnniLoop512(iters) : VnniLoop256(iters));
+    });
+  }
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * (bits / 8) * kVnniChains * iters * threads * state.iterations(),
+                                               benchmark::Counter::kIsRate);
 }
 
 struct LinearShape {
@@ -276,7 +345,7 @@ int RegisterAll() {
     const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
     b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-    for (int64_t m : {1, 4, 16, 32, 512}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 32, 512}) {
       if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
       for (int threads : {1, 2}) b->Args({m, threads});
     }
@@ -297,6 +366,9 @@ int RegisterAll() {
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Limit/Int8Peak", BM_Int8Peak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("Limit/Int8VnniPeak", BM_Int8VnniPeak)
+      ->ArgNames({"threads", "bits"})->ArgsProduct({{1, 2}, {256, 512}})
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("Limit/FmaPeak", BM_FmaPeak)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   return 0;

@@ -1,7 +1,8 @@
 // Single-threaded range workers behind the public ops (ops.h). ops.cc owns
 // dispatch (scalar vs AVX2) and threading; these compute one contiguous range and
 // never look at other rows, so partitioning cannot change any value.
-// The *Avx2 functions live in *_avx2.cc and may only be called when UseAvx2().
+// The *Avx2 functions live in *_avx2.cc and may only be called when UseAvx2(); the
+// *Avx512 ones live in *_avx512.cc and may only be called when UseAvx512Vnni().
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,22 @@ void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int6
                            int64_t n_end, const float* bias, float* y, int64_t ldy);
 void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                          int64_t n_end, const float* bias, float* y, int64_t ldy);
+// AVX-512 VNNI, bitwise equal to the above; only for types where
+// LinearQuantAvx512Supports() (others take the AVX2 kernel).
+inline bool LinearQuantAvx512Supports(DType w_type) {
+  return w_type == DType::kQ8_0 || w_type == DType::kQ4_0 || w_type == DType::kQ4_K;
+}
+// Whether the VNNI kernel is also the faster one for m rows: it transposes each weight
+// block once per 64-row chunk, which at small m costs more than it saves (measured on
+// Zen 4, 1 thread: Q4_0 even from m = 2; Q8_0 (two transposes per block) and Q4_K
+// (scales unpacked per column) from m = 8).
+// Bitwise equal results either way, so this choice never changes a value.
+inline bool LinearQuantAvx512Preferred(DType w_type, int64_t m) {
+  if (w_type == DType::kQ4_0) return m >= 2;
+  return (w_type == DType::kQ8_0 || w_type == DType::kQ4_K) && m >= 8;
+}
+void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                           int64_t n_end, const float* bias, float* y, int64_t ldy);
 
 // Rows [0, rows) of the elementwise/row ops (callers offset the pointers).
 void RmsNormRowsScalar(const float* x, const float* weight, int64_t rows, int64_t dim,

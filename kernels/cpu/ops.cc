@@ -1,4 +1,4 @@
-// Public CPU ops: feature detection, scalar/AVX2 dispatch and threading.
+// Public CPU ops: feature detection, scalar/AVX2/AVX-512 dispatch and threading.
 // Every op splits work by output rows/columns/items only (never a reduction), so
 // the thread count and partition never change a value (DESIGN §3).
 #include "kernels/cpu/ops.h"
@@ -31,6 +31,27 @@ bool DetectedUseAvx2() {
   }();
   return use;
 }
+
+// -1: no override; 0: VNNI off; 1: VNNI on (when UseAvx2()).
+std::atomic<int> g_vnni_override{-1};
+
+bool DetectedUseAvx512Vnni() {
+  static const bool use = [] {
+    const char* env = std::getenv("TESSERA_CPU_NO_AVX512");
+    const bool off = env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
+    return GetCpuFeatures().avx512vnni && !off;
+  }();
+  return use;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+// XCR0 (OS-enabled state components); only valid when CPUID.1:ECX.OSXSAVE.
+uint64_t ReadXcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t{hi} << 32) | lo;
+}
+#endif
 
 [[noreturn]] void Fatal(const char* what, DType t) {
   std::fprintf(stderr, "tessera kernels: %s does not support dtype %s\n", what,
@@ -74,7 +95,18 @@ const CpuFeatures& GetCpuFeatures() {
     f.fma = __builtin_cpu_supports("fma");
     // clang 14 lacks "f16c" in __builtin_cpu_supports: read CPUID.1:ECX bit 29.
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) f.f16c = (ecx & (1u << 29)) != 0;
+    bool osxsave = false;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+      f.f16c = (ecx & (1u << 29)) != 0;
+      osxsave = (ecx & (1u << 27)) != 0;
+    }
+    // AVX-512 needs the OS to save XMM|YMM (XCR0 bits 1-2) and opmask|ZMM_Hi256|
+    // Hi16_ZMM (bits 5-7); CPUID.7.0: EBX F(16) BW(30) VL(31), ECX VNNI(11).
+    if (osxsave && (ReadXcr0() & 0xE6) == 0xE6 && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+      const bool f512 = (ebx & (1u << 16)) != 0, bw = (ebx & (1u << 30)) != 0;
+      const bool vl = (ebx & (1u << 31)) != 0, vnni = (ecx & (1u << 11)) != 0;
+      f.avx512vnni = f512 && bw && vl && vnni;
+    }
 #endif
     return f;
   }();
@@ -96,6 +128,28 @@ bool SetUseAvx2ForTesting(bool use_avx2) {
 }
 
 void ClearUseAvx2ForTesting() { g_avx2_override.store(-1); }
+
+bool UseAvx512Vnni() {
+  if (!UseAvx2()) return false;
+  const int o = g_vnni_override.load(std::memory_order_relaxed);
+  return o >= 0 ? o == 1 : DetectedUseAvx512Vnni();
+}
+
+bool SetUseAvx512VnniForTesting(bool use_vnni) {
+  if (use_vnni && !GetCpuFeatures().avx512vnni) return false;
+  g_vnni_override.store(use_vnni ? 1 : 0);
+  return true;
+}
+
+void ClearUseAvx512VnniForTesting() { g_vnni_override.store(-1); }
+
+const char* QuantLinearPath(DType w_type, int64_t m) {
+  if (!UseAvx2()) return "scalar";
+  if (!UseAvx512Vnni() || !internal::LinearQuantAvx512Supports(w_type)) return "avx2";
+  // Forced on (tests): every m, so the VNNI kernel is checked at small m too.
+  if (g_vnni_override.load(std::memory_order_relaxed) == 1) return "vnni";
+  return internal::LinearQuantAvx512Preferred(w_type, m) ? "vnni" : "avx2";
+}
 
 namespace {
 
@@ -126,14 +180,18 @@ void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_ty
     fn(x + b * k, e - b, k, block, q + b * k, d + b * (k / block), sums + b * (k / 32));
   });
   const internal::QuantActs acts{q, d, sums, m, k};
-  // Column blocks of 24 (multiple of the 8-column tiles). Cost of a block ~ its m*k
-  // int8 MACs (~32 per 16 vector ops) plus its weight bytes streamed (~1/4 unit each).
-  constexpr int64_t kBlock = 24;
+  const bool vnni = std::strcmp(QuantLinearPath(w_type, m), "vnni") == 0;
+  // Column blocks of 24 (multiple of the 8-column AVX2 tiles) or 32 (16-column VNNI
+  // groups). Cost of a block ~ its m*k int8 MACs (~32 per 16 vector ops) plus its
+  // weight bytes streamed (~1/4 unit each).
+  const int64_t kBlock = vnni ? 32 : 24;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int64_t units = kBlock * (k * m / 8 + DTypeRowBytes(w_type, k)) / 4;
   ForItems(pool, blocks, units, [&](int64_t b, int64_t e) {
     const int64_t n0 = b * kBlock, n1 = std::min(n, e * kBlock);
-    if (avx2) {
+    if (vnni) {
+      internal::LinearQuantColsAvx512(acts, w, w_type, n0, n1, bias, y, ldy);
+    } else if (avx2) {
       internal::LinearQuantColsAvx2(acts, w, w_type, n0, n1, bias, y, ldy);
     } else {
       internal::LinearQuantColsScalar(acts, w, w_type, n0, n1, bias, y, ldy);

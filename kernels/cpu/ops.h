@@ -4,7 +4,8 @@
 // output row depends only on that row's inputs, never on how many rows there are,
 // how they are tiled, or how many threads run. Reductions run in a fixed order
 // per output element. AVX2/FMA paths are chosen at run time (CpuFeatures());
-// a scalar path runs elsewhere. Activations are f32; weights may be f32/f16/bf16 or
+// a scalar path runs elsewhere; quantized Linear also has an AVX-512 VNNI path,
+// bitwise equal to both. Activations are f32; weights may be f32/f16/bf16 or
 // block-quantized (Q8_0/Q4_0/Q4_K, common/quant.h) for Linear, Embedding, ConvertToF32.
 //
 // Layouts are dense row-major unless stated. `pool` may be null (single thread).
@@ -21,6 +22,8 @@ struct CpuFeatures {
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;
+  // AVX-512 F/BW/VL/VNNI all present AND the OS saves ZMM state (XCR0).
+  bool avx512vnni = false;
 };
 const CpuFeatures& GetCpuFeatures();
 // True when the AVX2/FMA kernels are in use (can be forced off with
@@ -32,6 +35,19 @@ bool UseAvx2();
 bool SetUseAvx2ForTesting(bool use_avx2);
 // Testing only: back to the detected default (features and TESSERA_CPU_SCALAR).
 void ClearUseAvx2ForTesting();
+// True when quantized Linear (Q8_0/Q4_0/Q4_K) may use the AVX-512 VNNI kernels: requires
+// UseAvx2() and CpuFeatures().avx512vnni; TESSERA_CPU_NO_AVX512=1 (read once)
+// turns it off. Results are bitwise the same either way; only speed differs.
+bool UseAvx512Vnni();
+// The kernel quantized Linear runs for w_type and m rows: "vnni", "avx2" or "scalar"
+// (by default VNNI only from the m where it beats AVX2, see kernels/cpu/internal.h).
+const char* QuantLinearPath(DType w_type, int64_t m);
+// Testing only: forces VNNI on (true: for every quantized type and m) or off (false) while
+// UseAvx2(). Returns false and changes nothing when VNNI is requested on a CPU
+// without it.
+bool SetUseAvx512VnniForTesting(bool use_vnni);
+// Testing only: back to the detected default (features and TESSERA_CPU_NO_AVX512).
+void ClearUseAvx512VnniForTesting();
 
 // y[m, n] = sum_k x[m, k] * w[n, k] + (bias ? bias[n] : 0)
 // x: [M, K] f32; w: [N, K] of w_type; bias: [N] f32 or null; y: [M, N] f32 with row
@@ -42,8 +58,8 @@ void ClearUseAvx2ForTesting();
 // q = round-half-even(x/d); then per weight block an exact integer dot, scaled by
 // d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc).
 // So the result is the float64 product of the dequantized weights and the
-// quantize-dequantized activations up to f32 rounding; AVX2 and scalar are bitwise
-// equal. A NaN in x makes its row NaN.
+// quantize-dequantized activations up to f32 rounding; AVX-512 VNNI, AVX2 and
+// scalar are bitwise equal. A NaN in x makes its row NaN.
 void Linear(const float* x, int64_t m, int64_t k, const void* w, DType w_type, int64_t n,
             const float* bias, float* y, int64_t ldy, ThreadPool* pool);
 

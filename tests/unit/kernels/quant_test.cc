@@ -1,13 +1,15 @@
 // Block-quantized weights (Q8_0, Q4_0, Q4_K): the reference quantizers of
 // common/quant.h, and the int8 Linear/Embedding kernels against a double-precision
 // reference on the dequantized weights and independently quantized activations, on
-// the AVX2 and scalar paths, plus bitwise batch invariance and AVX2 == scalar.
+// the scalar, AVX2 and AVX-512 VNNI paths, plus bitwise batch invariance and
+// AVX2 == scalar == VNNI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,12 +75,30 @@ bool BitEqual(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
 
-class QuantPathTest : public ::testing::TestWithParam<bool> {
+// kDefault: the detected dispatch, which on a VNNI CPU mixes AVX2 (small m) and VNNI.
+enum class Path { kScalar, kAvx2, kVnni, kDefault };
+
+void ClearPath() {
+  ClearUseAvx2ForTesting();
+  ClearUseAvx512VnniForTesting();
+}
+
+// Selects one kernel path; false when this CPU lacks it.
+bool UsePath(Path p) {
+  if (p == Path::kDefault) {
+    ClearPath();
+    return true;
+  }
+  if (!SetUseAvx2ForTesting(p != Path::kScalar)) return false;
+  return SetUseAvx512VnniForTesting(p == Path::kVnni);
+}
+
+class QuantPathTest : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
-    if (!SetUseAvx2ForTesting(GetParam())) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+    if (!UsePath(GetParam())) GTEST_SKIP() << "CPU lacks this path (AVX2/FMA/F16C or AVX-512 VNNI)";
   }
-  void TearDown() override { ClearUseAvx2ForTesting(); }
+  void TearDown() override { ClearPath(); }
 };
 
 struct Shape {
@@ -148,6 +168,7 @@ TEST_P(QuantPathTest, LinearLargeMThreaded) {
   CheckQuantLinear({512, 64, 11}, DType::kQ4_0, false, 13, &pool);
   CheckQuantLinear({130, 256, 17}, DType::kQ4_K, true, 17, &pool);
   CheckQuantLinear({1, 1024, 1000}, DType::kQ4_0, true, 1000, &pool);
+  CheckQuantLinear({70, 128, 50}, DType::kQ8_0, false, 53, &pool);  // 64-row chunk + 6
 }
 
 // Row i of y is bitwise the same alone (M = 1), inside batches of 2..64 and 512
@@ -180,14 +201,15 @@ TEST_P(QuantPathTest, LinearIsBatchInvariant) {
   }
 }
 
-// AVX2 and scalar paths compute the same sequence: bitwise equal outputs, including
-// rows with zeros, huge values and a NaN (which poisons only its own row).
-TEST(QuantKernelsTest, Avx2EqualsScalarBitwise) {
-  if (!SetUseAvx2ForTesting(true)) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+// Every SIMD path computes the scalar sequence: bitwise equal outputs, including
+// rows with zeros, huge values and a NaN (which poisons only its own row), and shapes
+// with partial column groups (n % 16 != 0) and more rows than one chunk (64).
+void CheckPathEqualsScalar(Path path) {
   ThreadPool pool(2);
   for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     SCOPED_TRACE(std::string(DTypeName(type)));
-    for (const Shape& s : {Shape{1, 256, 37}, Shape{6, 512, 64}, Shape{70, 768, 29}}) {
+    for (const Shape& s : {Shape{1, 256, 37}, Shape{6, 512, 64}, Shape{70, 768, 29},
+                           Shape{3, 1024, 100}, Shape{130, 256, 47}}) {
       const QWeights w = MakeQWeights(type, s.n, s.k, 31);
       auto x = RandomVec(s.m * s.k, 32, -4.0f, 4.0f);
       if (s.m > 3) {
@@ -196,11 +218,14 @@ TEST(QuantKernelsTest, Avx2EqualsScalarBitwise) {
         x[3 * s.k + 17] = std::numeric_limits<float>::quiet_NaN();     // row 3 NaN
         x[2 * s.k + 5] = 1e-42f;                                       // a denormal
       }
+      if (s.m > 5) {  // row 5: +-127 extremes everywhere (|x| equal in each block)
+        for (int64_t i = 0; i < s.k; ++i) x[5 * s.k + i] = (i % 3 == 0) ? -1.0f : 1.0f;
+      }
       const auto bias = RandomVec(s.n, 33);
       std::vector<float> ya(s.m * s.n), ys(s.m * s.n);
-      ASSERT_TRUE(SetUseAvx2ForTesting(true));
+      ASSERT_TRUE(UsePath(path));
       Linear(x.data(), s.m, s.k, w.bytes.data(), type, s.n, bias.data(), ya.data(), s.n, &pool);
-      ASSERT_TRUE(SetUseAvx2ForTesting(false));
+      ASSERT_TRUE(UsePath(Path::kScalar));
       Linear(x.data(), s.m, s.k, w.bytes.data(), type, s.n, bias.data(), ys.data(), s.n, &pool);
       for (int64_t i = 0; i < s.m * s.n; ++i) {
         if (std::isnan(ya[i]) && std::isnan(ys[i])) continue;  // NaN sign/payload may differ
@@ -216,7 +241,85 @@ TEST(QuantKernelsTest, Avx2EqualsScalarBitwise) {
       }
     }
   }
-  ClearUseAvx2ForTesting();
+  ClearPath();
+}
+
+TEST(QuantKernelsTest, Avx2EqualsScalarBitwise) {
+  if (!UsePath(Path::kAvx2)) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  CheckPathEqualsScalar(Path::kAvx2);
+}
+
+// The names QuantLinearPath reports follow the overrides and the CPU.
+TEST(QuantKernelsTest, PathSelection) {
+  ASSERT_TRUE(UsePath(Path::kScalar));
+  EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 16), "scalar");
+  if (UsePath(Path::kAvx2)) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 16), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "avx2");
+  }
+  if (UsePath(Path::kVnni)) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "vnni");  // forced: every m
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 1), "vnni");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "vnni");
+  }
+  ClearPath();
+  if (UseAvx2() && UseAvx512Vnni()) {
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 16), "vnni");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "vnni");
+  }
+}
+
+TEST(QuantKernelsTest, VnniEqualsScalarBitwise) {
+  if (!UsePath(Path::kVnni)) GTEST_SKIP() << "CPU lacks AVX-512 VNNI (or AVX2)";
+  CheckPathEqualsScalar(Path::kVnni);
+}
+
+// Weights at the extremes of each type (Q8_0 -128/127, Q4_0 nibbles 0/15) against
+// activations at +-127: the largest int32 block dots, where a wrong offset or a
+// saturating instruction would show.
+TEST(QuantKernelsTest, ExtremeWeightsAllPathsEqual) {
+  ThreadPool pool(2);
+  const int64_t m = 5, k = 256, n = 35;
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(std::string(DTypeName(type)));
+    const int64_t rb = DTypeRowBytes(type, k);
+    std::vector<uint8_t> wbytes(n * rb);
+    std::vector<float> src(k);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < k; ++i) {
+        // Q8_0: a block's amax at -1 gives -127 (quantizers are symmetric), so
+        // -128 is written into the bytes directly below.
+        src[i] = ((i + j) % 2 == 0) ? 1.0f : -1.0f;
+      }
+      QuantizeRow(src.data(), k, type, wbytes.data() + j * rb);
+    }
+    if (type == DType::kQ8_0) {  // bytes 2..33 of each 34-byte block: some exactly -128
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t b = 0; b < k / 32; ++b)
+          for (int l = 0; l < 32; l += 3) wbytes[j * rb + b * 34 + 2 + l] = 0x80;
+    }
+    std::vector<float> x(m * k);
+    for (int64_t i = 0; i < m * k; ++i) x[i] = (i % 5 < 2) ? -1.0f : 1.0f;
+    std::vector<float> ref(m * n), got(m * n);
+    ASSERT_TRUE(UsePath(Path::kScalar));
+    Linear(x.data(), m, k, wbytes.data(), type, n, nullptr, ref.data(), n, &pool);
+    // Independent check of one element: exact integer dot times the scales.
+    {
+      std::vector<float> deq(k);
+      DequantizeRow(wbytes.data(), type, k, deq.data());
+      double want = 0.0;
+      for (int64_t i = 0; i < k; ++i) want += static_cast<double>(deq[i]) * x[i];
+      EXPECT_NEAR(ref[0], want, 1e-4 * std::fabs(want) + 1e-4);
+    }
+    for (Path p : {Path::kAvx2, Path::kVnni}) {
+      if (!UsePath(p)) continue;
+      Linear(x.data(), m, k, wbytes.data(), type, n, nullptr, got.data(), n, &pool);
+      ASSERT_TRUE(BitEqual(got.data(), ref.data(), m * n)) << "path " << static_cast<int>(p);
+    }
+  }
+  ClearPath();
 }
 
 // --- Reference quantizers (common/quant.h).
@@ -332,10 +435,23 @@ TEST_P(QuantPathTest, EmbeddingAndConvertDequantize) {
   }
 }
 
-std::string PathName(const ::testing::TestParamInfo<bool>& info) {
-  return info.param ? "Avx2" : "Scalar";
+void PrintTo(Path p, std::ostream* os) {
+  static const char* const kNames[] = {"Scalar", "Avx2", "Vnni", "Default"};
+  *os << kNames[static_cast<int>(p)];
 }
-INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest, ::testing::Bool(), PathName);
+
+std::string PathName(const ::testing::TestParamInfo<Path>& info) {
+  switch (info.param) {
+    case Path::kScalar: return "Scalar";
+    case Path::kAvx2: return "Avx2";
+    case Path::kVnni: return "Vnni";
+    case Path::kDefault: return "Default";
+  }
+  return "Unknown";
+}
+INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest,
+                         ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
+                         PathName);
 
 }  // namespace
 }  // namespace tessera::kernels::cpu

@@ -1,0 +1,288 @@
+// AVX-512 VNNI int8 kernels for block-quantized weights (Q8_0, Q4_0, Q4_K). Entered only
+// when UseAvx512Vnni() (ops.cc); every function carries the target attribute, so the
+// file needs no special compile flags.
+//
+// Arithmetic: exactly the per-element sequence of quant_scalar.cc (bitwise equal to
+// the scalar and AVX2 kernels). vpdpbusd sums 4 u8 x s8 products into int32 without
+// saturation, so block dots are the same exact integers:
+//   Q4_0: dot(nib, x) - 8 * sum(x)           (nib 0..15 is the unsigned operand)
+//   Q8_0: dot(w + 128, x) - 128 * sum(x)     (w ^ 0x80 = w + 128 as u8; |dot| < 2^21)
+// with sum(x) the activation block sums QuantizeActs already made (Q4_K: see ColsQ4K).
+// The float chain s = fma(d_w * d_x, isum, s) then runs per lane in block order.
+//
+// Layout: 16 OUTPUT COLUMNS per __m512 (lane c = column c); per weight block the 16
+// columns' bytes are transposed once into 8 vectors of "4 consecutive k of column c
+// in dword c", so each row needs just 8 vpdpbusd with a broadcast dword of x, and no
+// horizontal reduction. The transposed block serves all rows of a chunk (kMc rows,
+// f32 accumulators in an L1 stack buffer), which amortizes the transpose for M > 1.
+// Results depend on neither tile shape nor chunking: batch-invariant. zmm rather than
+// ymm: on Zen 4 both reach the same vpdpbusd rate (bench Limit/Int8VnniPeak), and 16
+// lanes halve the per-row cvt/mul/fma and x broadcasts. ops.cc calls this only from
+// the m where it beats the AVX2 kernel (LinearQuantAvx512Preferred).
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 false positive inside the AVX-512 intrinsic headers (_mm512_undefined_*()
+// self-initializes); it is reported at the header's lines, so it precedes the includes.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/quant.h"
+#include "kernels/cpu/internal.h"
+
+#define TESSERA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace tessera::kernels::cpu::internal {
+namespace {
+
+constexpr int64_t kMc = 64;  // rows per chunk (accumulators: kMc x 64 bytes)
+constexpr int kCols = 16;    // output columns per vector
+
+inline uint16_t Ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+inline int32_t Ld32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// f16 scales at w0 + c * rb + off of the 16 columns, as f32 (exact, like F16ToF32).
+TESSERA_AVX512 inline __m512 LoadD16(const uint8_t* w0, int64_t rb, int64_t off) {
+  uint64_t q[4] = {0, 0, 0, 0};
+#pragma GCC unroll 16
+  for (int c = 0; c < kCols; ++c) q[c / 4] |= uint64_t{Ld16(w0 + c * rb + off)} << (16 * (c % 4));
+  return _mm512_cvtph_ps(_mm256_set_epi64x(static_cast<int64_t>(q[3]), static_cast<int64_t>(q[2]),
+                                           static_cast<int64_t>(q[1]), static_cast<int64_t>(q[0])));
+}
+
+// 16 bytes of each of 16 columns (column c at p + c * rb) -> out[t] dword c = column
+// c's dword t (t = 0..3).
+TESSERA_AVX512 inline void Transpose16x4(const uint8_t* p, int64_t rb, __m512i* out) {
+  __m512i z[4];  // z[i] 128-bit lane j = column i + 4j
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * rb)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (i + 4) * rb)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (i + 8) * rb)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (i + 12) * rb)), 3);
+    z[i] = v;
+  }
+  // 4x4 dword transpose inside each 128-bit lane: lane j, dword i of out[t] = z[i] lane j dword t.
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Each Kind fills wv[0..7] for one 32-element block so that wv[t] (u8, per column)
+// pairs with x bytes 4t..4t+3, and isum = dot - kOffset * sum(x).
+struct Q8_0 {
+  static constexpr DType kType = DType::kQ8_0;
+  static constexpr int64_t kBlockBytes = 34;
+  static constexpr int32_t kOffset = 128;
+  TESSERA_AVX512 static void Unpack(const uint8_t* w0, int64_t rb, int64_t off, __m512i* wv) {
+    __m512i lo[4], hi[4];
+    Transpose16x4(w0 + off + 2, rb, lo);   // elements 0..15
+    Transpose16x4(w0 + off + 18, rb, hi);  // elements 16..31
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      wv[t] = _mm512_xor_si512(lo[t], flip);
+      wv[t + 4] = _mm512_xor_si512(hi[t], flip);
+    }
+  }
+};
+
+struct Q4_0 {
+  static constexpr DType kType = DType::kQ4_0;
+  static constexpr int64_t kBlockBytes = 18;
+  static constexpr int32_t kOffset = 8;
+  TESSERA_AVX512 static void Unpack(const uint8_t* w0, int64_t rb, int64_t off, __m512i* wv) {
+    __m512i v[4];
+    Transpose16x4(w0 + off + 2, rb, v);  // byte l: element l (low nibble), 16 + l (high)
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      wv[t] = _mm512_and_si512(v[t], m4);
+      wv[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v[t], 4), m4);
+    }
+  }
+};
+
+thread_local std::vector<uint8_t> t_tail;  // a last group of < 16 columns, zero-padded
+thread_local std::vector<int32_t> t_off;   // -kOffset * sum(x) per (row, block)
+
+template <class Kind>
+TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1,
+                         const float* bias, float* y, int64_t ldy) {
+  const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
+  const int64_t nb = a.k / 32;
+  // The dots start at -kOffset * sum(x): one broadcast load per row and block.
+  t_off.resize(static_cast<size_t>(a.m * nb));
+  for (int64_t i = 0; i < a.m * nb; ++i) t_off[i] = -Kind::kOffset * int32_t{a.sums[i]};
+  const int32_t* off0 = t_off.data();
+  __m512 acc[kMc];
+  for (int64_t mb = 0; mb < a.m; mb += kMc) {
+    const int64_t rows = std::min(a.m, mb + kMc) - mb;
+    for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
+      const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
+      const uint8_t* w0 = w + j0 * rb;
+      if (nc < kCols) {  // blocks always read 16 rows; padding rows (zero scales) not stored
+        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
+        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
+        w0 = t_tail.data();
+      }
+      // Next group's weights (16 contiguous rows), fetched while this one runs.
+      const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
+      for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = b * Kind::kBlockBytes;
+        if (pf != nullptr) {
+          for (int64_t o = 0; o < kCols * Kind::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+          pf += kCols * Kind::kBlockBytes;
+        }
+        __m512i wv[8];
+        Kind::Unpack(w0, rb, off, wv);
+        const __m512 dw = LoadD16(w0, rb, off);
+#pragma GCC unroll 2
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t row = mb + r;
+          const int8_t* xb = a.q + row * a.k + 32 * b;
+          // Two independent dpbusd chains; integer sums are exact in any order.
+          __m512i s0 = _mm512_set1_epi32(off0[row * nb + b]), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int t = 0; t < 4; ++t) {
+            s0 = _mm512_dpbusd_epi32(s0, wv[2 * t], _mm512_set1_epi32(Ld32(xb + 8 * t)));
+            s1 = _mm512_dpbusd_epi32(s1, wv[2 * t + 1], _mm512_set1_epi32(Ld32(xb + 8 * t + 4)));
+          }
+          const __m512i isum = _mm512_add_epi32(s0, s1);
+          const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[row * nb + b]));
+          acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[r]);
+        }
+      }
+      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
+      for (int64_t r = 0; r < rows; ++r) {
+        const __m512 v = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
+        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, v);
+      }
+    }
+  }
+}
+
+// Q4_K: per 256-block, isc = sum_t sc_t * dot_t (dot_t of sub-block t by 8 vpdpbusd,
+// times sc_t by vpmulld; |isc| < 2^25) and imin = sum_t m_t * bsum_t (vpdpwssd on
+// int16 pairs), then the two fmas of quant_scalar.cc. Per chunk cc of 32 qs bytes the
+// 16 columns are transposed once (low nibbles: sub-block 2cc, high: 2cc + 1); integer
+// accumulators per row live next to the f32 ones.
+TESSERA_AVX512 void ColsQ4K(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1,
+                            const float* bias, float* y, int64_t ldy) {
+  const int64_t rb = DTypeRowBytes(DType::kQ4_K, a.k);
+  const int64_t nb = a.k / 256, ng = a.k / 32;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[kMc];
+  __m512i isc[kMc];
+  for (int64_t mb = 0; mb < a.m; mb += kMc) {
+    const int64_t rows = std::min(a.m, mb + kMc) - mb;
+    for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
+      const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
+      const uint8_t* w0 = w + j0 * rb;
+      if (nc < kCols) {
+        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
+        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
+        w0 = t_tail.data();
+      }
+      const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
+      for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = b * 144;
+        if (pf != nullptr) {
+          for (int64_t o = 0; o < kCols * 144; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+          pf += kCols * 144;
+        }
+        const __m512 dw = LoadD16(w0, rb, off), dminw = LoadD16(w0, rb, off + 2);
+        // 6-bit scales and mins, transposed: sct[t][c] = sc_t of column c.
+        alignas(64) uint8_t sct[8][kCols], mnt[8][kCols];
+        for (int c = 0; c < kCols; ++c) {
+          const uint8_t* scales = w0 + c * rb + off + 4;
+#pragma GCC unroll 8
+          for (int t = 0; t < 8; ++t) Q4KScaleMin(scales, t, &sct[t][c], &mnt[t][c]);
+        }
+        __m512i mn16[4];  // int16 pairs (m_2u, m_2u+1) per column
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          const __m512i lo = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(mnt[2 * u])));
+          const __m512i hi = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(mnt[2 * u + 1])));
+          mn16[u] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+        }
+        for (int cc = 0; cc < 4; ++cc) {
+          __m512i v[8], lo[8], hi[8];
+          Transpose16x4(w0 + off + 16 + 32 * cc, rb, v);
+          Transpose16x4(w0 + off + 32 + 32 * cc, rb, v + 4);
+#pragma GCC unroll 8
+          for (int t = 0; t < 8; ++t) {
+            lo[t] = _mm512_and_si512(v[t], m4);
+            hi[t] = _mm512_and_si512(_mm512_srli_epi16(v[t], 4), m4);
+          }
+          const __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sct[2 * cc])));
+          const __m512i sc_hi = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sct[2 * cc + 1])));
+          for (int64_t r = 0; r < rows; ++r) {
+            const int8_t* xb = a.q + (mb + r) * a.k + 256 * b + 64 * cc;
+            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; ++t) {
+              d0 = _mm512_dpbusd_epi32(d0, lo[t], _mm512_set1_epi32(Ld32(xb + 4 * t)));
+              d1 = _mm512_dpbusd_epi32(d1, hi[t], _mm512_set1_epi32(Ld32(xb + 32 + 4 * t)));
+            }
+            const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(d0, sc_lo), _mm512_mullo_epi32(d1, sc_hi));
+            isc[r] = cc == 0 ? p : _mm512_add_epi32(isc[r], p);
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t row = mb + r;
+          const int16_t* xs = a.sums + row * ng + 8 * b;
+          __m512i imin = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int u = 0; u < 4; ++u) {
+            int32_t pair;
+            std::memcpy(&pair, xs + 2 * u, 4);
+            imin = _mm512_dpwssd_epi32(imin, mn16[u], _mm512_set1_epi32(pair));
+          }
+          const __m512 dx = _mm512_set1_ps(a.d[row * nb + b]);
+          acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isc[r]), acc[r]);
+          acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dminw, dx), _mm512_cvtepi32_ps(imin), acc[r]);
+        }
+      }
+      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
+      for (int64_t r = 0; r < rows; ++r) {
+        const __m512 out = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
+        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                           int64_t n_end, const float* bias, float* y, int64_t ldy) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  switch (w_type) {
+    case DType::kQ8_0: return Cols<Q8_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_0: return Cols<Q4_0>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_K: return ColsQ4K(a, wb, n_begin, n_end, bias, y, ldy);
+    default: break;
+  }
+}
+
+}  // namespace tessera::kernels::cpu::internal
