@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -53,9 +54,12 @@ Limits MeasureLimits(tessera::ThreadPool& pool, int repeats) {
 }
 
 void PrintLimits(const char* when, int threads, const Limits& l) {
+  // The load average tells a reader whether other processes shared the CPUs.
+  double load[1] = {-1};
+  getloadavg(load, 1);
   std::printf("{\"phase\":\"limits\",\"when\":\"%s\",\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,"
-              "\"fma_peak_gflop_s\":%.1f,\"int8_peak_gmac_s\":%.1f}\n",
-              when, threads, l.bandwidth / 1e9, l.fma / 1e9, l.int8 / 1e9);
+              "\"fma_peak_gflop_s\":%.1f,\"int8_peak_gmac_s\":%.1f,\"loadavg_1m\":%.2f}\n",
+              when, threads, l.bandwidth / 1e9, l.fma / 1e9, l.int8 / 1e9, load[0]);
   std::fflush(stdout);
 }
 

@@ -47,8 +47,8 @@ class ReadBuffer {
 };
 
 struct ReadResult {
-  double best = 0;       // bytes/s, fastest undisturbed pass (any pass when none was)
-  double median = 0;     // bytes/s, median of the same set
+  double best = 0;       // bytes/s, fastest pass
+  double median = 0;     // bytes/s, median of the undisturbed passes (of all when none was)
   int passes = 0;        // timed passes run
   int clean_passes = 0;  // of which undisturbed: every thread on a CPU >= 97% of the pass
   bool pinned = false;   // every thread got its own CPU

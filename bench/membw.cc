@@ -78,9 +78,15 @@ int main(int argc, char** argv) {
     for (const Row& r : rows) {
       if (r.threads == t && (best == nullptr || r.r.best > best->r.best)) best = &r;
     }
+    int clean = 0;
+    for (const Row& r : rows) clean += r.threads == t ? r.r.clean_passes : 0;
     std::printf("{\"tool\":\"membw\",\"limit\":true,\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,"
-                "\"kernel\":\"%s\",\"pages\":\"%s\"}\n",
-                t, best->r.best / 1e9, best->kernel.c_str(), best->pages.c_str());
+                "\"kernel\":\"%s\",\"pages\":\"%s\",\"clean_passes\":%d}\n",
+                t, best->r.best / 1e9, best->kernel.c_str(), best->pages.c_str(), clean);
+    if (clean == 0) {
+      std::fprintf(stderr, "membw: no undisturbed pass at %d thread(s): other processes held the CPUs; "
+                   "the figure is a lower bound\n", t);
+    }
   }
   std::printf("\n%-6s %-8s %-15s %10s %12s %14s\n", "pages", "threads", "kernel", "best GB/s", "median GB/s",
               "clean/passes");
