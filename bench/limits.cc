@@ -37,8 +37,8 @@ __attribute__((target("avx2"))) uint64_t Fold(__m256i a0, __m256i a1, __m256i a2
 
 // n is a multiple of kStepElems; p is 32-byte aligned.
 // kPrefetch = 0: no software prefetch; else prefetch that many bytes ahead with
-// hint kHint.
-template <size_t kPrefetch, int kHint>
+// __builtin_prefetch locality kLocality (3 = prefetcht0, 2 = prefetcht1).
+template <size_t kPrefetch, int kLocality>
 __attribute__((target("avx2"))) uint64_t ReadSum(const uint64_t* p, size_t n) {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (size_t i = 0; i < n; i += kStepElems) {
@@ -48,7 +48,7 @@ __attribute__((target("avx2"))) uint64_t ReadSum(const uint64_t* p, size_t n) {
       // arithmetic keeps the out-of-range address out of pointer rules.
       const uintptr_t ahead = reinterpret_cast<uintptr_t>(q) + kPrefetch;
       for (size_t l = 0; l < kStepElems / kLineElems; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), static_cast<_mm_hint>(kHint));
+        __builtin_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), 0, kLocality);
       }
     }
     a0 = _mm256_add_epi64(a0, TESSERA_LOAD(q, 0));
@@ -85,9 +85,9 @@ __attribute__((target("avx2"))) uint64_t ReadTwoStreams(const uint64_t* p, size_
 
 uint64_t RunKernel(ReadKernel k, const uint64_t* p, size_t n) {
   switch (k) {
-    case ReadKernel::kSum: return ReadSum<0, _MM_HINT_T0>(p, n);
-    case ReadKernel::kPrefetchNear: return ReadSum<2048, _MM_HINT_T0>(p, n);
-    case ReadKernel::kPrefetchFar: return ReadSum<16384, _MM_HINT_T1>(p, n);
+    case ReadKernel::kSum: return ReadSum<0, 3>(p, n);
+    case ReadKernel::kPrefetchNear: return ReadSum<2048, 3>(p, n);
+    case ReadKernel::kPrefetchFar: return ReadSum<16384, 2>(p, n);
     case ReadKernel::kTwoStreams: return ReadTwoStreams(p, n);
   }
   return 0;

@@ -119,8 +119,9 @@ def lines(path):
 print(open(f"{out}/machine.txt").read().rstrip())
 for l in lines(f"{out}/membw.jsonl"):
     if l.get("limit"):
+        flag = "" if l.get("clean_passes", 1) else "; no undisturbed pass: other processes held the CPUs, a lower bound"
         print(f"membw: {l['threads']} thread(s): {l['read_bandwidth_gb_s']:.1f} GB/s "
-              f"({l['kernel']}, {l['pages']} pages)")
+              f"({l['kernel']}, {l['pages']} pages{flag})")
 print()
 print(f"Engine alone, CPU backend, {threads} threads; prefill of one {prompt}-token prompt; decode with "
       f"{context} tokens of context, {decode} steps; fractions are of limits measured in the same process "
@@ -165,8 +166,10 @@ for row in rows:
     r = dec[16]["tokens_per_s"] / dec[1]["tokens_per_s"] if 16 in dec and 1 in dec else None
     cells.append(f"{r:.1f}x" if r else "-")
     print("| " + " | ".join(cells) + " |")
+    loads = [f"{l['loadavg_1m']:.1f}" for l in ls if l.get("phase") == "limits" and "loadavg_1m" in l]
     notes.append(f"- limits in the qwen2-{size} {dtype} run: read {lim['read_bandwidth_gb_s']:.1f} GB/s, "
-                 f"FMA {lim['fma_peak_gflop_s']:.1f} GFLOP/s, int8 {lim['int8_peak_gmac_s']:.1f} GMAC/s")
+                 f"FMA {lim['fma_peak_gflop_s']:.1f} GFLOP/s, int8 {lim['int8_peak_gmac_s']:.1f} GMAC/s "
+                 f"(higher of before/after; load average {' / '.join(loads)})")
 print()
 print("\n".join(notes))
 print(f"raw: {out}")
