@@ -1,15 +1,30 @@
 // tessera-engine-bench: prefill and decode speed of the engine alone (no server,
-// no scheduler) on one checkpoint. Prints one JSON line per measurement.
+// no scheduler) on one model, stated against limits measured in the same process.
 //
-//   tessera-engine-bench --model DIR --threads 2 --prompt 512 --decode 32 --batch 1
+//   tessera-engine-bench --model PATH --threads 2 --prompt 512 --decode 16 --batches 1,4,16,32
 //
-// Prefill: one sequence's prompt in one step (tokens/s). Decode: `batch`
-// sequences each with a prompt, then `decode` steps of one token per sequence
-// (tokens/s = batch * steps / time); also bytes of weights read per step.
+// PATH is whatever Model::Load accepts (an HF checkpoint directory; a .gguf file
+// where the loader supports it). Prints JSON lines, then a human table.
+//
+// Limits: read bandwidth (bench/limits.h, the best of the membw kernels), f32 FMA
+// peak and int8 dot peak, measured before and after the model runs; the higher of
+// each is the limit (a shared machine only ever makes a probe read low).
+// Prefill: one sequence's `prompt` tokens in one step, best of `repeats`.
+// Decode: for each batch size b, b sequences (prefilled with `decode-context`
+// tokens once, up front, and reused by every batch size, so later batch sizes see
+// slightly longer contexts; the mean context is reported), one untimed step, then
+// `decode` timed steps of one greedy token per sequence: tokens/s = b * steps / time.
+// Bytes per decode step: every weight matrix once (the tied embedding table once,
+// as lm_head; an untied one's embedding lookup reads a few rows and is not counted)
+// plus each sequence's f32 K and V over its context.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -22,122 +37,259 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct Limits {
+  double bandwidth = 0;  // bytes/s
+  double fma = 0;        // FLOP/s
+  double int8 = 0;       // MAC/s
+};
+
+Limits MeasureLimits(tessera::ThreadPool& pool, int repeats) {
+  Limits l;
+  l.bandwidth = tessera::bench::MeasureReadBandwidth(pool, size_t{1} << 30, repeats);
+  l.fma = tessera::bench::MeasureFmaPeak(pool);
+  l.int8 = tessera::bench::MeasureInt8DotPeak(pool);
+  return l;
 }
+
+void PrintLimits(const char* when, int threads, const Limits& l) {
+  // The load average tells a reader whether other processes shared the CPUs.
+  double load[1] = {-1};
+  getloadavg(load, 1);
+  std::printf("{\"phase\":\"limits\",\"when\":\"%s\",\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,"
+              "\"fma_peak_gflop_s\":%.1f,\"int8_peak_gmac_s\":%.1f,\"loadavg_1m\":%.2f}\n",
+              when, threads, l.bandwidth / 1e9, l.fma / 1e9, l.int8 / 1e9, load[0]);
+  std::fflush(stdout);
+}
+
+tessera::StatusOr<std::vector<int>> ParseBatches(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 4096) {
+      return tessera::InvalidArgument("--batches: '" + item + "' is not a batch size in [1, 4096]");
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  if (out.empty()) return tessera::InvalidArgument("--batches: empty list");
+  return out;
+}
+
+struct DecodeResult {
+  int batch = 0;
+  double mean_context = 0;  // keys attended per sequence, mean over timed steps
+  double seconds = 0;
+  double bytes_per_step = 0;
+  double flops_per_step = 0;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Engine prefill/decode benchmark"};
-  std::string model_dir;
-  int threads = 0, prompt = 512, decode = 32, batch = 1, repeats = 2, decode_context = 128;
-  app.add_option("--model", model_dir, "HF checkpoint directory")->required();
-  app.add_option("--threads", threads, "CPU threads (0 = all)");
-  app.add_option("--prompt", prompt, "prefill prompt length");
-  app.add_option("--decode", decode, "decode steps");
-  app.add_option("--batch", batch, "sequences decoding together");
-  app.add_option("--decode-context", decode_context, "prompt length before decode");
-  app.add_option("--repeats", repeats, "prefill repetitions (best is reported)");
+  std::string model_path, batches_flag;
+  int threads = 0, prompt = 512, decode = 32, batch = 1, repeats = 2, decode_context = 128, limit_repeats = 5;
+  app.add_option("--model", model_path, "model: HF checkpoint directory (or a file Model::Load accepts)")
+      ->required();
+  app.add_option("--threads", threads, "CPU threads (0 = all)")->check(CLI::Range(0, 1024));
+  app.add_option("--prompt", prompt, "prefill prompt length (0 = skip prefill)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--decode", decode, "timed decode steps per batch size (0 = skip decode)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--batch", batch, "sequences decoding together (when --batches is not given)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--batches", batches_flag, "comma-separated decode batch sizes, e.g. 1,4,16,32");
+  app.add_option("--decode-context", decode_context, "prompt length before decode")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--repeats", repeats, "prefill repetitions (best is reported)")->check(CLI::Range(1, 100));
+  app.add_option("--limit-repeats", limit_repeats, "undisturbed passes per bandwidth kernel")
+      ->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
+  std::vector<int> batches{batch};
+  if (!batches_flag.empty()) {
+    auto parsed = ParseBatches(batches_flag);
+    if (!parsed.ok()) {
+      spdlog::error("{}", parsed.status().ToString());
+      return 2;
+    }
+    batches = *parsed;
+  }
 
   // Limits first, on the same number of threads the engine will use.
   tessera::ThreadPool limit_pool(threads > 0 ? threads : tessera::ThreadPool::HardwareThreads());
-  double bandwidth = tessera::bench::MeasureReadBandwidth(limit_pool);
-  const double fma_peak = tessera::bench::MeasureFmaPeak(limit_pool);
-  std::printf("{\"phase\":\"limits\",\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,\"fma_peak_gflop_s\":%.1f}\n",
-              limit_pool.num_threads(), bandwidth / 1e9, fma_peak / 1e9);
-  std::fflush(stdout);
+  const int nthreads = limit_pool.num_threads();
+  const Limits before = MeasureLimits(limit_pool, limit_repeats);
+  PrintLimits("before", nthreads, before);
 
   auto backend = tessera::MakeCpuBackend({threads});
-  auto model_or = tessera::Model::Load(model_dir, backend.get());
+  auto model_or = tessera::Model::Load(model_path, backend.get());
   if (!model_or.ok()) {
     spdlog::error("{}", model_or.status().ToString());
     return 1;
   }
   auto& model = *model_or.value();
   const auto& cfg = model.config();
+  // Weight dtype from bytes per parameter (Model does not expose per-matrix
+  // dtypes): ~4 f32, ~2 bf16/f16, ~1.06 q8_0, ~0.56-0.6 q4_0/q4_K.
+  const double params = static_cast<double>(cfg.NumParameters());
+  const double bytes_per_param = static_cast<double>(model.weight_bytes()) / params;
+  const bool quantized = bytes_per_param < 1.5;
+  const double embed_params = static_cast<double>(cfg.vocab_size) * cfg.hidden_size;
+  // An untied embedding table is counted in weight_bytes but only a few rows of it
+  // are read per step; its bytes are estimated at the model's mean bytes/param.
+  const double stream_bytes = static_cast<double>(model.weight_bytes()) -
+                              (cfg.tie_word_embeddings ? 0.0 : embed_params * bytes_per_param);
+  std::printf("{\"phase\":\"model\",\"model\":\"%s\",\"backend\":\"%s\",\"params\":%.0f,\"weight_bytes\":%lld,"
+              "\"bytes_per_param\":%.3f,\"quantized\":%s,\"tied_embeddings\":%s}\n",
+              model_path.c_str(), backend->name().c_str(), params, static_cast<long long>(model.weight_bytes()),
+              bytes_per_param, quantized ? "true" : "false", cfg.tie_word_embeddings ? "true" : "false");
+  std::fflush(stdout);
+
+  const int max_batch = decode > 0 ? *std::max_element(batches.begin(), batches.end()) : 0;
   const int64_t block_size = 16;
-  const int64_t blocks = (std::max(prompt, decode_context + decode) / block_size + 2) * std::max(batch, 1) + 8;
+  const int64_t per_seq_tokens = decode_context + static_cast<int64_t>(batches.size()) * (decode + 1);
+  const int64_t blocks = (prompt / block_size + 2) + max_batch * (per_seq_tokens / block_size + 2) + 8;
   auto cache = model.CreateKvCache(blocks, block_size);
   if (!cache.ok()) {
     spdlog::error("{}", cache.status().ToString());
     return 1;
   }
+  tessera::BatchBuilder builder(blocks, block_size);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> tok(0, static_cast<int>(cfg.vocab_size) - 1);
   std::vector<float> logits;
+  auto forward = [&](const std::vector<tessera::BatchBuilder::Chunk>& chunks) -> bool {
+    auto fb = builder.Build(chunks);
+    tessera::Status st = fb.ok() ? model.Forward(*fb, cache->get(), &logits) : fb.status();
+    if (!st.ok()) spdlog::error("{}", st.ToString());
+    return st.ok();
+  };
 
-  // Prefill.
-  double best_prefill = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    tessera::BatchBuilder b(blocks, block_size);
-    int s = b.AddSequence();
-    tessera::BatchBuilder::Chunk c{s, {}, {prompt - 1}};
-    for (int i = 0; i < prompt; ++i) c.tokens.push_back(tok(rng));
-    auto fb = b.Build({c});
-    auto t0 = Clock::now();
-    if (auto st = model.Forward(*fb, cache->get(), &logits); !st.ok()) {
-      spdlog::error("{}", st.ToString());
-      return 1;
-    }
-    best_prefill = std::min(best_prefill, Seconds(t0, Clock::now()));
-  }
-  // FLOPs: 2 per weight per token in the layers, lm_head once, causal attention
-  // (q.k and p.v: 2 * 2 * head_dim per query head per key, ~prompt^2/2 keys).
+  // FLOPs: 2 per weight per token in the layers, 2 per lm_head weight per row with
+  // logits, and attention q.k and p.v: 4 * head_dim per query head per key.
   const double layer_weights = static_cast<double>(cfg.num_layers) *
       (cfg.hidden_size * (cfg.num_q_heads + 2 * cfg.num_kv_heads) * cfg.head_dim +
        cfg.num_q_heads * cfg.head_dim * cfg.hidden_size + 3.0 * cfg.hidden_size * cfg.intermediate_size);
-  const double attn_flops = static_cast<double>(cfg.num_layers) * cfg.num_q_heads * 4.0 * cfg.head_dim *
-                            prompt * (prompt + 1) / 2.0;
-  const double prefill_flops = 2.0 * layer_weights * prompt + 2.0 * cfg.vocab_size * cfg.hidden_size + attn_flops;
-  std::printf("{\"phase\":\"prefill\",\"backend\":\"%s\",\"prompt\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.2f,"
-              "\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f}\n",
-              backend->name().c_str(), prompt, best_prefill, prompt / best_prefill, prefill_flops / best_prefill / 1e9,
-              fma_peak > 0 ? prefill_flops / best_prefill / fma_peak : 0.0);
+  const double attn_flops_per_key = static_cast<double>(cfg.num_layers) * cfg.num_q_heads * 4.0 * cfg.head_dim;
+  const double lm_head_flops = 2.0 * embed_params;
+
+  // Prefill.
+  double best_prefill = 0;
+  double prefill_flops = 0;
+  if (prompt > 0) {
+    best_prefill = 1e30;
+    for (int r = 0; r < repeats; ++r) {
+      const int s = builder.AddSequence();
+      tessera::BatchBuilder::Chunk c{s, {}, {prompt - 1}};
+      for (int i = 0; i < prompt; ++i) c.tokens.push_back(tok(rng));
+      const auto t0 = Clock::now();
+      if (!forward({c})) return 1;
+      best_prefill = std::min(best_prefill, Seconds(t0, Clock::now()));
+      builder.RemoveSequence(s);
+    }
+    prefill_flops = 2.0 * layer_weights * prompt + lm_head_flops + attn_flops_per_key * prompt * (prompt + 1) / 2.0;
+  }
+
+  // Decode: prefill max_batch contexts (a few sequences per step), then each batch size.
+  std::vector<DecodeResult> results;
+  std::vector<int> seqs, next;
+  const int group = std::max(1, 2048 / decode_context);
+  for (int i = 0; i < max_batch; i += group) {
+    std::vector<tessera::BatchBuilder::Chunk> chunks;
+    for (int j = i; j < std::min(max_batch, i + group); ++j) {
+      seqs.push_back(builder.AddSequence());
+      tessera::BatchBuilder::Chunk c{seqs.back(), {}, {decode_context - 1}};
+      for (int k = 0; k < decode_context; ++k) c.tokens.push_back(tok(rng));
+      chunks.push_back(std::move(c));
+    }
+    if (!forward(chunks)) return 1;
+    for (size_t j = 0; j < chunks.size(); ++j) next.push_back(tok(rng));
+  }
+  const double kv_bytes_per_token = static_cast<double>(cfg.KvBytesPerToken(4));
+  for (int b : batches) {
+    if (decode <= 0) break;
+    DecodeResult res;
+    res.batch = b;
+    double keys = 0;  // sum over timed steps and sequences of keys attended
+    Clock::time_point t0;
+    for (int step = 0; step <= decode; ++step) {  // step 0 is untimed (workspace growth)
+      if (step == 1) t0 = Clock::now();
+      std::vector<tessera::BatchBuilder::Chunk> chunks;
+      for (int i = 0; i < b; ++i) {
+        chunks.push_back({seqs[i], {next[i]}, {0}});
+        if (step > 0) keys += static_cast<double>(builder.length(seqs[i]) + 1);
+      }
+      if (!forward(chunks)) return 1;
+      for (int i = 0; i < b; ++i) {
+        const float* row = logits.data() + static_cast<size_t>(i) * cfg.vocab_size;
+        next[i] = static_cast<int>(std::max_element(row, row + cfg.vocab_size) - row);
+      }
+    }
+    res.seconds = Seconds(t0, Clock::now());
+    res.mean_context = keys / decode / b;
+    res.bytes_per_step = stream_bytes + kv_bytes_per_token * keys / decode;
+    res.flops_per_step = (2.0 * layer_weights + lm_head_flops) * b + attn_flops_per_key * keys / decode;
+    results.push_back(res);
+  }
+
+  // Limits again after the run (shared machines drift); the higher of each is the limit.
+  const Limits after = MeasureLimits(limit_pool, limit_repeats);
+  PrintLimits("after", nthreads, after);
+  const Limits lim{std::max(before.bandwidth, after.bandwidth), std::max(before.fma, after.fma),
+                   std::max(before.int8, after.int8)};
+  auto frac = [](double v, double limit) { return limit > 0 ? v / limit : 0.0; };
+  // Quantized weights are multiplied as int8 (2 FLOP = 1 MAC): stated against the int8 peak too.
+  auto int8_frac = [&](double flop_s) { return quantized ? frac(flop_s / 2, lim.int8) : 0.0; };
+  std::printf("{\"phase\":\"limits\",\"when\":\"used\",\"threads\":%d,\"read_bandwidth_gb_s\":%.2f,"
+              "\"fma_peak_gflop_s\":%.1f,\"int8_peak_gmac_s\":%.1f}\n",
+              nthreads, lim.bandwidth / 1e9, lim.fma / 1e9, lim.int8 / 1e9);
+  if (prompt > 0) {
+    const double fs = prefill_flops / best_prefill;
+    std::printf("{\"phase\":\"prefill\",\"backend\":\"%s\",\"threads\":%d,\"prompt\":%d,\"seconds\":%.4f,"
+                "\"tokens_per_s\":%.2f,\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f,"
+                "\"fraction_of_int8_peak\":%.3f}\n",
+                backend->name().c_str(), nthreads, prompt, best_prefill, prompt / best_prefill, fs / 1e9,
+                frac(fs, lim.fma), int8_frac(fs));
+  }
+  for (const DecodeResult& r : results) {
+    const double step_s = r.seconds / decode;
+    std::printf("{\"phase\":\"decode\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,\"context\":%d,"
+                "\"mean_context\":%.1f,\"steps\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.2f,\"ms_per_step\":%.2f,"
+                "\"bytes_per_step\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"fraction_of_bandwidth\":%.3f,"
+                "\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f,\"fraction_of_int8_peak\":%.3f}\n",
+                backend->name().c_str(), nthreads, r.batch, decode_context, r.mean_context, decode, r.seconds,
+                r.batch * decode / r.seconds, 1000 * step_s, r.bytes_per_step, lim.bandwidth / 1e9,
+                frac(r.bytes_per_step / step_s, lim.bandwidth), r.flops_per_step / step_s / 1e9,
+                frac(r.flops_per_step / step_s, lim.fma), int8_frac(r.flops_per_step / step_s));
+  }
   std::fflush(stdout);
 
-  // Decode: prefill each sequence's context, then time `decode` steps.
-  tessera::BatchBuilder b(blocks, block_size);
-  std::vector<int> seqs;
-  std::vector<tessera::BatchBuilder::Chunk> chunks;
-  for (int i = 0; i < batch; ++i) {
-    seqs.push_back(b.AddSequence());
-    tessera::BatchBuilder::Chunk c{seqs.back(), {}, {decode_context - 1}};
-    for (int k = 0; k < decode_context; ++k) c.tokens.push_back(tok(rng));
-    chunks.push_back(std::move(c));
+  // Human table.
+  std::printf("\nlimits (%d threads, best of before/after): read %.1f GB/s, f32 FMA %.1f GFLOP/s, int8 %.1f GMAC/s\n",
+              nthreads, lim.bandwidth / 1e9, lim.fma / 1e9, lim.int8 / 1e9);
+  std::printf("model: %.0fM params, %.2f GB of weights (%.2f bytes/param%s)\n", params / 1e6,
+              model.weight_bytes() / 1e9, bytes_per_param, quantized ? ", quantized" : "");
+  if (prompt > 0) {
+    const double fs = prefill_flops / best_prefill;
+    std::printf("prefill %d tokens: %.1f tok/s, %.1f GFLOP/s = %.2f of FMA peak", prompt, prompt / best_prefill,
+                fs / 1e9, frac(fs, lim.fma));
+    if (quantized) std::printf(", %.2f of int8 peak", int8_frac(fs));
+    std::printf("\n");
   }
-  auto fb = b.Build(chunks);
-  if (auto st = model.Forward(*fb, cache->get(), &logits); !st.ok()) {
-    spdlog::error("{}", st.ToString());
-    return 1;
-  }
-  auto t0 = Clock::now();
-  for (int step = 0; step < decode; ++step) {
-    chunks.clear();
-    for (int i = 0; i < batch; ++i) {
-      const float* row = logits.data() + static_cast<size_t>(i) * cfg.vocab_size;
-      const int next = static_cast<int>(std::max_element(row, row + cfg.vocab_size) - row);
-      chunks.push_back({seqs[i], {next}, {0}});
-    }
-    auto step_batch = b.Build(chunks);
-    if (auto st = model.Forward(*step_batch, cache->get(), &logits); !st.ok()) {
-      spdlog::error("{}", st.ToString());
-      return 1;
+  if (!results.empty()) {
+    std::printf("%6s %8s %10s %9s %9s %10s %7s %9s %7s%s\n", "batch", "ctx", "tok/s", "ms/step", "GB/step",
+                "GB/s eff", "of bw", "GFLOP/s", "of fma", quantized ? "  of int8" : "");
+    for (const DecodeResult& r : results) {
+      const double step_s = r.seconds / decode;
+      std::printf("%6d %8.0f %10.2f %9.2f %9.3f %10.2f %7.2f %9.1f %7.2f", r.batch, r.mean_context,
+                  r.batch * decode / r.seconds, 1000 * step_s, r.bytes_per_step / 1e9,
+                  r.bytes_per_step / step_s / 1e9, frac(r.bytes_per_step / step_s, lim.bandwidth),
+                  r.flops_per_step / step_s / 1e9, frac(r.flops_per_step / step_s, lim.fma));
+      if (quantized) std::printf(" %9.2f", int8_frac(r.flops_per_step / step_s));
+      std::printf("\n");
     }
   }
-  const double secs = Seconds(t0, Clock::now());
-  // Bandwidth again after the run (shared machines drift); the higher is the limit.
-  bandwidth = std::max(bandwidth, tessera::bench::MeasureReadBandwidth(limit_pool));
-  // Bytes one decode step must read: every weight once (the tied embedding table
-  // once, as lm_head) plus each sequence's K and V (f32) at the mean context.
-  const double kv_bytes = static_cast<double>(batch) * cfg.KvBytesPerToken(4) * (decode_context + decode / 2.0);
-  const double step_bytes = static_cast<double>(model.weight_bytes()) + kv_bytes;
-  const double step_s = secs / decode;
-  std::printf("{\"phase\":\"decode\",\"backend\":\"%s\",\"batch\":%d,\"context\":%d,\"steps\":%d,"
-              "\"seconds\":%.4f,\"tokens_per_s\":%.2f,\"ms_per_step\":%.2f,\"bytes_per_step\":%.0f,"
-              "\"read_bandwidth_gb_s\":%.2f,\"fraction_of_bandwidth\":%.3f}\n",
-              backend->name().c_str(), batch, decode_context, decode, secs, batch * decode / secs,
-              1000 * step_s, step_bytes, bandwidth / 1e9, bandwidth > 0 ? step_bytes / step_s / bandwidth : 0.0);
   return 0;
 }

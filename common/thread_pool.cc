@@ -17,10 +17,11 @@ constexpr auto kWorkerSpin = std::chrono::microseconds(200);
 constexpr auto kCallerSpin = std::chrono::milliseconds(1);
 constexpr int kPauseSpinUs = 20;  // then poll with sched_yield
 
-// generation_ and pending_ are read without the mutex while spinning, so every
-// access to them goes through std::atomic_ref (the header keeps plain members).
-static_assert(alignof(uint64_t) >= std::atomic_ref<uint64_t>::required_alignment);
-static_assert(alignof(int) >= std::atomic_ref<int>::required_alignment);
+// Chunks per thread: threads claim chunks in turn, so a thread that loses its CPU
+// to another process (shared or oversubscribed machines) delays the job by one
+// chunk, not by a whole 1/num_threads share. A few per thread is enough for that
+// and keeps chunks large (whole cache panels for the GEMM).
+constexpr int64_t kChunksPerThread = 4;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -79,8 +80,9 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int parts = static_cast<int>(std::min<int64_t>(num_threads_, (n + grain - 1) / grain));
-  bool inline_run = parts <= 1;
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  int64_t chunks = std::min<int64_t>(max_chunks, int64_t{num_threads_} * kChunksPerThread);
+  bool inline_run = chunks <= 1 || num_threads_ == 1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (busy_) inline_run = true;  // nested call from inside a job
@@ -90,48 +92,62 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
-  const int64_t chunk = (n + parts - 1) / parts;
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.chunk = (n + chunks - 1) / chunks;
+  job.chunks = (n + job.chunk - 1) / job.chunk;  // no empty chunks
+  job.parts = static_cast<int>(std::min<int64_t>(num_threads_, job.chunks));
+  uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_chunk_ = chunk;
-    job_parts_ = parts;
-    std::atomic_ref<int>(pending_).store(parts - 1);
-    std::atomic_ref<uint64_t>(generation_).fetch_add(1);
+    job_ = job;
+    done_chunks_.store(0);
+    generation = generation_.load() + 1;
+    claim_.store(generation << 32);
+    generation_.store(generation);
   }
   work_cv_.notify_all();
-  fn(0, std::min(n, chunk));  // part 0 on the caller
-  const auto done = [this] { return std::atomic_ref<int>(pending_).load() == 0; };
-  SpinUntil(done, kCallerSpin);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, done);
-  job_ = nullptr;
+  RunChunks(job, generation);  // the caller is one of the workers
+  const auto done = [&] { return done_chunks_.load() == job.chunks; };
+  if (!SpinUntil(done, kCallerSpin)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, done);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   busy_ = false;
+}
+
+void ThreadPool::RunChunks(const Job& job, uint64_t generation) {
+  const uint64_t tag = generation << 32;
+  uint64_t c = claim_.load();
+  for (;;) {
+    if ((c & ~uint64_t{0xffffffff}) != tag || static_cast<int64_t>(c & 0xffffffff) >= job.chunks) return;
+    if (!claim_.compare_exchange_weak(c, c + 1)) continue;  // c reloaded
+    const int64_t begin = static_cast<int64_t>(c & 0xffffffff) * job.chunk;
+    (*job.fn)(begin, std::min(job.n, begin + job.chunk));
+    if (done_chunks_.fetch_add(1) + 1 == job.chunks) {
+      std::lock_guard<std::mutex> lock(mu_);  // so a caller about to sleep cannot miss it
+      done_cv_.notify_one();
+    }
+    c = claim_.load();
+  }
 }
 
 void ThreadPool::WorkerLoop(int worker_index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t begin, end;
-    const auto next = [&] { return std::atomic_ref<uint64_t>(generation_).load() != seen; };
+    const auto next = [&] { return generation_.load() != seen; };
     SpinUntil(next, kWorkerSpin);
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || next(); });
       if (stop_) return;
-      seen = std::atomic_ref<uint64_t>(generation_).load();
-      if (worker_index >= job_parts_) continue;
+      seen = generation_.load();
       job = job_;
-      begin = worker_index * job_chunk_;
-      end = std::min(job_n_, begin + job_chunk_);
     }
-    if (begin < end) (*job)(begin, end);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (std::atomic_ref<int>(pending_).fetch_sub(1) == 1) done_cv_.notify_one();
-    }
+    if (worker_index < job.parts) RunChunks(job, seen);
   }
 }
 
