@@ -90,6 +90,7 @@ struct DecodeResult {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool file_pages = false;
   CLI::App app{"Engine prefill/decode benchmark"};
   std::string model_path, batches_flag;
   int threads = 0, prompt = 512, decode = 32, batch = 1, repeats = 2, decode_context = 128, limit_repeats = 5;
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--batches", batches_flag, "comma-separated decode batch sizes, e.g. 1,4,16,32");
   app.add_option("--decode-context", decode_context, "prompt length before decode")->check(CLI::Range(1, 1 << 20));
+  app.add_flag("--file-pages", file_pages, "read weights from the file mapping (4 KiB pages) instead of huge-page copies");
   app.add_option("--repeats", repeats, "prefill repetitions (best is reported)")->check(CLI::Range(1, 100));
   app.add_option("--limit-repeats", limit_repeats, "undisturbed passes per bandwidth kernel")
       ->check(CLI::Range(1, 100));
@@ -123,7 +125,10 @@ int main(int argc, char** argv) {
   const Limits before = MeasureLimits(limit_pool, limit_repeats);
   PrintLimits("before", nthreads, before);
 
-  auto backend = tessera::MakeCpuBackend({threads});
+  tessera::CpuBackendOptions backend_options;
+  backend_options.num_threads = threads;
+  backend_options.huge_page_weights = !file_pages;
+  auto backend = tessera::MakeCpuBackend(backend_options);
   auto model_or = tessera::Model::Load(model_path, backend.get());
   if (!model_or.ok()) {
     spdlog::error("{}", model_or.status().ToString());
