@@ -73,8 +73,10 @@ double MeasureFmaPeak(ThreadPool& pool);
 
 // Peak int8 multiply-accumulate rate in MAC/s with AVX2 registers only: the
 // vpmaddubsw (u8 x s8 -> s16 pairs) + vpmaddwd (-> s32) + vpaddd sequence that
-// quantized dot products use, counted as 32 MACs per vpmaddubsw on a ymm register.
-// All pool threads. 0 when the CPU lacks AVX2.
+// quantized dot products use, counted as 32 MACs per vpmaddubsw on a ymm register;
+// on a CPU with AVX-512 VNNI, the higher of that and a vpdpbusd zmm loop (64 MACs
+// per instruction), since the quantized Linear then uses VNNI. All pool threads.
+// 0 when the CPU lacks AVX2.
 double MeasureInt8DotPeak(ThreadPool& pool);
 
 }  // namespace tessera::bench
