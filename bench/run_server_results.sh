@@ -6,10 +6,12 @@
 #
 #   bench/run_server_results.sh --model PATH [--build build] [--threads 2]
 #        [--concurrency "1 4 16"] [--input-len 128] [--output-len 32] [--prompts-per-client 2]
-#        [--out DIR]
+#        [--tokenizer HF_DIR] [--out DIR]
+# --tokenizer makes prompt lengths exact in tokens (default: the model dir; a .gguf
+# alone gets prompts of ~1 token per word and counts from the server's usage).
 set -euo pipefail
 
-build=build threads=2 conc="1 4 16" input_len=128 output_len=32 per_client=2 model="" out=""
+build=build threads=2 conc="1 4 16" input_len=128 output_len=32 per_client=2 model="" out="" tokenizer=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -20,15 +22,15 @@ while [[ $# -gt 0 ]]; do
     --output-len) output_len="$2"; shift 2 ;;
     --prompts-per-client) per_client="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --tokenizer) tokenizer="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "run_server_results: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ -n "$model" ]] || { echo "run_server_results: --model is required" >&2; exit 2; }
 out="${out:-$(mktemp -d /tmp/tessera-server-results.XXXXXX)}"
 mkdir -p "$out"
-tokenizer="$model"
-[[ -d "$model" ]] || tokenizer=""   # a .gguf: prompts of ~1 token per word, counts from usage
+[[ -z "$tokenizer" && -d "$model" ]] && tokenizer="$model"
 
 "$build/tessera" --log-level warn serve --model "$model" --threads "$threads" --port 0 \
   --port-file "$out/port" --grpc-port -1 >"$out/serve.log" 2>&1 &
