@@ -171,7 +171,6 @@ Status ReadValue(Reader& r, GgufType type, int depth, const std::string& what, G
   return InvalidArgument(r.label() + ": " + what + " has unknown type");
 }
 
-std::string OpenErrorText(const std::string& path, int err) { return path + ": " + std::strerror(err); }
 
 }  // namespace
 
@@ -441,36 +440,13 @@ StatusOr<GgufContents> ParseGguf(const uint8_t* bytes, size_t size, std::string_
 }
 
 StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    return err == ENOENT ? NotFound(OpenErrorText(path, err)) : FailedPrecondition(OpenErrorText(path, err));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
   std::unique_ptr<GgufFile> f(new GgufFile());
-  f->path_ = path;
-  f->size_ = static_cast<uint64_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return ResourceExhausted(path + ": mmap failed: " + std::strerror(err));
-    }
-    f->map_ = p;
-  }
-  ::close(fd);
-  ASSIGN_OR_RETURN(f->contents_, ParseGguf(static_cast<const uint8_t*>(f->map_), f->size_, path));
+  ASSIGN_OR_RETURN(f->file_, MappedFile::Open(path));
+  ASSIGN_OR_RETURN(f->contents_, ParseGguf(f->file_->data(), f->file_->size(), path));
   return f;
 }
 
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, size_);
-}
+GgufFile::~GgufFile() = default;
 
 // ---------------------------------------------------------------------------
 // Writer

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "engine/mapped_file.h"
 #include "common/status.h"
 
 namespace tessera {
@@ -112,15 +113,13 @@ class GgufFile {
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_->path(); }
   const GgufContents& contents() const { return contents_; }
-  uint64_t file_bytes() const { return size_; }
+  uint64_t file_bytes() const { return file_->size(); }
 
  private:
   GgufFile() = default;
-  std::string path_;
-  void* map_ = nullptr;
-  uint64_t size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   GgufContents contents_;
 };
 

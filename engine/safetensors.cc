@@ -570,41 +570,15 @@ StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, size_t 
 // SafetensorsFile
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return OpenError(path, errno);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return FailedPrecondition(path + ": fstat failed: " + ErrnoStr(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
-  f->size_ = static_cast<uint64_t>(st.st_size);
-  if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return ResourceExhausted(path + ": mmap of " + std::to_string(f->size_) +
-                               " bytes failed: " + ErrnoStr(err));
-    }
-    f->map_ = p;
-  }
-  ::close(fd);  // the mapping keeps the file referenced
+  ASSIGN_OR_RETURN(f->file_, MappedFile::Open(path));
   // Default readahead suits both header parsing and sequential weight loads.
-  ASSIGN_OR_RETURN(f->header_, ParseSafetensorsHeader(static_cast<const uint8_t*>(f->map_), f->size_, path));
+  ASSIGN_OR_RETURN(f->header_, ParseSafetensorsHeader(f->file_->data(), f->file_->size(), path));
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) f->index_.emplace(f->header_.tensors[i].name, i);
   return f;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
   auto it = index_.find(name);

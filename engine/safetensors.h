@@ -24,6 +24,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "engine/mapped_file.h"
 
 namespace tessera {
 
@@ -87,20 +88,18 @@ class SafetensorsFile {
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_->path(); }
   const std::vector<SafetensorsTensor>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   // O(log n); nullptr when absent.
   const SafetensorsTensor* Find(std::string_view name) const;
   // Size of the whole file (= bytes mapped).
-  uint64_t file_bytes() const { return size_; }
+  uint64_t file_bytes() const { return file_->size(); }
 
  private:
   SafetensorsFile() = default;
 
-  std::string path_;
-  void* map_ = nullptr;  // owned mapping, nullptr for an empty file
-  uint64_t size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   SafetensorsHeader header_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> tensors() position
 };
