@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -26,10 +28,13 @@ struct WeightView {
   int64_t bytes() const { return rows * DTypeRowBytes(dtype, cols); }
 };
 
-// Paged KV cache of one layer, in the layout the backend chose.
+// Paged KV cache of one layer, in the layout the backend chose: per layer
+// [num_blocks, block_size, kv_heads, head_dim] elements of `dtype` (the
+// backend's kv_dtype(): f32 on the CPU, bf16 on CUDA).
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::kF32;
 };
 
 struct AttentionParams {
@@ -44,12 +49,19 @@ struct AttentionParams {
   const int32_t* token_to_seq = nullptr;
   const int32_t* block_tables = nullptr;
   int64_t max_blocks_per_seq = 0;
+  // Host copies of positions and token_to_seq (the backend may plan tiles from
+  // them), and the largest position + 1 in the batch.
+  const int32_t* host_positions = nullptr;
+  const int32_t* host_token_to_seq = nullptr;
+  int64_t max_context = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Element type of the paged KV cache this backend reads and writes.
+  virtual DType kv_dtype() const { return DType::kF32; }
 
   // Makes a host weight (e.g. an mmapped safetensors tensor) usable by ops.
   // The CPU backend copies it into huge-page memory it owns (or, with
@@ -59,6 +71,20 @@ class Backend {
   virtual StatusOr<std::shared_ptr<void>> Allocate(int64_t bytes) = 0;
   virtual void CopyFromHost(void* dst, const void* src, int64_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, int64_t bytes) = 0;
+  // Device-to-device copy of `bytes` within this backend's memory.
+  virtual void CopyWithinDevice(void* dst, const void* src, int64_t bytes) = 0;
+  // For every base in `bases` (one per layer and side) and every (src, dst) block
+  // pair: copies block_bytes at base + src * block_bytes to base + dst * block_bytes.
+  // Pairs must not chain (no dst is another pair's src). Default: CopyWithinDevice.
+  virtual void CopyBlocks(const std::vector<void*>& bases, int64_t block_bytes,
+                          const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+    for (void* base : bases) {
+      for (const auto& [src, dst] : pairs) {
+        char* b = static_cast<char*>(base);
+        CopyWithinDevice(b + dst * block_bytes, b + src * block_bytes, block_bytes);
+      }
+    }
+  }
   // Rows of src [*, cols] at indices[i] go to dst row i.
   virtual void GatherRows(const float* src, int64_t cols, const int32_t* indices, int64_t n,
                           float* dst) = 0;
@@ -69,6 +95,12 @@ class Backend {
                       int64_t ldy) = 0;
   virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                        float* out) = 0;
+  // Per-head RMSNorm in place (Qwen3 q/k norm): x is [tokens, heads, head_dim]
+  // with row stride x_stride floats between tokens; weight is [head_dim].
+  virtual void HeadRmsNorm(float* x, int64_t tokens, int64_t heads, int64_t head_dim,
+                           int64_t x_stride, const float* weight, float eps) {
+    for (int64_t i = 0; i < tokens; ++i) RmsNorm(x + i * x_stride, weight, heads, head_dim, eps, x + i * x_stride);
+  }
   virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
                           int64_t dim, float eps, float* out) = 0;
   virtual void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) = 0;

@@ -103,6 +103,7 @@ class CpuBackend final : public Backend {
 
   void CopyFromHost(void* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, bytes); }
   void CopyToHost(void* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, bytes); }
+  void CopyWithinDevice(void* dst, const void* src, int64_t bytes) override { std::memcpy(dst, src, bytes); }
   void GatherRows(const float* src, int64_t cols, const int32_t* idx, int64_t n, float* dst) override {
     for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * cols, src + idx[i] * cols, cols * sizeof(float));
   }
@@ -130,15 +131,16 @@ class CpuBackend final : public Backend {
   }
   void WriteKv(const float* kk, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
                int64_t kv_heads, int64_t head_dim, const int64_t* slots, KvLayerView c) override {
-    k::WriteKv(kk, k_stride, v, v_stride, tokens, kv_heads, head_dim, slots, c.k, c.v);
+    k::WriteKv(kk, k_stride, v, v_stride, tokens, kv_heads, head_dim, slots, static_cast<float*>(c.k),
+              static_cast<float*>(c.v));
   }
   void Attention(const float* q, int64_t q_stride, KvLayerView c, const AttentionParams& p,
                  float* out) override {
     k::PagedAttentionArgs a;
     a.q = q;
     a.q_stride = q_stride;
-    a.k_cache = c.k;
-    a.v_cache = c.v;
+    a.k_cache = static_cast<const float*>(c.k);
+    a.v_cache = static_cast<const float*>(c.v);
     a.num_tokens = p.num_tokens;
     a.num_q_heads = p.num_q_heads;
     a.num_kv_heads = p.num_kv_heads;

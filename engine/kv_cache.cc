@@ -12,7 +12,8 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend
   auto cache = std::unique_ptr<KvCache>(new KvCache());
   cache->num_blocks_ = num_blocks;
   cache->block_size_ = block_size;
-  const int64_t per_layer = num_blocks * block_size * c.num_kv_heads * c.head_dim * 4;
+  cache->dtype_ = backend->kv_dtype();
+  const int64_t per_layer = num_blocks * block_size * TokenBytes(c, cache->dtype_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     ASSIGN_OR_RETURN(auto k, backend->Allocate(per_layer));
     ASSIGN_OR_RETURN(auto v, backend->Allocate(per_layer));
@@ -20,25 +21,36 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend
     cache->v_.push_back(std::move(v));
   }
   cache->bytes_ = 2 * per_layer * c.num_layers;
-  cache->block_bytes_ = block_size * c.num_kv_heads * c.head_dim * 4;
+  cache->block_bytes_ = block_size * TokenBytes(c, cache->dtype_);
   cache->backend_ = backend;
   return cache;
 }
 
-Status KvCache::CopyBlock(int64_t src, int64_t dst) {
-  if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
-    return OutOfRange("kv cache: block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
-                      " outside [0, " + std::to_string(num_blocks_) + ")");
+int64_t KvCache::TokenBytes(const ModelConfig& c, DType dtype) {
+  return c.num_kv_heads * c.head_dim * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+Status KvCache::CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  std::vector<std::pair<int64_t, int64_t>> todo;
+  for (const auto& [src, dst] : pairs) {
+    if (src < 0 || src >= num_blocks_ || dst < 0 || dst >= num_blocks_) {
+      return OutOfRange("kv cache: block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
+                        " outside [0, " + std::to_string(num_blocks_) + ")");
+    }
+    if (src != dst) todo.emplace_back(src, dst);
   }
-  if (src == dst) return Status::Ok();
-  staging_.resize(static_cast<size_t>(block_bytes_));
-  for (const auto* side : {&k_, &v_}) {
-    for (const auto& layer : *side) {
-      char* base = static_cast<char*>(layer.get());
-      backend_->CopyToHost(staging_.data(), base + src * block_bytes_, block_bytes_);
-      backend_->CopyFromHost(base + dst * block_bytes_, staging_.data(), block_bytes_);
+  for (const auto& [src, dst] : todo) {
+    for (const auto& [s2, d2] : todo) {
+      if (d2 == src) return InvalidArgument("kv cache: block copies chain through block " + std::to_string(src));
     }
   }
+  if (todo.empty()) return Status::Ok();
+  std::vector<void*> bases;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    bases.push_back(k_[l].get());
+    bases.push_back(v_[l].get());
+  }
+  backend_->CopyBlocks(bases, block_bytes_, todo);
   return Status::Ok();
 }
 

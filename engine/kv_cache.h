@@ -1,10 +1,12 @@
 // Paged KV cache storage: per layer, K and V for num_blocks blocks of
 // block_size tokens. Which request owns which block is the scheduler's business;
-// this is only memory. Layout per layer (CPU): [num_blocks, block_size, kv_heads, head_dim] f32.
+// this is only memory. Layout per layer: [num_blocks, block_size, kv_heads, head_dim]
+// of the backend's kv_dtype() (f32 on the CPU, bf16 on CUDA).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -14,29 +16,33 @@ namespace tessera {
 
 class KvCache {
  public:
-  // Allocates 2 * layers * num_blocks * block_size * kv_heads * head_dim floats.
+  // Allocates 2 * layers * num_blocks * block_size * kv_heads * head_dim elements.
   static StatusOr<std::unique_ptr<KvCache>> Create(const ModelConfig& config, Backend* backend,
                                                    int64_t num_blocks, int64_t block_size);
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t num_slots() const { return num_blocks_ * block_size_; }
   KvLayerView layer(int64_t i) const {
-    return {static_cast<float*>(k_[i].get()), static_cast<float*>(v_[i].get())};
+    return {k_[i].get(), v_[i].get(), dtype_};
   }
   int64_t bytes() const { return bytes_; }
 
   // Copies K and V of block `src` into block `dst` in every layer (copy-on-write
-  // of a shared partial block before a step writes into it). Goes through a
-  // host staging buffer, so it works on any backend: O(layers x block bytes).
-  Status CopyBlock(int64_t src, int64_t dst);
+  // of a shared partial block before a step writes into it), on the device:
+  // O(layers x block bytes).
+  Status CopyBlock(int64_t src, int64_t dst) { return CopyBlocks({{src, dst}}); }
+  // Several (src, dst) pairs in one backend call; pairs must not chain.
+  Status CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs);
+  // Bytes of one token's K (or V) in one layer.
+  static int64_t TokenBytes(const ModelConfig& config, DType dtype);
 
  private:
   int64_t num_blocks_ = 0;
   int64_t block_size_ = 0;
   int64_t bytes_ = 0;
   int64_t block_bytes_ = 0;     // one block of K (or V) in one layer
+  DType dtype_ = DType::kF32;
   Backend* backend_ = nullptr;  // not owned; outlives the cache
-  std::vector<char> staging_;
   std::vector<std::shared_ptr<void>> k_, v_;
 };
 

@@ -223,6 +223,8 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardB
   // RoPE table covering the largest position in this step.
   int64_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max<int64_t>(max_pos, p);
+  step_batch_ = &b;
+  step_max_context_ = max_pos + 1;
   if (max_pos >= rope_device_positions_) {
     rope_->EnsurePositions(max_pos + 1);
     const int64_t bytes = rope_->num_positions() * rope_->rot_dim() * 4;
@@ -249,12 +251,9 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   backend_->Linear(x, t, L.k, F(L.k_bias), k, ld);
   backend_->Linear(x, t, L.v, F(L.v_bias), v, ld);
   if (c.qk_norm) {
-    // Per-head RMSNorm over head_dim: rows are (token, head); q/k rows are strided,
-    // so normalise each token's head block in place.
-    for (int64_t i = 0; i < t; ++i) {
-      backend_->RmsNorm(q + i * ld, F(L.q_norm), c.num_q_heads, d, eps, q + i * ld);
-      backend_->RmsNorm(k + i * ld, F(L.k_norm), c.num_kv_heads, d, eps, k + i * ld);
-    }
+    // Per-head RMSNorm over head_dim, in place in the strided q/k rows.
+    backend_->HeadRmsNorm(q, t, c.num_q_heads, d, ld, F(L.q_norm), eps);
+    backend_->HeadRmsNorm(k, t, c.num_kv_heads, d, ld, F(L.k_norm), eps);
   }
   const float* cos_sin = F(rope_device_);
   backend_->Rope(q, t, c.num_q_heads, d, ld, d_positions_, cos_sin);
@@ -273,6 +272,9 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   p.token_to_seq = d_token_to_seq_;
   p.block_tables = d_block_tables_;
   p.max_blocks_per_seq = step_max_blocks_;
+  p.host_positions = step_batch_->positions.data();
+  p.host_token_to_seq = step_batch_->token_to_seq.data();
+  p.max_context = step_max_context_;
   backend_->Attention(q, ld, kv, p, F(ws_.attn));
   // o_proj output goes to mlp_out, added to the residual by the next AddRmsNorm.
   backend_->Linear(F(ws_.attn), t, L.o, F(L.o_bias), F(ws_.mlp_out), c.hidden_size);

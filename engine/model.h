@@ -83,6 +83,8 @@ class Model {
   const int32_t* d_block_tables_ = nullptr;
   const int32_t* d_logit_rows_ = nullptr;
   int64_t step_max_blocks_ = 0;
+  const ForwardBatch* step_batch_ = nullptr;  // host view of the current step
+  int64_t step_max_context_ = 0;
 };
 
 }  // namespace tessera

@@ -116,7 +116,8 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   if (so.eos_token_ids.empty()) {
     for (int64_t id : mc.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
   }
-  const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim, 4);
+  const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim,
+                                                DTypeSize(loop->backend_->kv_dtype()));
   const bool from_budget = so.kv.num_blocks <= 0;
   if (from_budget) {
     ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));

@@ -1,5 +1,6 @@
 #include "kernels/cuda/rms_norm.cuh"
 
+
 namespace tessera::kernels::cuda {
 namespace {
 
@@ -32,7 +33,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restri
 cudaError_t RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
                     cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, out);
+  TESSERA_LAUNCH(static_cast<unsigned>(rows), kThreads, 0, stream, RmsNormKernel)(x, w, dim, eps, out);
   return cudaGetLastError();
 }
 

@@ -5,12 +5,17 @@
 
 #include <cstdint>
 
-#include <cuda_runtime.h>
+#include "kernels/cuda/compat.cuh"
 
 namespace tessera::kernels::cuda {
 
 // x, w, out are device pointers (f32); out may alias x. Asynchronous on `stream`.
 cudaError_t RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out,
                     cudaStream_t stream);
+
+// Fused residual add + RMSNorm: residual[r, :] += x[r, :]; out[r, :] = RmsNorm(residual[r, :]).
+// residual is updated in place; out must not alias residual or x.
+cudaError_t AddRmsNorm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim,
+                       float eps, float* out, cudaStream_t stream);
 
 }  // namespace tessera::kernels::cuda

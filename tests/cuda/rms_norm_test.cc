@@ -1,21 +1,20 @@
-// CUDA RMSNorm against the CPU kernel. Skips cleanly without a GPU.
+// CUDA RMSNorm against the CPU kernel.
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/device.cuh"
+#include "tests/cuda/cuda_test_util.h"
 #include "kernels/cuda/rms_norm.cuh"
 
 namespace tessera::kernels {
 namespace {
 
 TEST(CudaRmsNormTest, MatchesCpuAndIsBatchInvariant) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  TESSERA_REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
   for (int64_t dim : {7, 64, 896, 4097}) {
