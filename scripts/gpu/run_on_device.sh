@@ -127,9 +127,18 @@ if want tests; then
   say "tests (limit ${lim}s)"
   timeout -k 10 "$lim" "$G/bin/tessera_cuda_tests" --gtest_output="xml:$OUT/cuda_tests.xml" > "$OUT/cuda_tests.log" 2>&1
   rc=$?
-  detail="rc=$rc, $(xml_counts "$OUT/cuda_tests.xml")"
+  counts=$(xml_counts "$OUT/cuda_tests.xml")
+  detail="rc=$rc, $counts"
+  status=$([[ $rc == 0 ]] && echo ok || echo FAILED)
   (( rc == 124 || rc == 137 )) && detail+=" (timed out)"
-  record tests "$([[ $rc == 0 ]] && echo ok || echo FAILED)" $(($(date +%s) - t0)) "$detail"
+  # A GPU that the CUDA runtime cannot use (e.g. a driver older than CUDA 13) makes
+  # every test skip: that is a failure here, not a pass.
+  if [[ $status == ok ]] && command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' &&
+     [[ "$counts" =~ ^([0-9]+)\ tests,\ 0\ failed,\ ([0-9]+)\ skipped ]] && [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[2]}" ]]; then
+    status=FAILED
+    detail+="; every test skipped although nvidia-smi lists a GPU (see cuda_tests.log)"
+  fi
+  record tests "$status" $(($(date +%s) - t0)) "$detail"
 fi
 
 sanitize() {  # stage tool limit [gtest filter]
