@@ -58,31 +58,35 @@ TEST(CudaRmsNormTest, MatchesCpuAndIsBatchInvariant) {
 }
 
 // dim % 4 == 0 runs float4 loads when the pointers are 16-byte aligned and scalar
-// loads otherwise; both must reduce in the same order (same bits).
+// loads otherwise; both must reduce in the same order (same bits). Magnitudes
+// spread over many binades make a changed summation order show in the result.
 TEST(CudaRmsNormTest, VectorAndScalarPathsAgreeBitwise) {
   TESSERA_REQUIRE_CUDA_DEVICE();
-  const int64_t rows = 3, dim = 1028;
-  const std::vector<float> x = RandomNormal(rows * dim + 1, 11), w = Weights(dim + 1, 12);
-  DeviceBuffer<float> dx(x), dw(w), dout(rows * dim + 1), out_a(rows * dim + 1), out_b(rows * dim + 1);
-  // Aligned (vector) vs shifted by one float (scalar): x, w, out all shifted.
-  ASSERT_EQ(cuda::RmsNorm(dx.get(), dw.get(), rows, dim, kEps, dout.get(), nullptr), cudaSuccess);
-  const std::vector<float> vec = dout.Download();
-  std::vector<float> x_shift(rows * dim + 1), w_shift(dim + 1);
-  std::memcpy(x_shift.data() + 1, x.data(), rows * dim * 4);
-  std::memcpy(w_shift.data() + 1, w.data(), dim * 4);
-  DeviceBuffer<float> dxs(x_shift), dws(w_shift);
-  ASSERT_EQ(cuda::RmsNorm(dxs.get() + 1, dws.get() + 1, rows, dim, kEps, dout.get() + 1, nullptr), cudaSuccess);
-  const std::vector<float> scalar = dout.Download();
-  EXPECT_TRUE(BitwiseEqual(vec.data(), scalar.data() + 1, rows * dim));
-  // Same for the fused add: residual shifted by one float.
-  std::vector<float> r_shift(rows * dim + 1);
-  std::memcpy(r_shift.data() + 1, x.data() + 1, rows * dim * 4);
-  DeviceBuffer<float> dr(std::vector<float>(x.begin() + 1, x.end())), drs(r_shift);
-  ASSERT_EQ(cuda::AddRmsNorm(dr.get(), dx.get(), dw.get(), rows, dim, kEps, out_a.get(), nullptr), cudaSuccess);
-  ASSERT_EQ(cuda::AddRmsNorm(drs.get() + 1, dx.get(), dw.get(), rows, dim, kEps, out_b.get() + 1, nullptr),
-            cudaSuccess);
-  EXPECT_TRUE(BitwiseEqual(out_a.Download().data(), out_b.Download().data() + 1, rows * dim));
-  EXPECT_TRUE(BitwiseEqual(dr.Download().data(), drs.Download().data() + 1, rows * dim));
+  for (int64_t dim : {8, 1028}) {
+    SCOPED_TRACE(dim);
+    const int64_t rows = dim == 8 ? 48 : 4, n = rows * dim;
+    std::vector<float> x = RandomNormal(n + 1, 11 + dim);
+    const std::vector<float> spread = RandomNormal(n + 1, 13, 4.f);
+    for (int64_t i = 0; i <= n; ++i) x[i] *= std::exp2(std::round(spread[i]));
+    const std::vector<float> w = Weights(dim + 1, 12);
+    // Shifted copies: x, w, residual and out one float past a 16-byte boundary.
+    std::vector<float> x_shift(n + 1), w_shift(dim + 1);
+    std::memcpy(x_shift.data() + 1, x.data(), n * 4);
+    std::memcpy(w_shift.data() + 1, w.data(), dim * 4);
+    DeviceBuffer<float> dx(x), dw(w), dxs(x_shift), dws(w_shift), out_a(n + 1), out_b(n + 1);
+    ASSERT_EQ(cuda::RmsNorm(dx.get(), dw.get(), rows, dim, kEps, out_a.get(), nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::RmsNorm(dxs.get() + 1, dws.get() + 1, rows, dim, kEps, out_b.get() + 1, nullptr), cudaSuccess);
+    EXPECT_TRUE(BitwiseEqual(out_a.Download().data(), out_b.Download().data() + 1, n));
+    // The fused add: residual = x[1..] aligned vs shifted.
+    std::vector<float> r_shift(n + 1);
+    std::memcpy(r_shift.data() + 1, x.data() + 1, n * 4);
+    DeviceBuffer<float> dr(std::vector<float>(x.begin() + 1, x.end())), drs(r_shift);
+    ASSERT_EQ(cuda::AddRmsNorm(dr.get(), dx.get(), dw.get(), rows, dim, kEps, out_a.get(), nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::AddRmsNorm(drs.get() + 1, dx.get(), dws.get() + 1, rows, dim, kEps, out_b.get() + 1, nullptr),
+              cudaSuccess);
+    EXPECT_TRUE(BitwiseEqual(out_a.Download().data(), out_b.Download().data() + 1, n));
+    EXPECT_TRUE(BitwiseEqual(dr.Download().data(), drs.Download().data() + 1, n));
+  }
 }
 
 TEST(CudaRmsNormTest, AddRmsNormMatchesCpuAndIsBatchInvariant) {
