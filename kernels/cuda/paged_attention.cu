@@ -163,7 +163,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     if (active && part == 0) {
-      for (int g = 0; g < gn; ++g) {
+#pragma unroll
+      for (int g = 0; g < kGroupPass; ++g) {
+        if (g >= gn) break;
         float* dst = po + (((t * a.num_q_heads) + h0 + g) * splits + c) * HD;
 #pragma unroll
         for (int s = 0; s < DS; ++s) {
@@ -205,7 +207,7 @@ template <int E>
 struct PrefillShape {
   static constexpr int kHd = 32 * E;
   static constexpr int kKeys = E <= 4 ? 32 : 16;                   // keys per block
-  static constexpr int kRowsPerWarp = 32 / E < 16 ? 32 / E : 16;  // (query, head) rows
+  static constexpr int kRowsPerWarp = 32 / E < 8 ? 32 / E : 8;  // (query, head) rows
   static constexpr int kRows = kRowsPerWarp * kWarps;              // rows per pass
   static constexpr int64_t kSmemBytes = static_cast<int64_t>(kRows + 2 * kKeys) * kHd * 4;
   static_assert(kSmemBytes <= 48 * 1024, "prefill shared memory over the default 48 KB");
