@@ -1,5 +1,5 @@
 // CUDA Backend: every op on one stream, kernels from kernels/cuda, GEMMs through
-// cuBLAS (or LinearTiled in deterministic mode and under the emulator).
+// cuBLAS (LinearTiled in the deterministic mode).
 #include "engine/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -136,18 +136,13 @@ class CudaBackend final : public Backend {
     RETURN_IF_ERROR(Cuda(staging_.Init(stream_), "pinned staging buffer"));
     description_ = kc::DeviceDescription(opt_.device);
     if (!opt_.deterministic) {
-      StatusOr<std::unique_ptr<kc::CublasLinear>> b = kc::CublasLinear::Create(stream_);
-      if (b.ok()) {
-        blas_ = std::move(*b);
-      } else if (b.status().code() != StatusCode::kUnimplemented) {
-        return b.status();
-      }  // emulator: no cuBLAS; LinearTiled serves every GEMM
+      ASSIGN_OR_RETURN(blas_, kc::CublasLinear::Create(stream_));
     }
     return Status::Ok();
   }
 
   std::string name() const override {
-    std::string mode = opt_.deterministic ? "deterministic" : (blas_ ? "cublas" : "linear_tiled");
+    const std::string mode = opt_.deterministic ? "deterministic" : "cublas";
     return "cuda(" + description_ + ", " + mode + (opt_.cuda_graphs ? ", graphs" : ", eager") + ")";
   }
   DType kv_dtype() const override { return DType::kBF16; }

@@ -4,9 +4,7 @@
 
 #include "kernels/cuda/convert.cuh"
 
-#if !defined(TESSERA_CUDA_EMU)
 #include <cublas_v2.h>
-#endif
 
 namespace tessera::kernels::cuda {
 namespace {
@@ -21,20 +19,6 @@ Status CudaFail(const char* what, cudaError_t e) {
 }
 
 }  // namespace
-
-#if defined(TESSERA_CUDA_EMU)
-
-StatusOr<std::unique_ptr<CublasLinear>> CublasLinear::Create(cudaStream_t) {
-  return Unimplemented("cublas linear: cuBLAS is not available under the CUDA emulator");
-}
-CublasLinear::~CublasLinear() = default;
-Status CublasLinear::Reserve(int64_t) { return Unimplemented("cublas linear: emulator"); }
-Status CublasLinear::Linear(const float*, int64_t, int64_t, const void*, ElemType, int64_t, const float*,
-                            float*, int64_t) {
-  return Unimplemented("cublas linear: emulator");
-}
-
-#else
 
 namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLAS' recommendation for Hopper
@@ -116,7 +100,5 @@ Status CublasLinear::Linear(const float* x, int64_t m, int64_t k, const void* w,
   }
   return Status::Ok();
 }
-
-#endif
 
 }  // namespace tessera::kernels::cuda

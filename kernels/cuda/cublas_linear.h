@@ -4,7 +4,7 @@
 // f32 weights: plain f32 GEMM with CUBLAS_DEFAULT_MATH (no TF32), so results agree
 // with the CPU to f32 rounding. cuBLAS picks algorithms by shape, so results are
 // not batch-invariant (the deterministic mode uses LinearTiled instead).
-// Not available under the CPU emulator (Create fails with UNIMPLEMENTED there).
+// Under the CPU emulator cuBLAS is a reference loop (emu/include/cublas_v2.h).
 #pragma once
 
 #include <cstdint>
