@@ -4,6 +4,7 @@
 // another order there); batch invariance checked row alone vs inside a batch.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -354,6 +355,8 @@ TEST(CudaSamplingTest, SampleRowsMatchesHostSampler) {
       EXPECT_EQ(got[r], want) << c.name << " (vocab " << vocab << ", row " << r << ", u " << u << ")";
     }
     EXPECT_LE(skipped, static_cast<int>(cases.size()) / 20) << "too many draws on a CDF boundary";
+    std::printf("vocab %lld: %zu draws, %d skipped near a CDF boundary\n", static_cast<long long>(vocab),
+                cases.size(), skipped);
   }
 }
 
@@ -399,8 +402,11 @@ TEST(CudaSamplingTest, SampleRowsIsBatchInvariant) {
   std::vector<Case> reversed(cases.rbegin(), cases.rend());
   const std::vector<int32_t> rev = DeviceSample(reversed, vocab);
   for (size_t r = 0; r < cases.size(); ++r) {
-    EXPECT_EQ(DeviceSample({cases[r]}, vocab)[0], batch[r]) << cases[r].name;
     EXPECT_EQ(rev[cases.size() - 1 - r], batch[r]) << cases[r].name;
+    // Alone: one draw per config (a launch each).
+    if (r % 4 == 0) {
+      EXPECT_EQ(DeviceSample({cases[r]}, vocab)[0], batch[r]) << cases[r].name;
+    }
   }
 }
 
