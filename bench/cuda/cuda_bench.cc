@@ -125,10 +125,15 @@ int main(int argc, char** argv) {
   report.root()["tool"] = "tessera-cuda-bench";
   report.root()["date_utc"] = UtcNow();
   report.root()["argv"] = std::vector<std::string>(argv, argv + argc);
-  const int count = tessera::kernels::cuda::DeviceCount();
+  int count = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&count);  // says why (no driver, driver too old, ...)
+  if (count_err != cudaSuccess) count = 0;
   if (count <= device) {
-    std::fprintf(stderr, "tessera-cuda-bench: no CUDA device%s\n", count > 0 ? " with that index" : "");
-    report.root()["error"] = "no CUDA device";
+    const std::string why = count_err != cudaSuccess ? std::string(" (") + cudaGetErrorName(count_err) + ": " +
+                                                           cudaGetErrorString(count_err) + ")"
+                                                     : count > 0 ? " with that index" : "";
+    std::fprintf(stderr, "tessera-cuda-bench: no CUDA device%s\n", why.c_str());
+    report.root()["error"] = "no CUDA device" + why;
     (void)report.WriteJson(json_path);
     return 3;
   }
