@@ -2,9 +2,11 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include "bench/cuda/sections.h"
+#include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/linear_tiled.cuh"
 
 namespace tessera::cuda_bench {
@@ -49,6 +51,13 @@ class Cublas {
 };
 
 Status Flush(Context& ctx) { return ctx.report->WriteJson(ctx.json_path); }
+
+// The Linear implementations compared: the raw GEMM, the backend's cuBLAS path,
+// the deterministic mode's kernel.
+enum class Impl { kGemm, kBackend, kTiled };
+const char* ImplName(Impl i) {
+  return i == Impl::kGemm ? "cuBLAS GEMM" : i == Impl::kBackend ? "CublasLinear" : "LinearTiled";
+}
 
 // Square GEMM ceiling: A, B random (never zeros), C of c_type.
 StatusOr<Row> GemmCeiling(Context& ctx, const Cublas& blas, int64_t s, cudaDataType ab, ElemType ab_elem,
@@ -137,8 +146,8 @@ Status RunLinear(Context& ctx) {
   const std::vector<int64_t> ms = ctx.quick ? std::vector<int64_t>{1, 256} : std::vector<int64_t>{1, 64, 256, 2048};
   for (const Shape& sh : shapes) {
     for (int64_t m : ms) {
-      for (const bool tiled : {false, true}) {
-        Row row{"linear", std::string(tiled ? "LinearTiled" : "cuBLAS") + " " + sh.name, Shape3(m, sh.n, sh.k)};
+      for (const Impl impl : {Impl::kGemm, Impl::kBackend, Impl::kTiled}) {
+        Row row{"linear", std::string(ImplName(impl)) + " " + sh.name, Shape3(m, sh.n, sh.k)};
         if (ctx.OutOfTime()) {
           row.error = "skipped: time budget";
           ctx.report->Add(row);
@@ -159,25 +168,40 @@ Status RunLinear(Context& ctx) {
             RETURN_IF_ERROR(FillRandom(c.get(), m * sh.k, ElemType::kBF16, 20 + i));
             w.push_back(std::move(a)), x.push_back(std::move(b)), xb.push_back(std::move(c)), y.push_back(std::move(d));
           }
+          std::unique_ptr<kernels::cuda::CublasLinear> backend_linear;
+          if (impl == Impl::kBackend) {
+            ASSIGN_OR_RETURN(backend_linear, kernels::cuda::CublasLinear::Create(ctx.stream));
+            RETURN_IF_ERROR(backend_linear->Reserve(m * sh.k));
+          }
           TimeOptions to;
           to.min_repeats = 3;
           to.budget_ms = 200;
-          return TimeOp(ctx.stream, sets, [&](int v, cudaStream_t s) {
-                return tiled ? kernels::cuda::LinearTiled(x[v].as<float>(), m, sh.k, w[v].get(), ElemType::kBF16,
-                                                          sh.n, nullptr, y[v].as<float>(), sh.n, s)
-                             : blas.Gemm(xb[v].get(), w[v].get(), CUDA_R_16BF, y[v].get(), CUDA_R_32F,
-                                         CUBLAS_COMPUTE_32F, m, sh.n, sh.k);
+          return TimeOp(ctx.stream, sets, [&](int v, cudaStream_t s) -> cudaError_t {
+                switch (impl) {
+                  case Impl::kTiled:
+                    return kernels::cuda::LinearTiled(x[v].as<float>(), m, sh.k, w[v].get(), ElemType::kBF16, sh.n,
+                                                      nullptr, y[v].as<float>(), sh.n, s);
+                  case Impl::kBackend:
+                    return backend_linear->Linear(x[v].as<float>(), m, sh.k, w[v].get(), ElemType::kBF16, sh.n,
+                                                  nullptr, y[v].as<float>(), sh.n).ok()
+                               ? cudaSuccess
+                               : cudaErrorUnknown;
+                  default:
+                    return blas.Gemm(xb[v].get(), w[v].get(), CUDA_R_16BF, y[v].get(), CUDA_R_32F,
+                                     CUBLAS_COMPUTE_32F, m, sh.n, sh.k);
+                }
               }, to);
         };
-        row.bytes = static_cast<double>(w_bytes + (tiled ? x_bytes : xb_bytes) + y_bytes);
+        row.bytes = static_cast<double>(w_bytes + (impl == Impl::kGemm ? xb_bytes : x_bytes) + y_bytes);
         row.flops = 2.0 * m * sh.n * sh.k;
         RETURN_IF_ERROR(AddTimed(ctx, row, measure()));
       }
     }
     RETURN_IF_ERROR(Flush(ctx));
   }
-  ctx.report->AddNote("linear: cuBLAS rows time cublasGemmEx alone (x already bf16, f32 out, CUBLAS_COMPUTE_32F); "
-                      "LinearTiled reads x in f32 and w in bf16. Bytes: w + x + y once each.");
+  ctx.report->AddNote("linear: 'cuBLAS GEMM' times cublasGemmEx alone (x already bf16, f32 out, COMPUTE_32F); "
+                      "'CublasLinear' is the backend's Linear (x f32 -> bf16 conversion + that GEMM); "
+                      "'LinearTiled' the deterministic mode's kernel (x f32, w bf16). Bytes: w + x + y once each.");
   return Flush(ctx);
 }
 

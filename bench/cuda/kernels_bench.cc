@@ -14,6 +14,7 @@
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/sampling.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
 namespace tessera::cuda_bench {
@@ -186,6 +187,51 @@ Status CopyBlocksOp(Context& ctx) {
                   }));
 }
 
+// Logits processing on a decode step's logits [rows, vocab]: bytes = the logits
+// read once (the fewest any of them can move), so the fraction of the copy
+// ceiling also says how many passes over the logits an op effectively makes.
+Status SamplingOps(Context& ctx, int64_t rows) {
+  const double logit_bytes = 4.0 * rows * kVocab;
+  ASSIGN_OR_RETURN(DeviceMem out, DeviceMem::Alloc(rows * 8));
+  Row r{"kernel", "ArgmaxRows", "rows=" + std::to_string(rows) + " vocab=128256"};
+  r.bytes = logit_bytes + 4.0 * rows;
+  RETURN_IF_ERROR(Bench(ctx, r, {{rows * kVocab, ElemType::kF32}}, [&](const Set& b, cudaStream_t s) {
+    return k::ArgmaxRows(b[0].as<float>(), rows, kVocab, out.as<int32_t>(), s);
+  }));
+  r = Row{"kernel", "LogSumExpRows", "rows=" + std::to_string(rows) + " vocab=128256"};
+  r.bytes = logit_bytes + 8.0 * rows;
+  RETURN_IF_ERROR(Bench(ctx, r, {{rows * kVocab, ElemType::kF32}}, [&](const Set& b, cudaStream_t s) {
+    return k::LogSumExpRows(b[0].as<float>(), rows, kVocab, out.as<double>(), s);
+  }));
+  const size_t ws_bytes = k::SampleRowsWorkspaceBytes(rows, kVocab);
+  ASSIGN_OR_RETURN(DeviceMem ws, DeviceMem::Alloc(static_cast<int64_t>(ws_bytes)));
+  struct Config {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p;
+  };
+  for (const Config& c : {Config{"SampleRows T=1", 1.0f, -1, 1.0f}, Config{"SampleRows T=.7 k=50 p=.9", 0.7f, 50, 0.9f}}) {
+    std::vector<k::SampleRowParams> params(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      params[i].temperature = c.temperature;
+      params[i].top_k = c.top_k;
+      params[i].top_p = c.top_p;
+      params[i].seed = 1000 + i;
+      params[i].output_position = 7;
+    }
+    ASSIGN_OR_RETURN(DeviceMem d_params, DeviceMem::Alloc(static_cast<int64_t>(rows * sizeof(k::SampleRowParams))));
+    RETURN_IF_ERROR(Upload(d_params.get(), params));
+    r = Row{"kernel", c.name, "rows=" + std::to_string(rows) + " vocab=128256"};
+    r.bytes = logit_bytes + 4.0 * rows;
+    RETURN_IF_ERROR(Bench(ctx, r, {{rows * kVocab, ElemType::kF32}}, [&](const Set& b, cudaStream_t s) {
+      return k::SampleRows(b[0].as<float>(), rows, kVocab, d_params.as<k::SampleRowParams>(), {}, {}, {}, ws.get(),
+                           ws_bytes, out.as<int32_t>(), s);
+    }));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunKernels(Context& ctx) {
@@ -203,6 +249,7 @@ Status RunKernels(Context& ctx) {
     RETURN_IF_ERROR(ctx.report->WriteJson(ctx.json_path));
   }
   RETURN_IF_ERROR(CopyBlocksOp(ctx));
+  RETURN_IF_ERROR(SamplingOps(ctx, 256));
   ctx.report->AddNote("kernel: bytes = each input read once + each output written once (f32 activations, "
                       "bf16 table/cache); fraction of the D2D copy ceiling (read+write).");
   return ctx.report->WriteJson(ctx.json_path);
