@@ -89,7 +89,33 @@ class GraphExec {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+bool g_smoke = false;
+
 }  // namespace
+
+Dims Dims::Llama8B(bool quick) {
+  Dims d{4096, 14336, 32, 8, 128, 128256, 8192, {256, 8192}, 256, 32, 512, 64, {1, 64, 256}, {1024, 4096, 32768},
+         {2048, 8192}, 8192, 512, 2048, 8192, int64_t{1} << 30,
+         // Llama-3-8B projections; lm_head is the largest single matrix of a decode step.
+         {{"qkv", 4096, 6144}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}, {"lm_head", 4096, 128256}},
+         {1, 64, 256, 2048}};
+  if (quick) {
+    d.tokens = {256};
+    d.attn_batches = {1, 64};
+    d.attn_contexts = {1024, 4096};
+    d.prompts = {2048};
+    d.gemm = 4096;
+    d.linear_ms = {1, 256};
+  }
+  return d;
+}
+
+Dims Dims::Tiny() {
+  return Dims{256, 512, 4, 2, 32, 1000, 512, {3, 37}, 3, 2, 16, 4, {1, 3}, {40, 300}, {50}, 300, 40, 50, 64,
+              int64_t{1} << 20, {{"qkv", 256, 256}, {"down", 512, 256}}, {1, 5}};
+}
+
+void SetSmokeTiming(bool on) { g_smoke = on; }
 
 Status CudaStatus(cudaError_t e, const std::string& what) {
   return Internal(what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -152,8 +178,14 @@ Status FillRandom(void* dst, int64_t count, ElemType type, uint64_t seed, float 
   return Status::Ok();
 }
 
-StatusOr<Timing> TimeOp(cudaStream_t stream, int variants, const OpFn& op, const TimeOptions& o) {
+StatusOr<Timing> TimeOp(cudaStream_t stream, int variants, const OpFn& op, const TimeOptions& options) {
   variants = std::max(1, variants);
+  TimeOptions o = options;
+  if (g_smoke) {
+    o.target_ms = 0;
+    o.max_inner = 1;
+    o.min_repeats = o.max_repeats = 2;
+  }
   for (int v = 0; v < variants; ++v) CUDA_BENCH_TRY(op(v, stream));
   CUDA_BENCH_TRY(cudaStreamSynchronize(stream));
   Events ev;

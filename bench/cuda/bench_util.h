@@ -113,6 +113,8 @@ class Report {
   // what it measured).
   Status WriteJson(const std::string& path) const;
   void PrintTables(std::FILE* out) const;
+  // Measurements that failed (errors other than "skipped: ...").
+  int Failures() const;
 
  private:
   nlohmann::json RowJson(const Row& r) const;
@@ -123,6 +125,32 @@ class Report {
   double copy_bytes_s_ = 0, bf16_flop_s_ = 0, f32_flop_s_ = 0;
 };
 
+// The shapes the kernel sections measure: Llama-3-8B at serving sizes, or tiny
+// ones for a smoke run (the CPU emulator's ctest, where only correctness of the
+// benchmark's own code matters).
+struct Dims {
+  int64_t hidden, inter, q_heads, kv_heads, head_dim, vocab, max_pos;
+  std::vector<int64_t> tokens;  // elementwise ops: decode batch, prefill chunk
+  int64_t sample_rows;
+  int64_t copy_layers, copy_blocks, copy_pairs;  // CopyBlocks
+  std::vector<int64_t> attn_batches, attn_contexts, prompts;
+  int64_t chunk_context, chunk;   // a chunked-prefill step: `chunk` queries at the end of chunk_context
+  int64_t decode_prefill_prompt;  // the deterministic mode's prefill (decode kernel) at this prompt
+  int64_t gemm, copy_bytes;       // ceilings: square GEMM size, D2D copy bytes (cap)
+  struct Linear {
+    const char* name;
+    int64_t k, n;
+  };
+  std::vector<Linear> linears;
+  std::vector<int64_t> linear_ms;
+  int64_t qkv() const { return (q_heads + 2 * kv_heads) * head_dim; }
+  static Dims Llama8B(bool quick);
+  static Dims Tiny();
+};
+
+// Smoke timing: every TimeOp does 2 calls per replay, 2 replays (emulator runs).
+void SetSmokeTiming(bool on);
+
 // Shared by the sections: the stream, the device's L2 size, the report, a
 // deadline (seconds on a steady clock) past which sections record "skipped".
 struct Context {
@@ -132,7 +160,7 @@ struct Context {
   Report* report = nullptr;
   std::string json_path;
   double deadline_s = 0;
-  bool quick = false;
+  Dims dims = Dims::Llama8B(false);
   double Now() const;
   bool OutOfTime() const { return Now() > deadline_s; }
 };

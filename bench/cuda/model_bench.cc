@@ -53,7 +53,10 @@ StatusOr<ModelSpec> SpecFor(const std::string& name) {
                       "num_attention_heads=32", "num_key_value_heads=8", "tie_word_embeddings=false",
                       "max_position_embeddings=16384"}};
   }
-  return InvalidArgument("--models: '" + name + "' is not 1b or 8b");
+  if (name == "tiny") {  // smoke runs: 2 layers, 4/2 heads x 32
+    return ModelSpec{name, 1e8, {"hidden_size=128", "intermediate_size=256", "max_position_embeddings=1024"}};
+  }
+  return InvalidArgument("--models: '" + name + "' is not 1b, 8b or tiny");
 }
 
 double FreeDiskBytes(const std::string& dir) {
@@ -75,7 +78,7 @@ StatusOr<std::string> EnsureCheckpoint(const ModelSpec& spec, const ModelBenchOp
   }
   SynthOptions so;
   so.arch = "llama";
-  so.size = "1.5b";
+  so.size = spec.name == "tiny" ? "tiny" : "1.5b";
   so.dtype = DType::kBF16;
   so.out_dir = dir.string();
   so.overrides = spec.overrides;

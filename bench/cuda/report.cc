@@ -78,6 +78,14 @@ Status Report::WriteJson(const std::string& path) const {
   return Status::Ok();
 }
 
+int Report::Failures() const {
+  auto failed = [](const std::string& e) { return !e.empty() && e.rfind("skipped", 0) != 0; };
+  int n = 0;
+  for (const Row& r : rows_) n += failed(r.error);
+  for (const json& m : models_) n += m.contains("error") && failed(m["error"].get<std::string>());
+  return n;
+}
+
 void Report::PrintTables(std::FILE* out) const {
   std::fprintf(out, "\nceilings: D2D copy %s GB/s (read+write), cuBLAS bf16 GEMM %s TFLOP/s, f32 GEMM %s TFLOP/s\n",
                Fmt("%.0f", copy_bytes_s_ / 1e9).c_str(), Fmt("%.0f", bf16_flop_s_ / 1e12).c_str(),
