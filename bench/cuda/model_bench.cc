@@ -114,7 +114,6 @@ class ModelRun {
     load["params"] = static_cast<double>(cfg.NumParameters());
     load["weight_bytes"] = static_cast<double>(model_->weight_bytes());
     load["config"] = cfg.Summary();
-    ctx_.report->AddModel(load);
 
     const int max_batch = *std::max_element(o_.batches.begin(), o_.batches.end());
     const int max_prompt = o_.prompts.empty() ? 0 : *std::max_element(o_.prompts.begin(), o_.prompts.end());
@@ -125,9 +124,14 @@ class ModelRun {
     kv_elem_ = DTypeSize(backend_->kv_dtype());
     if (backend_->SupportsGraphs()) {
       // As the engine loop does: decode steps of up to max_batch sequences replay
-      // graphs captured on first use (during the untimed warm-up steps).
-      RETURN_IF_ERROR(model_->EnableGraphs(max_batch, per_seq + kBlock, kBlock));
+      // graphs captured on first use (during the untimed warm-up steps);
+      // max_model_len covers every position this run uses (the RoPE table is
+      // sized once, before any capture).
+      const int64_t max_model_len = std::max<int64_t>(per_seq, max_prompt) + kBlock;
+      RETURN_IF_ERROR(model_->EnableGraphs(max_batch, max_model_len, kBlock));
+      load["graphs_max_model_len"] = max_model_len;  // replays size the split-K grid for it
     }
+    ctx_.report->AddModel(load);
 
     for (int p : o_.prompts) RETURN_IF_ERROR(Ttft(p));
     RETURN_IF_ERROR(ctx_.report->WriteJson(ctx_.json_path));
