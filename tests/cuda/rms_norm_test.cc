@@ -40,7 +40,7 @@ TEST(CudaRmsNormTest, MatchesCpuAndIsBatchInvariant) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   for (int64_t dim : {1, 7, 64, 896, 4097}) {
     SCOPED_TRACE(dim);
-    const int64_t rows = 13;
+    const int64_t rows = 6;
     const std::vector<float> x = RandomNormal(rows * dim, 3 + dim), w = Weights(dim, 4);
     std::vector<float> cpu(rows * dim);
     cpu::RmsNorm(x.data(), w.data(), rows, dim, kEps, cpu.data(), nullptr);
@@ -48,9 +48,9 @@ TEST(CudaRmsNormTest, MatchesCpuAndIsBatchInvariant) {
     ASSERT_EQ(cuda::RmsNorm(dx.get(), dw.get(), rows, dim, kEps, dout.get(), nullptr), cudaSuccess);
     const std::vector<float> gpu = dout.Download();
     ExpectNearRel(gpu, cpu, 1e-5f, "RmsNorm");
-    // Row 5 alone equals row 5 inside the batch, bitwise.
-    ASSERT_EQ(cuda::RmsNorm(dx.get() + 5 * dim, dw.get(), 1, dim, kEps, done.get(), nullptr), cudaSuccess);
-    EXPECT_TRUE(BitwiseEqual(done.Download().data(), gpu.data() + 5 * dim, dim));
+    // Row 4 alone equals row 4 inside the batch, bitwise.
+    ASSERT_EQ(cuda::RmsNorm(dx.get() + 4 * dim, dw.get(), 1, dim, kEps, done.get(), nullptr), cudaSuccess);
+    EXPECT_TRUE(BitwiseEqual(done.Download().data(), gpu.data() + 4 * dim, dim));
     // In place (out == x) gives the same bits.
     ASSERT_EQ(cuda::RmsNorm(dx.get(), dw.get(), rows, dim, kEps, dx.get(), nullptr), cudaSuccess);
     EXPECT_TRUE(BitwiseEqual(dx.Download().data(), gpu.data(), rows * dim));
@@ -64,7 +64,7 @@ TEST(CudaRmsNormTest, VectorAndScalarPathsAgreeBitwise) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   for (int64_t dim : {8, 1028}) {
     SCOPED_TRACE(dim);
-    const int64_t rows = dim == 8 ? 48 : 4, n = rows * dim;
+    const int64_t rows = dim == 8 ? 32 : 2, n = rows * dim;
     std::vector<float> x = RandomNormal(n + 1, 11 + dim);
     const std::vector<float> spread = RandomNormal(n + 1, 13, 4.f);
     for (int64_t i = 0; i <= n; ++i) x[i] *= std::exp2(std::round(spread[i]));
@@ -93,7 +93,7 @@ TEST(CudaRmsNormTest, AddRmsNormMatchesCpuAndIsBatchInvariant) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   for (int64_t dim : {1, 5, 64, 896, 2051}) {
     SCOPED_TRACE(dim);
-    const int64_t rows = 9;
+    const int64_t rows = 5;
     const std::vector<float> res0 = RandomNormal(rows * dim, 21 + dim, 3.f), x = RandomNormal(rows * dim, 22);
     const std::vector<float> w = Weights(dim, 23);
     std::vector<float> cpu_res = res0, cpu_out(rows * dim);
