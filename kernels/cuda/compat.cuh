@@ -13,7 +13,7 @@
 
 #if defined(TESSERA_CUDA_EMU)
 #define TESSERA_LAUNCH(grid, block, smem, stream, ...) \
-  ::tessera::emu::Launcher((grid), (block), (smem), (stream), &__VA_ARGS__)
+  ::tessera::emu::Launcher((grid), (block), (smem), (stream), &__VA_ARGS__, #__VA_ARGS__)
 #define TESSERA_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::tessera::emu::DynamicSmem())
 #else
 #define TESSERA_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<(grid), (block), (smem), (stream)>>>
