@@ -8,6 +8,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kNoIndex = 0x7fffffff;
 constexpr float kGreedyTemperature = 1e-5f;  // engine/sampling.cc
+constexpr int kProbes = 15;                  // keys probed per pass of the top_p searches
+constexpr int kParts = 16;                   // thread groups in the mass reduction
+static_assert(kProbes * kParts <= kThreads && kThreads % kParts == 0, "MassesAbove layout");
 
 // Monotone map float -> uint32 (a < b as floats <=> key(a) < key(b), -0 < +0).
 __device__ __forceinline__ uint32_t OrderedKey(float f) {
@@ -148,15 +151,52 @@ struct RowState {
   __device__ double Weight(float v) const { return exp(static_cast<double>(v) - mx); }
 };
 
-// Sum of weights of kept tokens with key > k (fixed order: strided per thread, then BlockSum).
-__device__ double MassAbove(const RowState& s, uint32_t k, double* redd) {
-  double m = 0.0;
+// Masses of kept tokens above N probe keys (ascending): out[j] = sum of
+// weights with key > probe[j], to every thread. Each thread sums its strided
+// tokens in index order, then fixed groups of threads in order, then the
+// groups in order: the value for a key never depends on N or on the other
+// probes, so masses from different calls are comparable bit for bit.
+// red: __shared__ [kProbes * kThreads], part: __shared__ [kProbes * kParts].
+template <int N>
+__device__ __forceinline__ void MassesAbove(const RowState& s, const uint32_t* probe, double* out, double* red,
+                                            double* part) {
+  double acc[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) acc[j] = 0.0;
   for (int i = threadIdx.x; i < s.vocab; i += kThreads) {
     const float v = s.w[i];
     const uint32_t key = OrderedKey(v);
-    if (key > k && s.Kept(key, i)) m += s.Weight(v);
+    if (key <= probe[0] || !s.Kept(key, i)) continue;
+    const double e = s.Weight(v);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      if (key > probe[j]) acc[j] += e;
+    }
   }
-  return BlockSum(m, redd);
+#pragma unroll
+  for (int j = 0; j < N; ++j) red[j * kThreads + threadIdx.x] = acc[j];
+  __syncthreads();
+  if (threadIdx.x < N * kParts) {
+    const int j = threadIdx.x / kParts;
+    const double* r = red + j * kThreads + (threadIdx.x % kParts) * (kThreads / kParts);
+    double t = 0.0;
+    for (int k = 0; k < kThreads / kParts; ++k) t += r[k];
+    part[threadIdx.x] = t;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    double t = 0.0;
+    for (int g = 0; g < kParts; ++g) t += part[j * kParts + g];
+    out[j] = t;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ double MassAbove(const RowState& s, uint32_t k, double* red, double* part) {
+  double m;
+  MassesAbove<1>(s, &k, &m, red, part);
+  return m;
 }
 
 // Number of kept tokens whose key == k.
@@ -211,16 +251,27 @@ __device__ int NthAt(const RowState& s, uint32_t k, int rank, int* scan, int* bc
 }
 
 // Smallest key k in [lo, hi] with MassAbove(k) <= limit (strict: < limit), or
-// hi when none below qualifies. MassAbove is non-increasing in k.
-__device__ uint32_t SearchMass(const RowState& s, uint32_t lo, uint32_t hi, double limit, bool strict,
-                               double* redd) {
+// hi when none below qualifies. MassAbove is non-increasing in k; each pass
+// probes kProbes keys, so 32 bits take 8 passes.
+__device__ uint32_t SearchMass(const RowState& s, uint32_t lo, uint32_t hi, double limit, bool strict, double* red,
+                               double* part) {
   while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    const double m = MassAbove(s, mid, redd);
-    if (strict ? m < limit : m <= limit) {
-      hi = mid;
+    uint32_t probe[kProbes];
+    const uint64_t span = static_cast<uint64_t>(hi) - lo;
+#pragma unroll
+    for (int j = 0; j < kProbes; ++j) probe[j] = lo + static_cast<uint32_t>(span * (j + 1) / (kProbes + 1));
+    double m[kProbes];
+    MassesAbove<kProbes>(s, probe, m, red, part);
+    int first = kProbes;
+#pragma unroll
+    for (int j = kProbes - 1; j >= 0; --j) {
+      if (strict ? m[j] < limit : m[j] <= limit) first = j;
+    }
+    if (first == kProbes) {
+      lo = probe[kProbes - 1] + 1;
     } else {
-      lo = mid + 1;
+      hi = probe[first];
+      if (first > 0) lo = probe[first - 1] + 1;
     }
   }
   return hi;
@@ -229,11 +280,12 @@ __device__ uint32_t SearchMass(const RowState& s, uint32_t lo, uint32_t hi, doub
 __global__ void SampleRowsKernel(const float* __restrict__ logits, int vocab, const SampleRowParams* params,
                                  TokenLists prompt, TokenLists output, LogitEdits edits, float* work_all,
                                  int* counts_all, int32_t* out) {
-  __shared__ double redd[kWarps];
   __shared__ float redf[kWarps];
   __shared__ int redi[kWarps];
   __shared__ int hist[256];
   __shared__ double dscan[kThreads + 1];
+  __shared__ double mred[kProbes * kThreads];
+  __shared__ double mpart[kProbes * kParts];
   __shared__ int iscan[kThreads + 1];
   __shared__ int bcast[2];
 
@@ -380,10 +432,10 @@ __global__ void SampleRowsKernel(const float* __restrict__ logits, int vocab, co
     // 6. top_p in (weight desc, index asc) order: keep while the mass before a
     // token is < top_p * total. Level v: the lowest key whose mass strictly
     // above is < the limit; its ties are kept in index order one by one.
-    const double total = MassAbove(s, s.lo_key - 1, redd);
+    const double total = MassAbove(s, s.lo_key - 1, mred, mpart);
     const double limit = static_cast<double>(p.top_p) * total;
-    const uint32_t level = SearchMass(s, s.lo_key, top_key, limit, /*strict=*/true, redd);
-    const double above_mass = MassAbove(s, level, redd);
+    const uint32_t level = SearchMass(s, s.lo_key, top_key, limit, /*strict=*/true, mred, mpart);
+    const double above_mass = MassAbove(s, level, mred, mpart);
     int above = 0, ties = 0;
     for (int i = tid; i < vocab; i += kThreads) {
       const uint32_t key = OrderedKey(w[i]);
@@ -411,11 +463,11 @@ __global__ void SampleRowsKernel(const float* __restrict__ logits, int vocab, co
 
     // 7. Draw in the same order: the level holding the u-quantile of the kept
     // mass, then the tie at that offset in index order.
-    const double kept_mass = MassAbove(s, s.lo_key - 1, redd);
+    const double kept_mass = MassAbove(s, s.lo_key - 1, mred, mpart);
     double target = u * kept_mass;
     if (target >= kept_mass) target = kept_mass * (1.0 - 0x1.0p-52);
-    const uint32_t at = SearchMass(s, s.lo_key, top_key, target, /*strict=*/false, redd);
-    const double at_above = MassAbove(s, at, redd);
+    const uint32_t at = SearchMass(s, s.lo_key, top_key, target, /*strict=*/false, mred, mpart);
+    const double at_above = MassAbove(s, at, mred, mpart);
     const int at_count = CountAt(s, at, redi);
     const double q = (target - at_above) / s.Weight(KeyToFloat(at));
     const int rank = q >= static_cast<double>(at_count - 1) ? at_count - 1 : (q > 0.0 ? static_cast<int>(q) : 0);

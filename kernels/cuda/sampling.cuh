@@ -11,9 +11,11 @@
 // temperature < 1e-5 -> temperature -> min_p -> top_k -> top_p -> draw with
 // u = CounterUniform(seed, choice_index, output_position).
 //
-// Cost per row, V = vocab: a few passes over V; top_k adds 4 passes (radix
-// select on the logit bits); top_p adds ~64 passes (bisection over the logit
-// bits with block-reduced masses) that skip tokens already cut.
+// Cost per row, V = vocab: ~4 passes over V (one double exp per token); top_k
+// adds 4 passes (radix select on the logit bits, integer histograms); top_p
+// adds ~20 (two 16-way searches over the logit bits, each pass reducing the
+// masses above 15 probe keys) that skip tokens below the probes or already cut.
+// No sort and no host sync; workspace: 8 bytes per logit.
 #pragma once
 
 #include <cstddef>
