@@ -128,7 +128,7 @@ class ModelAgreementTest : public ::testing::Test {
 };
 
 TEST_F(ModelAgreementTest, GreedyTop1AgreesWithCpu) {
-  constexpr int kSteps = 6;
+  constexpr int kSteps = 5;
   struct Case {
     std::string arch;
     DType dtype;
@@ -137,9 +137,9 @@ TEST_F(ModelAgreementTest, GreedyTop1AgreesWithCpu) {
   };
   // Thresholds: f32 weights still differ by the bf16 KV cache; bf16 weights add
   // bf16-rounded activations in the cuBLAS GEMMs. Both stay well above chance.
-  const Case cases[] = {{"qwen3", DType::kF32, true, 0.9}, {"qwen3", DType::kF32, false, 0.9},
-                        {"qwen3", DType::kBF16, false, 0.75}, {"llama", DType::kF32, true, 0.9},
-                        {"llama", DType::kBF16, false, 0.75}};
+  // (The deterministic mode's LinearTiled is slow under the emulator: one case.)
+  const Case cases[] = {{"qwen3", DType::kF32, true, 0.9}, {"qwen3", DType::kBF16, false, 0.75},
+                        {"llama", DType::kF32, false, 0.9}, {"llama", DType::kBF16, false, 0.75}};
   for (const Case& c : cases) {
     const std::string& dir = Checkpoint(c.arch, c.dtype);
     Loaded cpu = Load(dir, false);
@@ -228,8 +228,8 @@ TEST_F(ModelAgreementTest, GraphReplayMatchesEager) {
     auto prompts = Prompts(static_cast<int>(eager.model->config().vocab_size));
     prompts.pop_back();  // 3 sequences: decode batches padded to 4
     std::vector<std::vector<float>> el, gl;
-    const auto want = Generate(eager, prompts, 4, nullptr, &el);
-    Generate(graph, prompts, 4, &want, &gl);
+    const auto want = Generate(eager, prompts, 3, nullptr, &el);  // capture at step 1, replays at 2 and 3
+    Generate(graph, prompts, 3, &want, &gl);
     EXPECT_EQ(graph.model->num_captured_graphs(), 1);
     ASSERT_EQ(el.size(), gl.size());
     for (size_t step = 0; step < el.size(); ++step) {
@@ -243,6 +243,25 @@ TEST_F(ModelAgreementTest, GraphReplayMatchesEager) {
       }
     }
   }
+}
+
+// The KV-pool sizing input: a profiled forward grows the workspace to the
+// largest step (device memory in use goes up) and leaves the model usable.
+TEST_F(ModelAgreementTest, ProfileForwardReachesThePeakWorkspace) {
+  const std::string& dir = Checkpoint("qwen3", DType::kBF16);
+  Loaded gpu = Load(dir, true);
+  ASSERT_TRUE(gpu.cache);
+  int64_t total = 0, free_before = 0, free_after = 0;
+  ASSERT_TRUE(gpu.backend->MemoryInfo(&total, &free_before));
+  Status s = gpu.model->ProfileForward(/*tokens=*/96, /*max_num_seqs=*/4, /*max_model_len=*/40, kBlockSize);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE(gpu.backend->MemoryInfo(&total, &free_after));
+  // 96 tokens of activations plus 4 rows of logits (vocab 151936) stay allocated.
+  EXPECT_GE(free_before - free_after, 4 * 151936 * 4) << "total " << total;
+  const auto prompts = Prompts(static_cast<int>(gpu.model->config().vocab_size));
+  const auto picks = Generate(gpu, {prompts[0]}, 1, nullptr, nullptr);
+  EXPECT_EQ(picks[0].size(), 2u);
+  EXPECT_FALSE(MakeCpuBackend({1, false})->MemoryInfo(&total, &free_after)) << "host backends report no device memory";
 }
 
 }  // namespace
