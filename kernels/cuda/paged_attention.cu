@@ -48,6 +48,20 @@ __device__ __forceinline__ int64_t SlotOffset(const int32_t* table, int64_t pos,
   return b < 0 ? -1 : (static_cast<int64_t>(b) * bs + pos % bs) * row + off;
 }
 
+// q . k over HD columns in lane-rotated order (column (dd + lane) mod HD at step dd):
+// 32 lanes reading rows of q and k from shared memory hit distinct banks. The order
+// depends on the lane only, and a key's lane depends on its position only.
+template <int HD>
+__device__ __forceinline__ float RotatedDot(const float* q, const float* k, int lane) {
+  float dot = 0.f;
+  int d = lane;
+  for (int dd = 0; dd < HD; ++dd) {
+    dot += q[d] * k[d];
+    if (++d == HD) d = 0;
+  }
+  return dot;
+}
+
 int64_t NumSplits(int64_t max_context) { return max_context <= 0 ? 0 : (max_context + kSplitKeys - 1) / kSplitKeys; }
 
 // Workspace: float2 (max, sum) per (token, q head, split), then out[head_dim] each.
@@ -61,7 +75,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int HD = 32 * E;
   constexpr int P = HD <= kThreads ? kThreads / HD : 1;  // key parts in phase 3
   constexpr int DS = (HD + kThreads - 1) / kThreads;       // columns per thread in phase 3
+  constexpr int KB = HD <= 128 ? 32 : 16;                  // keys staged per step
   __shared__ float sp[kGroupPass][kSplitKeys];             // scores, then exp(score - max)
+  __shared__ float qs[kGroupPass * HD];
+  __shared__ float ks[KB * HD];
   __shared__ float red[P > 1 ? P * kGroupPass * HD : 1];   // phase-3 partials per key part
 
   const int64_t t = blockIdx.x, kvh = blockIdx.y, c = blockIdx.z;
@@ -86,27 +103,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t g0 = 0; g0 < group; g0 += kGroupPass) {
     const int gn = static_cast<int>(group - g0 < kGroupPass ? group - g0 : kGroupPass);
     const int64_t h0 = kvh * group + g0;  // first q head of this pass
-    // Phase 1: scores. A warp per key; lane holds columns lane + 32e.
-    float q[kGroupPass][E];
-#pragma unroll
-    for (int g = 0; g < kGroupPass; ++g) {
-      const float* qr = a.q + t * a.q_stride + (h0 + g) * HD + lane;
-#pragma unroll
-      for (int e = 0; e < E; ++e) q[g][e] = g < gn ? qr[32 * e] : 0.f;
+    // Phase 1: scores. K is staged in shared memory KB keys at a time (f32); lane j
+    // of the warp owning head g computes q_g . k_j.
+    for (int i = threadIdx.x; i < kGroupPass * HD; i += kThreads) {
+      const int g = i / HD;
+      qs[i] = g < gn ? a.q[t * a.q_stride + (h0 + g) * HD + i % HD] : 0.f;
     }
-    for (int j = warp; j < n; j += kWarps) {
-      const int64_t o = SlotOffset(table, k0 + j, a.block_size, row, off);
-      float k[E];
-#pragma unroll
-      for (int e = 0; e < E; ++e) k[e] = o < 0 ? 0.f : ToF32(kc[o + lane + 32 * e]);
-#pragma unroll
-      for (int g = 0; g < kGroupPass; ++g) {
-        if (g >= gn) break;
-        float s = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) s += q[g][e] * k[e];
-        s = WarpSum(s);
-        if (lane == 0) sp[g][j] = s * a.scale;
+    for (int kb = 0; kb < n; kb += KB) {
+      __syncthreads();  // qs written, previous ks consumed
+      for (int i = threadIdx.x; i < KB * HD; i += kThreads) {
+        const int j = kb + i / HD;
+        float x = 0.f;
+        if (j < n) {
+          const int64_t o = SlotOffset(table, k0 + j, a.block_size, row, off);
+          if (o >= 0) x = ToF32(kc[o + i % HD]);
+        }
+        ks[i] = x;
+      }
+      __syncthreads();
+      for (int g = warp; g < gn; g += kWarps) {
+        if (lane < KB && kb + lane < n) sp[g][kb + lane] = RotatedDot<HD>(qs + g * HD, ks + lane * HD, lane) * a.scale;
       }
     }
     __syncthreads();
@@ -206,11 +222,15 @@ __global__ void CombineKernel(const int32_t* positions, int64_t window, int64_t 
 template <int E>
 struct PrefillShape {
   static constexpr int kHd = 32 * E;
-  static constexpr int kKeys = E <= 4 ? 32 : 16;                   // keys per block
-  static constexpr int kRowsPerWarp = 32 / E < 8 ? 32 / E : 8;  // (query, head) rows
-  static constexpr int kRows = kRowsPerWarp * kWarps;              // rows per pass
-  static constexpr int64_t kSmemBytes = static_cast<int64_t>(kRows + 2 * kKeys) * kHd * 4;
-  static_assert(kSmemBytes <= 48 * 1024, "prefill shared memory over the default 48 KB");
+  static constexpr int kKeys = E <= 4 ? 32 : 16;  // keys per block
+  // (query, head) rows per warp: register budget, then what fits 48 KB next to the
+  // K and V blocks and the per-warp probability rows.
+  static constexpr int kFitRows = (12288 - kWarps * 32 - 2 * kKeys * kHd) / kHd / kWarps;
+  static constexpr int kRowsPerWarp = 32 / E < 8 ? (32 / E < kFitRows ? 32 / E : kFitRows)
+                                                 : (8 < kFitRows ? 8 : kFitRows);
+  static constexpr int kRows = kRowsPerWarp * kWarps;  // rows per pass
+  static constexpr int64_t kSmemBytes = (static_cast<int64_t>(kRows + 2 * kKeys) * kHd + kWarps * 32) * 4;
+  static_assert(kRowsPerWarp >= 1 && kSmemBytes <= 48 * 1024, "prefill shared memory over the default 48 KB");
 };
 
 template <typename T, int E>
@@ -221,6 +241,7 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
   float* qs = smem;                // [kRows][HD]
   float* ks = qs + S::kRows * HD;  // [KB][HD]
   float* vs = ks + KB * HD;        // [KB][HD]
+  float* pw = vs + KB * HD + (threadIdx.x >> 5) * 32;  // this warp's probabilities
 
   const PrefillTile tile = tiles[blockIdx.x];
   const int64_t kvh = blockIdx.y;
@@ -290,16 +311,7 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
         const int64_t pos = kb + lane;
         float s = -INFINITY;
         if (lane < KB && pos >= lo && pos <= p) {
-          // Rotated column order: lanes hit distinct banks of qs and ks.
-          const float* qr = qs + rr * HD;
-          const float* kr = ks + lane * HD;
-          float dot = 0.f;
-          for (int dd = 0; dd < HD; ++dd) {
-            int d = dd + lane;
-            if (d >= HD) d -= HD;
-            dot += qr[d] * kr[d];
-          }
-          s = dot * a.scale;
+          s = RotatedDot<HD>(qs + rr * HD, ks + lane * HD, lane) * a.scale;
         }
         const float mn = fmaxf(m[i], WarpMax(s));  // finite: the block holds a valid key
         const float corr = expf(m[i] - mn);        // 0 on the row's first block
@@ -308,8 +320,11 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
         m[i] = mn;
 #pragma unroll
         for (int c = 0; c < E; ++c) acc[i][c] *= corr;
+        __syncwarp();  // the previous row's reads of pw are done
+        pw[lane] = e;
+        __syncwarp();
         for (int j = 0; j < KB; ++j) {
-          const float ej = __shfl_sync(kFull, e, j);
+          const float ej = pw[j];
           const float* vr = vs + j * HD + lane;
 #pragma unroll
           for (int c = 0; c < E; ++c) acc[i][c] += ej * vr[32 * c];
