@@ -41,6 +41,7 @@ struct Problem {
   std::vector<int32_t> pos, seq;
   std::vector<float> q;  // [tokens] rows of q_stride floats, filled by Finish()
   int64_t q_stride = 0;  // 0: dense (q_heads * head_dim)
+  bool misaligned_cache = false;  // K/V start one element past an aligned address
 };
 
 float Round(float x, ElemType t) {
@@ -141,8 +142,9 @@ std::vector<float> RunCpu(const Problem& pr) {
 std::vector<char> CacheBytes(const Problem& pr, bool values) {
   const void* src = pr.s.type == ElemType::kF32 ? static_cast<const void*>(values ? pr.v.data() : pr.k.data())
                                                 : static_cast<const void*>(values ? pr.v16.data() : pr.k16.data());
-  std::vector<char> bytes(pr.k.size() * cuda::ElemSize(pr.s.type));
-  std::memcpy(bytes.data(), src, bytes.size());
+  const size_t shift = pr.misaligned_cache ? cuda::ElemSize(pr.s.type) : 0;
+  std::vector<char> bytes(shift + pr.k.size() * cuda::ElemSize(pr.s.type));
+  std::memcpy(bytes.data() + shift, src, bytes.size() - shift);
   return bytes;
 }
 
@@ -155,8 +157,9 @@ struct DeviceProblem {
     cuda::PagedAttentionArgs a;
     a.q = q.get();
     a.q_stride = pr.q_stride;
-    a.k_cache = kc.get();
-    a.v_cache = vc.get();
+    const size_t shift = pr.misaligned_cache ? cuda::ElemSize(pr.s.type) : 0;
+    a.k_cache = kc.get() + shift;
+    a.v_cache = vc.get() + shift;
     a.cache_type = pr.s.type;
     a.num_tokens = Tokens(pr);
     a.num_q_heads = pr.s.q_heads;
@@ -275,6 +278,7 @@ TEST(CudaPagedAttentionTest, MixedPrefillChunksAndDecodeMatchCpu) {
     // q rows are strided as in a fused QKV buffer.
     Problem pr = MakeCache(s, {21, 270, 5, 600}, window, seed++);
     pr.q_stride = (s.q_heads + 2 * s.kv_heads) * s.head_dim;
+    pr.misaligned_cache = window == 7;  // vector loads fall back to scalar ones
     AddChunk(&pr, 0, 0);
     AddDecode(&pr, 2);
     AddChunk(&pr, 1, 250);
