@@ -55,6 +55,7 @@ template <int HD>
 __device__ __forceinline__ float RotatedDot(const float* q, const float* k, int lane) {
   float dot = 0.f;
   int d = lane;
+#pragma unroll 8
   for (int dd = 0; dd < HD; ++dd) {
     dot += q[d] * k[d];
     if (++d == HD) d = 0;
@@ -337,6 +338,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();  // the previous row's reads of pw are done
         pw[lane] = e;
         __syncwarp();
+#pragma unroll 8
         for (int j = 0; j < KB; ++j) {
           const float ej = pw[j];
           const float* vr = vs + j * HD + lane;
