@@ -51,11 +51,11 @@ TEST(CudaEmbeddingTest, MatchesCpuExactlyForEveryTableType) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   const int64_t vocab = 50;
   for (cuda::ElemType type : {cuda::ElemType::kF32, cuda::ElemType::kF16, cuda::ElemType::kBF16}) {
-    for (int64_t dim : {1, 3, 8, 64, 100}) {
+    for (int64_t dim : {1, 3, 8, 100}) {
       for (int64_t shift : {0, 1}) {  // 1: unaligned output, the scalar path
         SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(type) << " dim " << dim << " shift " << shift);
         const std::vector<float> tab = RandomNormal(vocab * dim, 41 + dim);
-        std::vector<int32_t> ids = {0, 49, 7, 7, 13, 48, 1, 25, 0};
+        std::vector<int32_t> ids = {0, 49, 7, 7, 13, 48};
         const int64_t n = static_cast<int64_t>(ids.size());
         std::vector<float> want(n * dim);
         const bool f32 = type == cuda::ElemType::kF32;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,7 +32,7 @@ HostWeights MakeWeights(int64_t n, int64_t k, ElemType t, uint32_t seed) {
   w.f32 = RandomNormal(n * k, seed, 0.5f);
   if (t == ElemType::kF32) {
     w.bytes.resize(w.f32.size() * 4);
-    std::memcpy(w.bytes.data(), w.f32.data(), w.bytes.size());
+    if (!w.bytes.empty()) std::memcpy(w.bytes.data(), w.f32.data(), w.bytes.size());
     return w;
   }
   w.bytes.resize(w.f32.size() * 2);
@@ -48,6 +49,10 @@ struct Case {
   ElemType type;
   bool bias;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "m " << c.m << " n " << c.n << " k " << c.k << " type " << static_cast<int>(c.type) << " bias " << c.bias;
+}
 
 class CudaLinearTiledTest : public testing::TestWithParam<Case> {};
 
