@@ -48,21 +48,59 @@ __device__ __forceinline__ int64_t SlotOffset(const int32_t* table, int64_t pos,
   return b < 0 ? -1 : (static_cast<int64_t>(b) * bs + pos % bs) * row + off;
 }
 
+// q . k over HD columns in lane-rotated order (column (dd + lane) mod HD at step dd):
+// 32 lanes reading rows of q and k from shared memory hit distinct banks. The order
+// depends on the lane only, and a key's lane depends on its position only.
+template <int HD>
+__device__ __forceinline__ float RotatedDot(const float* q, const float* k, int lane) {
+  float dot = 0.f;
+  int d = lane;
+#pragma unroll 8
+  for (int dd = 0; dd < HD; ++dd) {
+    dot += q[d] * k[d];
+    if (++d == HD) d = 0;
+  }
+  return dot;
+}
+
 int64_t NumSplits(int64_t max_context) { return max_context <= 0 ? 0 : (max_context + kSplitKeys - 1) / kSplitKeys; }
 
 // Workspace: float2 (max, sum) per (token, q head, split), then out[head_dim] each.
 int64_t MlBytes(int64_t parts) { return (parts * 8 + 255) / 256 * 256; }
 
+// Four consecutive cache elements as f32: one 16-byte (f32) or 8-byte (f16/bf16)
+// load when the cache is aligned for it, else four scalar loads.
+template <typename T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+template <typename T>
+__device__ __forceinline__ void Load4(const T* p, bool aligned, float* dst) {
+  if (aligned) {
+    const Vec4<T> x = *reinterpret_cast<const Vec4<T>*>(p);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = ToF32(x.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = ToF32(p[i]);
+  }
+}
+
 // ---------------------------------------------------------------------------
-// Decode, one split. T: cache element; E = head_dim / 32.
+// Decode, one split. T: cache element; E = head_dim / 32; aligned: K/V bases allow
+// Load4's vector load (slot offsets are multiples of head_dim elements).
 template <typename T, int E>
 __global__ void __launch_bounds__(kThreads)
-    DecodeSplitKernel(PagedAttentionArgs a, int64_t splits, float2* ml, float* po) {
+    DecodeSplitKernel(PagedAttentionArgs a, int64_t splits, bool aligned, float2* ml, float* po) {
   constexpr int HD = 32 * E;
-  constexpr int P = HD <= kThreads ? kThreads / HD : 1;  // key parts in phase 3
-  constexpr int DS = (HD + kThreads - 1) / kThreads;       // columns per thread in phase 3
-  __shared__ float sp[kGroupPass][kSplitKeys];             // scores, then exp(score - max)
-  __shared__ float red[P > 1 ? P * kGroupPass * HD : 1];   // phase-3 partials per key part
+  constexpr int KB = HD <= 128 ? 32 : 16;  // keys staged per phase-1 step
+  constexpr int TPR = HD / 4;              // phase 3: threads per row, 4 columns each
+  constexpr int P = kThreads / TPR;        // phase 3: key parts, summed in part order
+  constexpr int kStage = KB * HD > P * kGroupPass * HD ? KB * HD : P * kGroupPass * HD;
+  __shared__ float sp[kGroupPass][kSplitKeys];  // scores, then exp(score - max)
+  __shared__ float qs[kGroupPass * HD];
+  __shared__ float stage[kStage];           // K block (phase 1), part sums (phase 3)
+  __shared__ int64_t slot[kSplitKeys];      // cache offset of each key of the chunk
 
   const int64_t t = blockIdx.x, kvh = blockIdx.y, c = blockIdx.z;
   const int64_t p = a.positions[t];
@@ -73,40 +111,40 @@ __global__ void __launch_bounds__(kThreads)
   const int n = static_cast<int>(p - k0 + 1 < kSplitKeys ? p - k0 + 1 : kSplitKeys);
 
   const int64_t group = a.num_q_heads / a.num_kv_heads;
-  const int64_t row = a.num_kv_heads * HD, off = kvh * HD;
   const int32_t* table = a.block_tables + static_cast<int64_t>(a.token_to_seq[t]) * a.max_blocks_per_seq;
+  for (int j = threadIdx.x; j < n; j += kThreads) {
+    slot[j] = SlotOffset(table, k0 + j, a.block_size, a.num_kv_heads * HD, kvh * HD);
+  }
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const bool active = threadIdx.x < P * HD || P == 1;
-  const int part = P > 1 ? static_cast<int>(threadIdx.x) / HD : 0;
-  const int dbase = P > 1 ? static_cast<int>(threadIdx.x) % HD : static_cast<int>(threadIdx.x);
-  const int jb = n * part / P, je = n * (part + 1) / P;
+  const int part = static_cast<int>(threadIdx.x) / TPR, col = static_cast<int>(threadIdx.x) % TPR * 4;
+  const bool active = part < P;
+  const int jb = active ? n * part / P : 0, je = active ? n * (part + 1) / P : 0;
 
   for (int64_t g0 = 0; g0 < group; g0 += kGroupPass) {
     const int gn = static_cast<int>(group - g0 < kGroupPass ? group - g0 : kGroupPass);
     const int64_t h0 = kvh * group + g0;  // first q head of this pass
-    // Phase 1: scores. A warp per key; lane holds columns lane + 32e.
-    float q[kGroupPass][E];
-#pragma unroll
-    for (int g = 0; g < kGroupPass; ++g) {
-      const float* qr = a.q + t * a.q_stride + (h0 + g) * HD + lane;
-#pragma unroll
-      for (int e = 0; e < E; ++e) q[g][e] = g < gn ? qr[32 * e] : 0.f;
+    // Phase 1: scores. K is staged in shared memory KB keys at a time (f32); lane j
+    // of the warp owning head g computes q_g . k_j.
+    for (int i = threadIdx.x; i < kGroupPass * HD; i += kThreads) {
+      const int g = i / HD;
+      qs[i] = g < gn ? a.q[t * a.q_stride + (h0 + g) * HD + i % HD] : 0.f;
     }
-    for (int j = warp; j < n; j += kWarps) {
-      const int64_t o = SlotOffset(table, k0 + j, a.block_size, row, off);
-      float k[E];
+    for (int kb = 0; kb < n; kb += KB) {
+      __syncthreads();  // qs and slot written, previous K block consumed
+      for (int i = threadIdx.x * 4; i < KB * HD; i += kThreads * 4) {
+        const int j = kb + i / HD;
+        float x[4] = {0.f, 0.f, 0.f, 0.f};
+        if (j < n && slot[j] >= 0) Load4(kc + slot[j] + i % HD, aligned, x);
 #pragma unroll
-      for (int e = 0; e < E; ++e) k[e] = o < 0 ? 0.f : ToF32(kc[o + lane + 32 * e]);
-#pragma unroll
-      for (int g = 0; g < kGroupPass; ++g) {
-        if (g >= gn) break;
-        float s = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) s += q[g][e] * k[e];
-        s = WarpSum(s);
-        if (lane == 0) sp[g][j] = s * a.scale;
+        for (int e = 0; e < 4; ++e) stage[i + e] = x[e];
+      }
+      __syncthreads();
+      for (int g = warp; g < gn; g += kWarps) {
+        if (lane < KB && kb + lane < n) {
+          sp[g][kb + lane] = RotatedDot<HD>(qs + g * HD, stage + lane * HD, lane) * a.scale;
+        }
       }
     }
     __syncthreads();
@@ -125,56 +163,41 @@ __global__ void __launch_bounds__(kThreads)
       if (lane == 0) ml[((t * a.num_q_heads) + h0 + g) * splits + c] = make_float2(m, l);
     }
     __syncthreads();
-    // Phase 3: out[g][d] = sum_j e[g][j] * v_j[d], keys in order within each part,
-    // parts summed in order.
-    float acc[kGroupPass][DS];
+    // Phase 3: out[g][d] = sum_j e[g][j] * v_j[d]. Part r sums keys [n*r/P, n*(r+1)/P)
+    // in order for 4 columns; the parts are then added in part order.
+    float acc[kGroupPass][4];
 #pragma unroll
     for (int g = 0; g < kGroupPass; ++g)
 #pragma unroll
-      for (int s = 0; s < DS; ++s) acc[g][s] = 0.f;
-    if (active) {
-      for (int j = jb; j < je; ++j) {
-        const int64_t o = SlotOffset(table, k0 + j, a.block_size, row, off);
-#pragma unroll
-        for (int s = 0; s < DS; ++s) {
-          const int d = dbase + s * kThreads;
-          const float v = (o < 0 || d >= HD) ? 0.f : ToF32(vc[o + d]);
-#pragma unroll
-          for (int g = 0; g < kGroupPass; ++g) {
-            if (g >= gn) break;
-            acc[g][s] += sp[g][j] * v;
-          }
-        }
-      }
-    }
-    if (P > 1) {
-      if (active) {
-#pragma unroll
-        for (int g = 0; g < kGroupPass; ++g) red[(part * kGroupPass + g) * HD + dbase] = acc[g][0];
-      }
-      __syncthreads();
-      if (part == 0) {
-#pragma unroll
-        for (int g = 0; g < kGroupPass; ++g) {
-          float s = red[g * HD + dbase];
-          for (int r = 1; r < P; ++r) s += red[(r * kGroupPass + g) * HD + dbase];
-          acc[g][0] = s;
-        }
-      }
-    }
-    if (active && part == 0) {
+      for (int e = 0; e < 4; ++e) acc[g][e] = 0.f;
+    for (int j = jb; j < je; ++j) {
+      if (slot[j] < 0) continue;
+      float v[4];
+      Load4(vc + slot[j] + col, aligned, v);
 #pragma unroll
       for (int g = 0; g < kGroupPass; ++g) {
         if (g >= gn) break;
-        float* dst = po + (((t * a.num_q_heads) + h0 + g) * splits + c) * HD;
+        const float w = sp[g][j];
 #pragma unroll
-        for (int s = 0; s < DS; ++s) {
-          const int d = dbase + s * kThreads;
-          if (d < HD) dst[d] = acc[g][s];
-        }
+        for (int e = 0; e < 4; ++e) acc[g][e] += w * v[e];
       }
     }
-    __syncthreads();  // sp / red are rewritten by the next pass
+    if (active) {
+#pragma unroll
+      for (int g = 0; g < kGroupPass; ++g) {
+        if (g >= gn) break;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) stage[(part * kGroupPass + g) * HD + col + e] = acc[g][e];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < gn * HD; i += kThreads) {
+      const int g = i / HD, d = i % HD;
+      float sum = stage[g * HD + d];
+      for (int r = 1; r < P; ++r) sum += stage[(r * kGroupPass + g) * HD + d];
+      po[(((t * a.num_q_heads) + h0 + g) * splits + c) * HD + d] = sum;
+    }
+    __syncthreads();  // sp / qs / stage are rewritten by the next pass
   }
 }
 
@@ -206,21 +229,29 @@ __global__ void CombineKernel(const int32_t* positions, int64_t window, int64_t 
 template <int E>
 struct PrefillShape {
   static constexpr int kHd = 32 * E;
-  static constexpr int kKeys = E <= 4 ? 32 : 16;                   // keys per block
-  static constexpr int kRowsPerWarp = 32 / E < 8 ? 32 / E : 8;  // (query, head) rows
-  static constexpr int kRows = kRowsPerWarp * kWarps;              // rows per pass
-  static constexpr int64_t kSmemBytes = static_cast<int64_t>(kRows + 2 * kKeys) * kHd * 4;
-  static_assert(kSmemBytes <= 48 * 1024, "prefill shared memory over the default 48 KB");
+  static constexpr int kKeys = E <= 4 ? 32 : 16;  // keys per block
+  // (query, head) rows per warp: register budget, then what fits 48 KB next to the
+  // K and V blocks and the per-warp probability rows.
+  static constexpr int kFitRows = (12288 - kWarps * 32 - 2 * kKeys - 2 * kKeys * kHd) / kHd / kWarps;
+  static constexpr int kRowsPerWarp = 32 / E < 8 ? (32 / E < kFitRows ? 32 / E : kFitRows)
+                                                 : (8 < kFitRows ? 8 : kFitRows);
+  static constexpr int kRows = kRowsPerWarp * kWarps;  // rows per pass
+  static constexpr int64_t kSmemBytes =
+      (static_cast<int64_t>(kRows + 2 * kKeys) * kHd + kWarps * 32) * 4 + kKeys * 8;
+  static_assert(kRowsPerWarp >= 1 && kSmemBytes <= 48 * 1024, "prefill shared memory over the default 48 KB");
 };
 
 template <typename T, int E>
-__global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, const PrefillTile* tiles) {
+__global__ void __launch_bounds__(kThreads)
+    PrefillKernel(PagedAttentionArgs a, const PrefillTile* tiles, bool aligned) {
   using S = PrefillShape<E>;
   constexpr int HD = S::kHd, KB = S::kKeys, RPW = S::kRowsPerWarp;
   TESSERA_DYNAMIC_SMEM(float, smem);
   float* qs = smem;                // [kRows][HD]
   float* ks = qs + S::kRows * HD;  // [KB][HD]
   float* vs = ks + KB * HD;        // [KB][HD]
+  float* pw = vs + KB * HD + (threadIdx.x >> 5) * 32;  // this warp's probabilities
+  int64_t* kslot = reinterpret_cast<int64_t*>(vs + KB * HD + kWarps * 32);  // [KB] cache offsets
 
   const PrefillTile tile = tiles[blockIdx.x];
   const int64_t kvh = blockIdx.y;
@@ -266,18 +297,23 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
     // reduction order) depend on its position only, not on the tile.
     for (int64_t kb = khi < 0 ? 0 : klo / KB * KB; kb <= khi; kb += KB) {
       __syncthreads();  // qs written / previous block consumed
-      for (int i = threadIdx.x; i < KB * HD; i += kThreads) {
-        const int64_t pos = kb + i / HD;
-        float kv = 0.f, vv = 0.f;
-        if (pos >= klo && pos <= khi) {
-          const int64_t o = SlotOffset(table, pos, a.block_size, row, off);
-          if (o >= 0) {
-            kv = ToF32(kc[o + i % HD]);
-            vv = ToF32(vc[o + i % HD]);
-          }
+      if (threadIdx.x < KB) {
+        const int64_t pos = kb + threadIdx.x;
+        kslot[threadIdx.x] = pos >= klo && pos <= khi ? SlotOffset(table, pos, a.block_size, row, off) : -1;
+      }
+      __syncthreads();
+      for (int i = threadIdx.x * 4; i < KB * HD; i += kThreads * 4) {
+        const int64_t o = kslot[i / HD];
+        float kx[4] = {0.f, 0.f, 0.f, 0.f}, vx[4] = {0.f, 0.f, 0.f, 0.f};
+        if (o >= 0) {
+          Load4(kc + o + i % HD, aligned, kx);
+          Load4(vc + o + i % HD, aligned, vx);
         }
-        ks[i] = kv;
-        vs[i] = vv;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ks[i + e] = kx[e];
+          vs[i + e] = vx[e];
+        }
       }
       __syncthreads();
 #pragma unroll
@@ -290,16 +326,7 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
         const int64_t pos = kb + lane;
         float s = -INFINITY;
         if (lane < KB && pos >= lo && pos <= p) {
-          // Rotated column order: lanes hit distinct banks of qs and ks.
-          const float* qr = qs + rr * HD;
-          const float* kr = ks + lane * HD;
-          float dot = 0.f;
-          for (int dd = 0; dd < HD; ++dd) {
-            int d = dd + lane;
-            if (d >= HD) d -= HD;
-            dot += qr[d] * kr[d];
-          }
-          s = dot * a.scale;
+          s = RotatedDot<HD>(qs + rr * HD, ks + lane * HD, lane) * a.scale;
         }
         const float mn = fmaxf(m[i], WarpMax(s));  // finite: the block holds a valid key
         const float corr = expf(m[i] - mn);        // 0 on the row's first block
@@ -308,8 +335,12 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PagedAttentionArgs a, 
         m[i] = mn;
 #pragma unroll
         for (int c = 0; c < E; ++c) acc[i][c] *= corr;
+        __syncwarp();  // the previous row's reads of pw are done
+        pw[lane] = e;
+        __syncwarp();
+#pragma unroll 8
         for (int j = 0; j < KB; ++j) {
-          const float ej = __shfl_sync(kFull, e, j);
+          const float ej = pw[j];
           const float* vr = vs + j * HD + lane;
 #pragma unroll
           for (int c = 0; c < E; ++c) acc[i][c] += ej * vr[32 * c];
@@ -336,6 +367,12 @@ cudaError_t CheckArgs(const PagedAttentionArgs& a) {
   return ok ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// Whether K/V bases allow Load4's vector loads.
+bool CacheAligned(const PagedAttentionArgs& a) {
+  const uintptr_t bytes = static_cast<uintptr_t>(4 * ElemSize(a.cache_type));
+  return (reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % bytes == 0;
+}
+
 #define TESSERA_ATTN_SWITCH_E(CASE) \
   switch (a.head_dim / 32) {        \
     CASE(1)                         \
@@ -352,11 +389,12 @@ cudaError_t CheckArgs(const PagedAttentionArgs& a) {
 template <typename T>
 cudaError_t LaunchDecodeSplits(const PagedAttentionArgs& a, int64_t splits, float2* ml, float* po,
                                cudaStream_t stream) {
+  const bool aligned = CacheAligned(a);
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(splits));
 #define TESSERA_ATTN_DECODE(e)                                                                    \
   case e:                                                                                         \
-    TESSERA_LAUNCH(grid, kThreads, 0, stream, DecodeSplitKernel<T, e>)(a, splits, ml, po); \
+    TESSERA_LAUNCH(grid, kThreads, 0, stream, DecodeSplitKernel<T, e>)(a, splits, aligned, ml, po); \
     break;
   TESSERA_ATTN_SWITCH_E(TESSERA_ATTN_DECODE)
 #undef TESSERA_ATTN_DECODE
@@ -366,10 +404,11 @@ cudaError_t LaunchDecodeSplits(const PagedAttentionArgs& a, int64_t splits, floa
 template <typename T>
 cudaError_t LaunchPrefill(const PagedAttentionArgs& a, const PrefillTile* tiles, int64_t num_tiles,
                           cudaStream_t stream) {
+  const bool aligned = CacheAligned(a);
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.num_kv_heads));
 #define TESSERA_ATTN_PREFILL(e)                                                                        \
   case e:                                                                                              \
-    TESSERA_LAUNCH(grid, kThreads, PrefillShape<e>::kSmemBytes, stream, PrefillKernel<T, e>)(a, tiles); \
+    TESSERA_LAUNCH(grid, kThreads, PrefillShape<e>::kSmemBytes, stream, PrefillKernel<T, e>)(a, tiles, aligned); \
     break;
   TESSERA_ATTN_SWITCH_E(TESSERA_ATTN_PREFILL)
 #undef TESSERA_ATTN_PREFILL

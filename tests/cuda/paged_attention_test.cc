@@ -39,7 +39,9 @@ struct Problem {
   std::vector<int32_t> seq_len;
   // Query tokens.
   std::vector<int32_t> pos, seq;
-  std::vector<float> q;  // [tokens, q_heads, head_dim], filled by Finish()
+  std::vector<float> q;  // [tokens] rows of q_stride floats, filled by Finish()
+  int64_t q_stride = 0;  // 0: dense (q_heads * head_dim)
+  bool misaligned_cache = false;  // K/V start one element past an aligned address
 };
 
 float Round(float x, ElemType t) {
@@ -105,7 +107,8 @@ void AddPadding(Problem* pr) {
   pr->seq.push_back(0);
 }
 void Finish(Problem* pr, uint32_t seed) {
-  pr->q = cuda_test::RandomNormal(pr->pos.size() * pr->s.q_heads * pr->s.head_dim, seed, 1.5f);
+  if (pr->q_stride == 0) pr->q_stride = pr->s.q_heads * pr->s.head_dim;
+  pr->q = cuda_test::RandomNormal(pr->pos.size() * pr->q_stride, seed, 1.5f);
 }
 
 int64_t Tokens(const Problem& pr) { return static_cast<int64_t>(pr.pos.size()); }
@@ -116,7 +119,7 @@ std::vector<float> RunCpu(const Problem& pr) {
   std::vector<float> out(OutSize(pr), -7.f);
   cpu::PagedAttentionArgs a;
   a.q = pr.q.data();
-  a.q_stride = pr.s.q_heads * pr.s.head_dim;
+  a.q_stride = pr.q_stride;
   a.k_cache = pr.k.data();
   a.v_cache = pr.v.data();
   a.num_tokens = Tokens(pr);
@@ -139,8 +142,9 @@ std::vector<float> RunCpu(const Problem& pr) {
 std::vector<char> CacheBytes(const Problem& pr, bool values) {
   const void* src = pr.s.type == ElemType::kF32 ? static_cast<const void*>(values ? pr.v.data() : pr.k.data())
                                                 : static_cast<const void*>(values ? pr.v16.data() : pr.k16.data());
-  std::vector<char> bytes(pr.k.size() * cuda::ElemSize(pr.s.type));
-  std::memcpy(bytes.data(), src, bytes.size());
+  const size_t shift = pr.misaligned_cache ? cuda::ElemSize(pr.s.type) : 0;
+  std::vector<char> bytes(shift + pr.k.size() * cuda::ElemSize(pr.s.type));
+  std::memcpy(bytes.data() + shift, src, bytes.size() - shift);
   return bytes;
 }
 
@@ -152,9 +156,10 @@ struct DeviceProblem {
   cuda::PagedAttentionArgs Args(const Problem& pr) const {
     cuda::PagedAttentionArgs a;
     a.q = q.get();
-    a.q_stride = pr.s.q_heads * pr.s.head_dim;
-    a.k_cache = kc.get();
-    a.v_cache = vc.get();
+    a.q_stride = pr.q_stride;
+    const size_t shift = pr.misaligned_cache ? cuda::ElemSize(pr.s.type) : 0;
+    a.k_cache = kc.get() + shift;
+    a.v_cache = vc.get() + shift;
     a.cache_type = pr.s.type;
     a.num_tokens = Tokens(pr);
     a.num_q_heads = pr.s.q_heads;
@@ -264,22 +269,28 @@ TEST(CudaPagedAttentionTest, DecodeBatchMatchesCpu) {
 TEST(CudaPagedAttentionTest, MixedPrefillChunksAndDecodeMatchCpu) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   uint32_t seed = 100;
-  for (const Shape& s : {kShapes[0], kShapes[1], kShapes[3], kShapes[5]}) {
-    for (int64_t window : {0, 7, 300}) {
-      // A first chunk (positions 0..20), a later chunk crossing a split boundary,
-      // decode tokens, padding at the end (graph-style).
-      Problem pr = MakeCache(s, {21, 290, 5, 600}, window, seed++);
-      AddChunk(&pr, 0, 0);
-      AddDecode(&pr, 2);
-      AddChunk(&pr, 1, 250);
-      AddDecode(&pr, 3);
-      AddPadding(&pr);
-      AddPadding(&pr);
-      Finish(&pr, seed++);
-      const std::vector<float> want = RunCpu(pr);
-      ExpectClose(RunDecode(pr), want, "decode " + Name(s, window));
-      ExpectClose(RunPrefill(pr), want, "prefill " + Name(s, window));
-    }
+  const std::pair<Shape, int64_t> cases[] = {{kShapes[0], 0},   {kShapes[0], 300}, {kShapes[1], 7},
+                                             {kShapes[3], 0},   {kShapes[5], 300}, {kShapes[6], 7},
+                                             {kShapes[2], 100}};
+  for (const auto& [s, window] : cases) {
+    // A first chunk (positions 0..20), a later chunk crossing a split boundary
+    // (tiles of 16 and 4 tokens), decode tokens, padding at the end (graph-style).
+    // q rows are strided as in a fused QKV buffer.
+    Problem pr = MakeCache(s, {21, 270, 5, 600}, window, seed++);
+    pr.q_stride = (s.q_heads + 2 * s.kv_heads) * s.head_dim;
+    pr.misaligned_cache = window == 7;  // vector loads fall back to scalar ones
+    AddChunk(&pr, 0, 0);
+    AddDecode(&pr, 2);
+    AddChunk(&pr, 1, 250);
+    AddDecode(&pr, 3);
+    AddPadding(&pr);
+    AddPadding(&pr);
+    Finish(&pr, seed++);
+    const std::vector<float> want = RunCpu(pr);
+    const std::vector<float> decode = RunDecode(pr), prefill = RunPrefill(pr);
+    ExpectClose(decode, want, "decode " + Name(s, window));
+    ExpectClose(prefill, want, "prefill " + Name(s, window));
+    ExpectClose(prefill, decode, "prefill vs decode " + Name(s, window));
   }
 }
 
