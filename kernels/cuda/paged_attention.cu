@@ -201,10 +201,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Merges a token's chunks in chunk order; block (token, q head), a thread per column.
-__global__ void CombineKernel(const int32_t* positions, int64_t window, int64_t num_q_heads, int64_t hd,
-                              int64_t splits, const float2* ml, const float* po, float* out) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
+// Merges a token's chunks in chunk order. Block (token, slice of kCombineThreads
+// outputs over [q_heads * head_dim]); a thread per output element.
+constexpr int kCombineThreads = 256;
+__global__ void __launch_bounds__(kCombineThreads)
+    CombineKernel(const int32_t* positions, int64_t window, int64_t num_q_heads, int64_t hd, int64_t splits,
+                  const float2* ml, const float* po, float* out) {
+  const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
+  if (i >= num_q_heads * hd) return;
+  const int64_t h = i / hd, d = i % hd;
   const int64_t p = positions[t];
   int64_t nc = 0;
   if (p >= 0) {
@@ -214,14 +219,13 @@ __global__ void CombineKernel(const int32_t* positions, int64_t window, int64_t 
   const int64_t base = (t * num_q_heads + h) * splits;
   float mx = -INFINITY;
   for (int64_t c = 0; c < nc; ++c) mx = fmaxf(mx, ml[base + c].x);
-  float sum = 0.f;
-  for (int64_t c = 0; c < nc; ++c) sum += ml[base + c].y * expf(ml[base + c].x - mx);
-  float* o = out + (t * num_q_heads + h) * hd;
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.f;
-    for (int64_t c = 0; c < nc; ++c) acc += po[(base + c) * hd + d] * expf(ml[base + c].x - mx);
-    o[d] = nc > 0 ? acc / sum : 0.f;
+  float sum = 0.f, acc = 0.f;
+  for (int64_t c = 0; c < nc; ++c) {
+    const float w = expf(ml[base + c].x - mx);
+    sum += ml[base + c].y * w;
+    acc += po[(base + c) * hd + d] * w;
   }
+  out[t * num_q_heads * hd + i] = nc > 0 ? acc / sum : 0.f;
 }
 
 // ---------------------------------------------------------------------------
@@ -261,17 +265,18 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (tile.num_tokens <= 0) return;
 
-  // Tile-wide key range [klo, khi]: union of the tokens' windows.
-  int64_t khi = -1, klo = INT64_MAX;
+  // Tile-wide key range [klo, khi]: union of the tokens' windows; the sequence is
+  // that of the first non-padding token (padding may carry any sequence index).
+  int64_t khi = -1, klo = INT64_MAX, seq = 0;
   for (int i = 0; i < tile.num_tokens; ++i) {
     const int64_t p = a.positions[tile.first_token + i];
     if (p < 0) continue;
+    if (khi < 0) seq = a.token_to_seq[tile.first_token + i];
     khi = p > khi ? p : khi;
     const int64_t lo = FirstKey(p, a.sliding_window);
     klo = lo < klo ? lo : klo;
   }
-  const int32_t* table =
-      a.block_tables + static_cast<int64_t>(a.token_to_seq[tile.first_token]) * a.max_blocks_per_seq;
+  const int32_t* table = a.block_tables + seq * a.max_blocks_per_seq;
   const T* kc = static_cast<const T*>(a.k_cache);
   const T* vc = static_cast<const T*>(a.v_cache);
 
@@ -444,8 +449,9 @@ cudaError_t PagedAttentionDecode(const PagedAttentionArgs& a, cudaStream_t strea
     }
     if (err != cudaSuccess) return err;
   }
-  const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_q_heads));
-  TESSERA_LAUNCH(grid, static_cast<unsigned>(a.head_dim), 0, stream, CombineKernel)(
+  const dim3 grid(static_cast<unsigned>(a.num_tokens),
+                  static_cast<unsigned>((a.num_q_heads * a.head_dim + kCombineThreads - 1) / kCombineThreads));
+  TESSERA_LAUNCH(grid, kCombineThreads, 0, stream, CombineKernel)(
       a.positions, a.sliding_window, a.num_q_heads, a.head_dim, splits, ml, po, a.out);
   return cudaGetLastError();
 }
