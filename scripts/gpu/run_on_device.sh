@@ -204,6 +204,8 @@ done
 {
   echo "== run_on_device.sh summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - START)) s, $(sed -n 's/^commit=//p' "$G/manifest.txt" 2>/dev/null))"
   printf '%s\n' "${SUMMARY[@]}"
+  # The end-to-end CUDA-vs-CPU greedy agreement (tests/cuda/model_agreement_test.cc).
+  grep -h "top-1 agreement" "$OUT/cuda_tests.log" 2>/dev/null | head -n 8
   echo "result: $([[ $FAILED == 0 ]] && echo PASS || echo FAIL)   files: $(cd "$OUT" && ls | tr '\n' ' ')"
 } > "$OUT/summary.txt"
 cat "$OUT/summary.txt"
