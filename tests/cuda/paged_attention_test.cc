@@ -244,11 +244,11 @@ std::string Name(const Shape& s, int64_t window) {
          std::to_string(static_cast<int>(s.type)) + " window" + std::to_string(window);
 }
 
-// GQA ratios 1/2/4/8/12, head dims 32..256, block sizes 1/16/32, all cache types.
+// GQA ratios 1/2/4/8/12, head dims 32..256 (odd multiples of 32 too), block sizes 1/16/32, all cache types.
 const Shape kShapes[] = {
     {2, 2, 64, 16, ElemType::kF32},   {4, 2, 128, 32, ElemType::kBF16}, {8, 2, 32, 1, ElemType::kF16},
     {8, 1, 64, 16, ElemType::kBF16},  {12, 1, 32, 16, ElemType::kF32},  {2, 1, 96, 16, ElemType::kF32},
-    {4, 4, 256, 16, ElemType::kBF16}, {4, 2, 160, 32, ElemType::kF16},
+    {4, 4, 256, 16, ElemType::kBF16}, {4, 2, 160, 32, ElemType::kF16},  {2, 1, 224, 16, ElemType::kBF16},
 };
 
 TEST(CudaPagedAttentionTest, DecodeBatchMatchesCpu) {
