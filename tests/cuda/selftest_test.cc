@@ -138,6 +138,29 @@ TEST(CudaEmulatorDeathTest, ShuffleNamingAnExitedLaneIsReported) {
                                       }),
                "has exited");
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+#if defined(TESSERA_TEST_ASAN)
+// Under ASan the emulator doubles as a memory checker: a kernel reading past its
+// allocation is reported like compute-sanitizer's memcheck would.
+TEST(CudaEmulatorDeathTest, OutOfBoundsKernelReadIsReportedUnderAsan) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceBuffer<float> x(32);
+        float* p = x.get();
+        volatile float sink = 0;
+        ::tessera::emu::Launch({dim3(1), dim3(33), 0, nullptr, "oob"}, [p, &sink] { sink = p[threadIdx.x]; });
+      },
+      "heap-buffer-overflow");
+}
+#endif
 #endif
 
 }  // namespace

@@ -233,9 +233,12 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (R().device_bytes + bytes > tessera::emu::TotalMemory()) {
     return Fail(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: out of emulated memory");
   }
-  const size_t size = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, size);
-  if (p == nullptr) return Fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
+  // Exactly `bytes` (not rounded up), so ASan reports a kernel reading past the
+  // end as compute-sanitizer would; 256-byte aligned like cudaMalloc.
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, std::max<size_t>(bytes, 1)) != 0) {
+    return Fail(cudaErrorMemoryAllocation, "cudaMalloc: host allocation failed");
+  }
   R().device[reinterpret_cast<uintptr_t>(p)] = bytes;
   R().device_bytes += bytes;
   *ptr = p;
@@ -253,9 +256,10 @@ cudaError_t cudaFree(void* ptr) {
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned) {
-  const size_t size = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  *ptr = std::aligned_alloc(64, size);
-  if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation, "cudaHostAlloc");
+  if (posix_memalign(ptr, 64, std::max<size_t>(bytes, 1)) != 0) {
+    *ptr = nullptr;
+    return Fail(cudaErrorMemoryAllocation, "cudaHostAlloc");
+  }
   std::lock_guard<std::mutex> lock(R().mu);
   R().pinned[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
   return cudaSuccess;
