@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -109,7 +110,15 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(Case{1, 1, 1, ElemType::kF32, false}, Case{37, 67, 129, ElemType::kF32, true},
                     Case{64, 64, 64, ElemType::kF32, false}, Case{65, 130, 33, ElemType::kBF16, true},
                     Case{3, 200, 96, ElemType::kF16, false}, Case{7, 5, 31, ElemType::kBF16, false},
-                    Case{2, 9, 0, ElemType::kF32, true}, Case{130, 17, 40, ElemType::kF16, true}));
+                    Case{2, 9, 0, ElemType::kF32, true}, Case{130, 17, 40, ElemType::kF16, true},
+                    Case{16, 33, 64, ElemType::kF32, true}, Case{17, 33, 65, ElemType::kBF16, false},
+                    Case{70, 150, 515, ElemType::kBF16, true}),
+    [](const testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      const char* type = c.type == ElemType::kF32 ? "f32" : c.type == ElemType::kF16 ? "f16" : "bf16";
+      return "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k) + "_" + type +
+             (c.bias ? "_bias" : "");
+    });
 
 // Row i's result does not depend on m (m = 1 vs inside m = 37 and m = 100) nor on
 // where its column falls in the n tiling (a launch over columns 13.. of w).
