@@ -111,6 +111,28 @@ class Backend {
                        const int64_t* slot_mapping, KvLayerView cache) = 0;
   virtual void Attention(const float* q, int64_t q_stride, KvLayerView cache,
                          const AttentionParams& p, float* out) = 0;
+
+  // Ops return void and may run asynchronously (CUDA): the first failure since
+  // the last call is kept and returned here (then cleared). CPU: always OK.
+  virtual Status TakeError() { return Status::Ok(); }
+  // Device memory in bytes; false when the backend has no separate device memory.
+  virtual bool MemoryInfo(int64_t* total, int64_t* free) {
+    (void)total;
+    (void)free;
+    return false;
+  }
+
+  // Graph capture (CUDA graphs). Between BeginCapture and EndCapture, ops are
+  // recorded, not run; they must not allocate or copy from the host. Replay runs
+  // a captured graph (same pointers, current memory contents). CPU: unsupported.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual Status BeginCapture() { return Unimplemented(name() + ": no graph capture"); }
+  virtual StatusOr<int64_t> EndCapture() { return Unimplemented(name() + ": no graph capture"); }
+  virtual Status Replay(int64_t graph) {
+    (void)graph;
+    return Unimplemented(name() + ": no graph capture");
+  }
+  virtual void ReleaseGraph(int64_t graph) { (void)graph; }
 };
 
 struct CpuBackendOptions {

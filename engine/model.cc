@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -50,6 +51,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
   }
   RETURN_IF_ERROR(m->BindWeights());
   m->rope_ = std::make_unique<RopeTable>(m->config_);
+  RETURN_IF_ERROR(backend->TakeError());
   spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
                static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
   return m;
@@ -173,12 +175,14 @@ Status Model::CheckBatch(const ForwardBatch& b, const KvCache& cache) const {
   return Status::Ok();
 }
 
-Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardBatch& b) {
+Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
   const ModelConfig& c = config_;
   const int64_t qkv_cols = (c.num_q_heads + 2 * c.num_kv_heads) * c.head_dim;
   if (tokens > ws_.token_capacity) {
+    ReleaseGraphs();  // captured graphs point into the old buffers
     const int64_t cap = std::max<int64_t>(tokens, 16);
     auto alloc = [&](int64_t floats, std::shared_ptr<void>* p) -> Status {
+      p->reset();  // free first: device memory may not hold old and new together
       ASSIGN_OR_RETURN(*p, backend_->Allocate(floats * 4));
       return Status::Ok();
     };
@@ -192,11 +196,31 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardB
     ws_.token_capacity = cap;
   }
   if (logit_rows > ws_.logit_capacity) {
+    ReleaseGraphs();
+    ws_.gathered.reset();
+    ws_.logits.reset();
     ASSIGN_OR_RETURN(ws_.gathered, backend_->Allocate(logit_rows * c.hidden_size * 4));
     ASSIGN_OR_RETURN(ws_.logits, backend_->Allocate(logit_rows * c.vocab_size * 4));
     ws_.logit_capacity = logit_rows;
   }
-  // Step metadata, packed into one backend buffer.
+  return Status::Ok();
+}
+
+Status Model::EnsureRope(int64_t positions) {
+  if (positions <= rope_device_positions_) return Status::Ok();
+  ReleaseGraphs();
+  rope_->EnsurePositions(positions);
+  const int64_t bytes = rope_->num_positions() * rope_->rot_dim() * 4;
+  ASSIGN_OR_RETURN(rope_device_, backend_->Allocate(bytes));
+  backend_->CopyFromHost(rope_device_.get(), rope_->data(), bytes);
+  rope_device_positions_ = rope_->num_positions();
+  return Status::Ok();
+}
+
+// Step metadata, packed into one backend buffer (grown as needed).
+Status Model::UploadStep(const ForwardBatch& b) {
+  const int64_t tokens = b.num_tokens();
+  const int64_t logit_rows = static_cast<int64_t>(b.logits_indices.size());
   const int64_t meta_bytes = tokens * (4 * 3 + 8) + static_cast<int64_t>(b.block_tables.size()) * 4 +
                              logit_rows * 4 + 64;
   if (meta_bytes > ws_.meta_capacity) {
@@ -219,19 +243,11 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardB
       reinterpret_cast<const int32_t*>(put(b.block_tables.data(), static_cast<int64_t>(b.block_tables.size()) * 4));
   d_logit_rows_ = reinterpret_cast<const int32_t*>(put(b.logits_indices.data(), logit_rows * 4));
   step_max_blocks_ = b.max_blocks_per_seq;
-
-  // RoPE table covering the largest position in this step.
+  step_host_positions_ = b.positions.data();
+  step_host_token_to_seq_ = b.token_to_seq.data();
   int64_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max<int64_t>(max_pos, p);
-  step_batch_ = &b;
   step_max_context_ = max_pos + 1;
-  if (max_pos >= rope_device_positions_) {
-    rope_->EnsurePositions(max_pos + 1);
-    const int64_t bytes = rope_->num_positions() * rope_->rot_dim() * 4;
-    ASSIGN_OR_RETURN(rope_device_, backend_->Allocate(bytes));
-    backend_->CopyFromHost(rope_device_.get(), rope_->data(), bytes);
-    rope_device_positions_ = rope_->num_positions();
-  }
   return Status::Ok();
 }
 
@@ -272,8 +288,8 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   p.token_to_seq = d_token_to_seq_;
   p.block_tables = d_block_tables_;
   p.max_blocks_per_seq = step_max_blocks_;
-  p.host_positions = step_batch_->positions.data();
-  p.host_token_to_seq = step_batch_->token_to_seq.data();
+  p.host_positions = step_host_positions_;
+  p.host_token_to_seq = step_host_token_to_seq_;
   p.max_context = step_max_context_;
   backend_->Attention(q, ld, kv, p, F(ws_.attn));
   // o_proj output goes to mlp_out, added to the residual by the next AddRmsNorm.
@@ -291,15 +307,10 @@ void Model::MlpBlock(int64_t li, int64_t t) {
   backend_->Linear(F(ws_.act), t, L.down, F(L.down_bias), F(ws_.mlp_out), c.hidden_size);
 }
 
-Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>* logits) {
-  RETURN_IF_ERROR(CheckBatch(b, *cache));
+void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
   const ModelConfig& c = config_;
-  const int64_t t = b.num_tokens();
-  const int64_t rows = static_cast<int64_t>(b.logits_indices.size());
-  RETURN_IF_ERROR(EnsureWorkspace(t, rows, b));
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t h = c.hidden_size;
-
   // residual = embed(ids); each sub-block's output lands in mlp_out and is
   // folded into the residual by the following AddRmsNorm.
   backend_->Embedding(embed_, d_ids_, t, F(ws_.residual));
@@ -315,12 +326,30 @@ Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>*
     MlpBlock(li, t);
   }
   backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(final_norm_), t, h, eps, F(ws_.hidden));
-  logits->resize(static_cast<size_t>(rows * c.vocab_size));
-  if (rows == 0) return Status::Ok();
+  if (rows == 0) return;
   backend_->GatherRows(F(ws_.hidden), h, d_logit_rows_, rows, F(ws_.gathered));
   backend_->Linear(F(ws_.gathered), rows, lm_head_, nullptr, F(ws_.logits), c.vocab_size);
-  backend_->CopyToHost(logits->data(), ws_.logits.get(), rows * c.vocab_size * 4);
-  return Status::Ok();
+}
+
+Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>* logits) {
+  RETURN_IF_ERROR(CheckBatch(b, *cache));
+  RETURN_IF_ERROR(backend_->TakeError());  // nothing may be left from an earlier failed step
+  if (graphs_.enabled) {
+    const int64_t slot = GraphSlot(b);
+    if (slot >= 0) return ForwardGraph(b, slot, cache, logits);
+  }
+  const ModelConfig& c = config_;
+  const int64_t t = b.num_tokens();
+  const int64_t rows = static_cast<int64_t>(b.logits_indices.size());
+  RETURN_IF_ERROR(EnsureWorkspace(t, rows));
+  int64_t max_pos = 0;
+  for (int32_t p : b.positions) max_pos = std::max<int64_t>(max_pos, p);
+  RETURN_IF_ERROR(EnsureRope(max_pos + 1));
+  RETURN_IF_ERROR(UploadStep(b));
+  RunLayers(t, rows, cache);
+  logits->resize(static_cast<size_t>(rows * c.vocab_size));
+  if (rows > 0) backend_->CopyToHost(logits->data(), ws_.logits.get(), rows * c.vocab_size * 4);
+  return backend_->TakeError();
 }
 
 }  // namespace tessera

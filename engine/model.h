@@ -45,15 +45,40 @@ class Model {
   }
 
   // Runs the batch; `logits` receives [batch.logits_indices.size(), vocab] f32.
+  // Fails with the backend's first asynchronous error (Backend::TakeError).
   Status Forward(const ForwardBatch& batch, KvCache* cache, std::vector<float>* logits);
+
+  // Decode steps (each sequence one token, at most the largest size) then run
+  // as graphs captured once per padded batch size (GraphBatchSizes), with fixed
+  // step-input buffers and block tables ceil(max_model_len / block_size) wide.
+  // Needs Backend::SupportsGraphs(). Positions must stay below max_model_len.
+  Status EnableGraphs(int64_t max_num_seqs, int64_t max_model_len, int64_t block_size);
+  int64_t num_captured_graphs() const;
+  // 1, 2, 4, 8, 16, 24, 32, 48, ..., 256 below max_num_seqs, then max_num_seqs (<= 256).
+  static std::vector<int64_t> GraphBatchSizes(int64_t max_num_seqs);
+
+  // Runs one dummy forward of `tokens` tokens (split into sequences of at most
+  // max_model_len, at least min(max_num_seqs, tokens) of them, logits for each)
+  // and one decode step of min(max_num_seqs, 256) sequences at position
+  // max_model_len - 1, on a temporary KV cache, so workspaces reach their largest
+  // size; for sizing the KV pool from what remains of device memory.
+  Status ProfileForward(int64_t tokens, int64_t max_num_seqs, int64_t max_model_len, int64_t block_size);
 
  private:
   Model() = default;
   Status BindWeights();
   Status CheckBatch(const ForwardBatch& b, const KvCache& cache) const;
-  Status EnsureWorkspace(int64_t tokens, int64_t logit_rows, const ForwardBatch& b);
+  Status EnsureWorkspace(int64_t tokens, int64_t logit_rows);
+  Status EnsureRope(int64_t positions);
+  Status UploadStep(const ForwardBatch& b);
+  // The whole network on the current step's device inputs (d_*, step_*).
+  void RunLayers(int64_t tokens, int64_t logit_rows, KvCache* cache);
   void AttentionBlock(int64_t layer, int64_t tokens, KvCache* cache);
   void MlpBlock(int64_t layer, int64_t tokens);
+  // Index into graphs_.sizes for this batch, or -1 when it must run eagerly.
+  int64_t GraphSlot(const ForwardBatch& b) const;
+  Status ForwardGraph(const ForwardBatch& b, int64_t slot, KvCache* cache, std::vector<float>* logits);
+  void ReleaseGraphs();
 
   ModelConfig config_;
   std::string dir_;
@@ -83,8 +108,24 @@ class Model {
   const int32_t* d_block_tables_ = nullptr;
   const int32_t* d_logit_rows_ = nullptr;
   int64_t step_max_blocks_ = 0;
-  const ForwardBatch* step_batch_ = nullptr;  // host view of the current step
+  const int32_t* step_host_positions_ = nullptr;  // host views of the current step
+  const int32_t* step_host_token_to_seq_ = nullptr;
   int64_t step_max_context_ = 0;
+
+  // Decode graphs (EnableGraphs). Step inputs live at fixed addresses in `meta`.
+  struct Graphs {
+    bool enabled = false;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> handles;  // per size; -1: not captured yet
+    int64_t width = 0;             // block-table columns
+    int64_t max_model_len = 0;
+    const KvCache* cache = nullptr;  // the cache the captured graphs write
+    std::shared_ptr<void> meta;
+    int32_t *ids = nullptr, *positions = nullptr, *seqs = nullptr, *tables = nullptr, *rows = nullptr;
+    int64_t* slots = nullptr;
+    std::vector<int32_t> h_ids, h_positions, h_seqs, h_tables, h_rows;  // host staging
+    std::vector<int64_t> h_slots;
+  } graphs_;
 };
 
 }  // namespace tessera

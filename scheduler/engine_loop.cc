@@ -99,9 +99,62 @@ SamplerConfig ToSamplerConfig(const SamplingParams& p, uint64_t seed) {
 
 }  // namespace
 
+bool HaveCudaBackend() {
+#if defined(TESSERA_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
+                                               const CudaBackendOptions& cuda) {
+  if (device == "cpu") return MakeCpuBackend({num_threads});
+  if (device == "cuda") {
+#if defined(TESSERA_WITH_CUDA)
+    return MakeCudaBackend(cuda);
+#else
+    (void)cuda;
+    return FailedPrecondition("--device cuda: this tessera was built without CUDA (configure with nvcc "
+                              "available, -DTESSERA_CUDA=ON); use --device cpu");
+#endif
+  }
+  return InvalidArgument("--device: unknown device '" + device + "' (expected cpu or cuda)");
+}
+
+namespace {
+
+// KV blocks from device memory: total * utilization, minus what is in use after
+// a profiled forward at the largest step (weights, activations, workspaces).
+StatusOr<int32_t> BlocksFromDeviceMemory(Model* model, Backend* backend, const SchedulerOptions& so,
+                                         double utilization, int64_t per_token) {
+  int64_t total = 0, free_before = 0, free_after = 0;
+  if (!backend->MemoryInfo(&total, &free_before)) return Internal("device memory: cannot query it");
+  RETURN_IF_ERROR(model->ProfileForward(so.max_num_batched_tokens, so.max_num_seqs, so.limits.max_model_len,
+                                        so.kv.block_size));
+  if (!backend->MemoryInfo(&total, &free_after)) return Internal("device memory: cannot query it");
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(total) * utilization);
+  const int64_t in_use = total - free_after;
+  const int64_t kv = budget - in_use;
+  constexpr double kMiB = 1048576.0;
+  spdlog::info("gpu memory: {:.0f} MiB x {:.2f} = {:.0f} MiB budget - {:.0f} MiB in use (weights {:.0f}, "
+               "activation peak at {} tokens {:.0f}, other {:.0f}) = {:.0f} MiB for the KV pool",
+               total / kMiB, utilization, budget / kMiB, in_use / kMiB, model->weight_bytes() / kMiB,
+               so.max_num_batched_tokens, (free_before - free_after) / kMiB,
+               (in_use - model->weight_bytes() - (free_before - free_after)) / kMiB, kv / kMiB);
+  if (kv < per_token * so.kv.block_size) {
+    return ResourceExhausted("gpu memory: no room for the KV pool (" + std::to_string(kv / (1 << 20)) +
+                             " MiB left of the budget); raise --gpu-memory-utilization or lower "
+                             "--max-num-batched-tokens");
+  }
+  return NumBlocksForBudget(kv, per_token, so.kv.block_size);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions options) {
   auto loop = std::unique_ptr<EngineLoop>(new EngineLoop());
-  loop->backend_ = MakeCpuBackend({options.num_threads});
+  ASSIGN_OR_RETURN(loop->backend_, MakeBackend(options.device, options.num_threads, options.cuda));
   ASSIGN_OR_RETURN(loop->model_, Model::Load(options.model_dir, loop->backend_.get()));
   const ModelConfig& mc = loop->model_->config();
 
@@ -119,15 +172,22 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim,
                                                 DTypeSize(loop->backend_->kv_dtype()));
   const bool from_budget = so.kv.num_blocks <= 0;
-  if (from_budget) {
+  int64_t probe = 0;
+  const bool from_device = from_budget && !options.kv_cache_bytes_set && loop->backend_->MemoryInfo(&probe, &probe);
+  if (from_device) {
+    ASSIGN_OR_RETURN(so.kv.num_blocks, BlocksFromDeviceMemory(loop->model_.get(), loop->backend_.get(), so,
+                                                              options.cuda.gpu_memory_utilization, per_token));
+    options.kv_cache_bytes = int64_t{so.kv.num_blocks} * so.kv.block_size * per_token;
+  } else if (from_budget) {
     ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
   }
   ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
   spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
                so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
                per_token,
-               from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
-                           : std::string("block count set explicitly"));
+               from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
+               : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
+                             : std::string("block count set explicitly"));
   const int64_t kv_tokens = int64_t{so.kv.num_blocks} * so.kv.block_size;
   if (so.limits.max_model_len > kv_tokens) {
     if (auto_len) {
@@ -138,6 +198,9 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
       spdlog::warn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
                    so.limits.max_model_len, kv_tokens);
     }
+  }
+  if (loop->backend_->SupportsGraphs()) {
+    RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
   }
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();

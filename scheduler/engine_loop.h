@@ -24,6 +24,7 @@
 
 #include "common/status.h"
 #include "engine/backend.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampling.h"
@@ -33,10 +34,16 @@ namespace tessera {
 
 struct EngineLoopOptions {
   std::string model_dir;
+  std::string device = "cpu";  // cpu | cuda
   int num_threads = 0;  // CPU backend threads; 0: all
+  // device == "cuda". Unless the KV pool is set explicitly (kv_cache_bytes_set
+  // or scheduler.kv.num_blocks), it gets what gpu_memory_utilization leaves after
+  // the weights and a profiled forward of max_num_batched_tokens.
+  CudaBackendOptions cuda;
   // KV pool budget in bytes; the block count is derived from the model's
   // per-token KV size (logged). scheduler.kv.num_blocks > 0 overrides it.
   int64_t kv_cache_bytes = int64_t{512} << 20;
+  bool kv_cache_bytes_set = false;  // the user gave kv_cache_bytes (on a GPU: no profiling)
   // limits.vocab_size (0) and eos_token_ids (empty) are filled from the
   // model; limits.max_model_len is capped at max_position_embeddings (and is
   // max_position_embeddings when <= 0, then at most what the KV cache holds).
@@ -96,6 +103,13 @@ class RequestStream {
 };
 
 using RequestStreamPtr = std::shared_ptr<RequestStream>;
+
+// The backend for `device` ("cpu" or "cuda"); "cuda" fails clearly on a build
+// without CUDA or a machine without a usable GPU.
+StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
+                                               const CudaBackendOptions& cuda);
+// Whether this binary was built with the CUDA backend.
+bool HaveCudaBackend();
 
 class EngineLoop {
  public:

@@ -44,6 +44,11 @@ struct GenerateArgs {
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   int64_t kv_cache_mb = 512;
+  bool kv_cache_mb_set = false;
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
+  bool deterministic = false;
   std::vector<int32_t> bench_batches;
   int32_t bench_prompt_len = 32;
   int32_t bench_tokens = 32;
@@ -274,6 +279,11 @@ int RunGenerate(GenerateArgs a) {
   o.model_dir = a.model;
   o.num_threads = a.num_threads;
   o.kv_cache_bytes = a.kv_cache_mb << 20;
+  o.kv_cache_bytes_set = a.kv_cache_mb_set;
+  o.device = a.device;
+  o.cuda.gpu_memory_utilization = a.gpu_memory_utilization;
+  o.cuda.cuda_graphs = !a.enforce_eager;
+  o.cuda.deterministic = a.deterministic;
   o.scheduler.max_num_seqs = a.max_num_seqs;
   o.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
   o.scheduler.limits.max_model_len = 0;  // the model's, capped by what the KV cache holds
@@ -419,12 +429,24 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-num-seqs", a->max_num_seqs, "Scheduler sequence cap")->capture_default_str();
   cmd->add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "Scheduler per-step token budget")
       ->capture_default_str();
-  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache budget in MiB")->capture_default_str();
+  CLI::Option* kv_mb =
+      cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache budget in MiB (on a GPU: instead of "
+                      "--gpu-memory-utilization)")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                  "Fraction of GPU memory for weights, activations and the KV pool")
+      ->capture_default_str()->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--enforce-eager", a->enforce_eager, "CUDA: no graphs for decode steps");
+  cmd->add_flag("--deterministic", a->deterministic,
+                "CUDA: batch-invariant kernels (a sequence's logits do not depend on its batch; slower)");
   cmd->add_option("--bench", a->bench_batches, "Measure decode throughput at these batch sizes, e.g. 1,16")
       ->delimiter(',');
   cmd->add_option("--bench-prompt-len", a->bench_prompt_len, "Bench prompt length")->capture_default_str();
   cmd->add_option("--bench-tokens", a->bench_tokens, "Bench tokens per request")->capture_default_str();
-  cmd->callback([a, exit_code] { *exit_code = RunGenerate(*a); });
+  cmd->callback([a, exit_code, kv_mb] {
+    a->kv_cache_mb_set = kv_mb->count() > 0;
+    *exit_code = RunGenerate(*a);
+  });
 }
 
 }  // namespace tessera

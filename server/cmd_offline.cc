@@ -12,6 +12,7 @@
 #include "engine/batch_builder.h"
 #include "engine/model.h"
 #include "engine/synth.h"
+#include "scheduler/engine_loop.h"
 #include "server/commands.h"
 
 namespace tessera {
@@ -95,9 +96,12 @@ StatusOr<LogitsRequest> ParseLogitsRequest(const std::string& path) {
 // Runs all sequences together, chunk_size tokens per sequence per step, and
 // collects logits in sequence order then logits_at order.
 Status RunLogits(const std::string& model_dir, const std::string& batch_path, const std::string& out_path,
-                 int threads) {
+                 int threads, const std::string& device, bool deterministic) {
   ASSIGN_OR_RETURN(LogitsRequest req, ParseLogitsRequest(batch_path));
-  auto backend = MakeCpuBackend({threads});
+  CudaBackendOptions cuda;
+  cuda.deterministic = deterministic;
+  cuda.cuda_graphs = false;  // prefill only
+  ASSIGN_OR_RETURN(auto backend, MakeBackend(device, threads, cuda));
   ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get()));
   const int64_t vocab = model->config().vocab_size;
   const int64_t block_size = 16;
@@ -203,8 +207,12 @@ void AddLogitsCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--out", *out, "output .npy path")->required();
   cmd->add_option("--threads", *threads, "CPU threads (0 = all)")->capture_default_str();
+  auto device = std::make_shared<std::string>("cpu");
+  auto deterministic = std::make_shared<bool>(false);
+  cmd->add_option("--device", *device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--deterministic", *deterministic, "CUDA: batch-invariant kernels");
   cmd->callback([=] {
-    Status s = RunLogits(*model, *batch, *out, *threads);
+    Status s = RunLogits(*model, *batch, *out, *threads, *device, *deterministic);
     if (!s.ok()) *exit_code = Fail(s);
   });
 }

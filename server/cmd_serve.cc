@@ -49,6 +49,11 @@ struct ServeFlags {
   int threads = 0;
   int64_t num_kv_blocks = 0;
   int64_t kv_cache_mb = 1024;
+  bool kv_cache_mb_set = false;
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
+  bool deterministic = false;
   int64_t max_model_len = 0;
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
@@ -188,6 +193,9 @@ int RunServe(ServeFlags f) {
   for (const std::string& k : f.api_keys) {
     if (k.empty()) return Fail(InvalidArgument("serve: --api-key must not be empty"));
   }
+  if (f.device == "cuda" && !HaveCudaBackend()) {
+    return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
+  }
   // Where the model is (or will be) and what clients call it, known up front.
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
@@ -278,6 +286,11 @@ int RunServe(ServeFlags f) {
       o.loop.model_dir = *dir;
       o.loop.num_threads = f.threads;
       o.loop.kv_cache_bytes = f.kv_cache_mb << 20;
+      o.loop.kv_cache_bytes_set = f.kv_cache_mb_set;
+      o.loop.device = f.device;
+      o.loop.cuda.gpu_memory_utilization = f.gpu_memory_utilization;
+      o.loop.cuda.cuda_graphs = !f.enforce_eager;
+      o.loop.cuda.deterministic = f.deterministic;
       o.loop.scheduler.kv.num_blocks = f.num_kv_blocks;
       o.loop.scheduler.max_num_seqs = f.max_num_seqs;
       o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
@@ -349,8 +362,18 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "max tokens per sequence, prompt + completion (0: the model's max_position_embeddings)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-cache-mb", f->kv_cache_mb, "KV cache size in MiB")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  CLI::Option* kv_mb = cmd->add_option("--kv-cache-mb", f->kv_cache_mb,
+                                       "KV cache size in MiB (on a GPU: instead of --gpu-memory-utilization)")
+                           ->capture_default_str()
+                           ->check(CLI::PositiveNumber);
+  cmd->add_option("--device", f->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
+                  "fraction of GPU memory for weights, activations and the KV pool")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_flag("--enforce-eager", f->enforce_eager, "CUDA: no graphs for decode steps");
+  cmd->add_flag("--deterministic", f->deterministic,
+                "CUDA: batch-invariant kernels (a sequence's logits do not depend on its batch; slower)");
   cmd->add_option("--num-kv-blocks", f->num_kv_blocks, "KV cache blocks of 16 tokens (overrides --kv-cache-mb)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -379,13 +402,14 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests
-  cmd->callback([cmd, f, config, exit_code] {
+  cmd->callback([cmd, f, config, exit_code, kv_mb] {
     if (!config->empty()) {
       if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
         *exit_code = Fail(s);
         return;
       }
     }
+    f->kv_cache_mb_set = kv_mb->count() > 0;
     *exit_code = RunServe(*f);
   });
 }
