@@ -59,8 +59,9 @@ class Model {
 
   // Runs one dummy forward of `tokens` tokens (split into sequences of at most
   // max_model_len, at least min(max_num_seqs, tokens) of them, logits for each)
-  // on a temporary KV cache, so the workspace reaches its largest size; for
-  // sizing the KV pool from what remains of device memory.
+  // and one decode step of min(max_num_seqs, 256) sequences at position
+  // max_model_len - 1, on a temporary KV cache, so workspaces reach their largest
+  // size; for sizing the KV pool from what remains of device memory.
   Status ProfileForward(int64_t tokens, int64_t max_num_seqs, int64_t max_model_len, int64_t block_size);
 
  private:

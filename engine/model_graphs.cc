@@ -181,6 +181,27 @@ Status Model::ProfileForward(int64_t tokens, int64_t max_num_seqs, int64_t max_m
   const bool graphs = graphs_.enabled;
   graphs_.enabled = false;  // profile the eager path at full width
   Status s = Forward(b, cache.get(), &logits);
+  if (s.ok()) {
+    // A decode step of the largest graph batch at the last position a sequence
+    // may reach: the split-K attention scratch is sized by the context, and a
+    // captured graph uses it at max_model_len. Every block-table entry names
+    // block 0, so one block of cache serves it.
+    const int64_t n = std::min<int64_t>(std::max<int64_t>(max_num_seqs, 1), 256);
+    const int64_t w = (max_model_len + block_size - 1) / block_size;
+    const int32_t pos = static_cast<int32_t>(max_model_len - 1);
+    ForwardBatch d;
+    d.num_seqs = n;
+    d.max_blocks_per_seq = w;
+    d.block_tables.assign(n * w, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      d.token_ids.push_back(static_cast<int32_t>(i % config_.vocab_size));
+      d.positions.push_back(pos);
+      d.token_to_seq.push_back(static_cast<int32_t>(i));
+      d.slot_mapping.push_back(pos % block_size);
+      d.logits_indices.push_back(static_cast<int32_t>(i));
+    }
+    s = Forward(d, cache.get(), &logits);
+  }
   graphs_.enabled = graphs;
   return s;
 }

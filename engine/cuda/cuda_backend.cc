@@ -36,23 +36,27 @@ kc::ElemType ToElem(DType t) {
   }
 }
 
-// A device buffer that only grows; growing frees the old one (cudaFree
-// synchronizes, so no queued launch still reads it).
+// A device buffer that only grows (at least 2x). Old buffers are kept until the
+// backend is destroyed: a captured graph may still hold their address, and a
+// queued launch may still read them.
 struct GrowBuffer {
   void* p = nullptr;
   int64_t bytes = 0;
+  std::vector<void*> retired;
   ~GrowBuffer() {
+    for (void* q : retired) cudaFree(q);
     if (p != nullptr) cudaFree(p);
   }
   cudaError_t Ensure(int64_t want) {
     if (want <= bytes) return cudaSuccess;
-    if (p != nullptr) cudaFree(p);
-    p = nullptr;
-    bytes = 0;
-    const int64_t size = std::max<int64_t>(want, 4096);
-    const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(size));
-    if (e == cudaSuccess) bytes = size;
-    return e;
+    const int64_t size = std::max<int64_t>({want, 2 * bytes, 4096});
+    void* q = nullptr;
+    const cudaError_t e = cudaMalloc(&q, static_cast<size_t>(size));
+    if (e != cudaSuccess) return e;
+    if (p != nullptr) retired.push_back(p);
+    p = q;
+    bytes = size;
+    return cudaSuccess;
   }
 };
 

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cublas_linear.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/convert.cuh"
@@ -56,19 +57,20 @@ CublasLinear::~CublasLinear() {
   if (handle_ != nullptr) cublasDestroy(handle_);
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (scratch_ != nullptr) cudaFree(scratch_);
+  for (void* p : retired_) cudaFree(p);
 }
 
 Status CublasLinear::Reserve(int64_t elems) {
   if (elems <= scratch_elems_) return Status::Ok();
-  if (scratch_ != nullptr) {
-    cudaFree(scratch_);  // synchronizes: no launch still reads it
-    scratch_ = nullptr;
-    scratch_elems_ = 0;
+  // Old scratch stays allocated: a captured graph may still use its address.
+  const int64_t size = std::max(elems, 2 * scratch_elems_);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMalloc(&p, static_cast<size_t>(size) * 2); e != cudaSuccess) {
+    return CudaFail(("scratch of " + std::to_string(size * 2) + " bytes").c_str(), e);
   }
-  if (cudaError_t e = cudaMalloc(&scratch_, static_cast<size_t>(elems) * 2); e != cudaSuccess) {
-    return CudaFail(("scratch of " + std::to_string(elems * 2) + " bytes").c_str(), e);
-  }
-  scratch_elems_ = elems;
+  if (scratch_ != nullptr) retired_.push_back(scratch_);
+  scratch_ = p;
+  scratch_elems_ = size;
   return Status::Ok();
 }
 

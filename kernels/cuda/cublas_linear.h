@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/cuda/types.cuh"
@@ -19,7 +20,7 @@ namespace tessera::kernels::cuda {
 
 // Owns a cuBLAS handle, its workspace and the conversion scratch, bound to one
 // stream. Not thread-safe; all calls are asynchronous on the stream except when
-// the scratch grows (cudaMalloc; call Reserve before graph capture).
+// the scratch grows (cudaMalloc: never inside a graph capture; run the shape once first).
 class CublasLinear {
  public:
   static StatusOr<std::unique_ptr<CublasLinear>> Create(cudaStream_t stream);
@@ -39,6 +40,7 @@ class CublasLinear {
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   int64_t scratch_elems_ = 0;
+  std::vector<void*> retired_;  // outgrown scratch, freed with the object (graphs may hold it)
 };
 
 }  // namespace tessera::kernels::cuda

@@ -245,6 +245,15 @@ TEST_F(ModelAgreementTest, GraphReplayMatchesEager) {
   }
 }
 
+TEST(GraphBatchSizesTest, CappedByMaxNumSeqsWhichIsAlwaysCaptured) {
+  EXPECT_EQ(Model::GraphBatchSizes(1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(Model::GraphBatchSizes(5), (std::vector<int64_t>{1, 2, 4, 5}));
+  EXPECT_EQ(Model::GraphBatchSizes(64), (std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 48, 64}));
+  const std::vector<int64_t> big = Model::GraphBatchSizes(1000);
+  EXPECT_EQ(big.size(), 15u);
+  EXPECT_EQ(big.back(), 256);
+}
+
 // The KV-pool sizing input: a profiled forward grows the workspace to the
 // largest step (device memory in use goes up) and leaves the model usable.
 TEST_F(ModelAgreementTest, ProfileForwardReachesThePeakWorkspace) {
@@ -262,6 +271,9 @@ TEST_F(ModelAgreementTest, ProfileForwardReachesThePeakWorkspace) {
   const auto picks = Generate(gpu, {prompts[0]}, 1, nullptr, nullptr);
   EXPECT_EQ(picks[0].size(), 2u);
   EXPECT_FALSE(MakeCpuBackend({1, false})->MemoryInfo(&total, &free_after)) << "host backends report no device memory";
+  Loaded cpu = Load(dir, false);
+  ASSERT_TRUE(cpu.model);
+  EXPECT_EQ(cpu.model->EnableGraphs(4, 64, kBlockSize).code(), StatusCode::kUnimplemented);
 }
 
 }  // namespace

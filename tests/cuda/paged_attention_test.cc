@@ -244,11 +244,11 @@ std::string Name(const Shape& s, int64_t window) {
          std::to_string(static_cast<int>(s.type)) + " window" + std::to_string(window);
 }
 
-// GQA ratios 1/2/4/8/12, head dims 32..256, block sizes 1/16/32, all cache types.
+// GQA ratios 1/2/4/8/12, head dims 32..256 (odd multiples of 32 too), block sizes 1/16/32, all cache types.
 const Shape kShapes[] = {
     {2, 2, 64, 16, ElemType::kF32},   {4, 2, 128, 32, ElemType::kBF16}, {8, 2, 32, 1, ElemType::kF16},
     {8, 1, 64, 16, ElemType::kBF16},  {12, 1, 32, 16, ElemType::kF32},  {2, 1, 96, 16, ElemType::kF32},
-    {4, 4, 256, 16, ElemType::kBF16}, {4, 2, 160, 32, ElemType::kF16},
+    {4, 4, 256, 16, ElemType::kBF16}, {4, 2, 160, 32, ElemType::kF16},  {2, 1, 224, 16, ElemType::kBF16},
 };
 
 TEST(CudaPagedAttentionTest, DecodeBatchMatchesCpu) {
@@ -303,25 +303,26 @@ TEST(CudaPagedAttentionTest, MixedPrefillChunksAndDecodeMatchCpu) {
 TEST(CudaPagedAttentionTest, DecodeIsBatchInvariant) {
   TESSERA_REQUIRE_CUDA_DEVICE();
   uint32_t seed = 200;
-  for (const Shape& s : {kShapes[1], kShapes[2], kShapes[4]}) {
-    for (int64_t window : {0, 300}) {
-      Problem big = MakeCache(s, {700, 3, 260, 1000}, window, seed++);
-      AddDecode(&big, 0);
-      AddChunk(&big, 1, 0);
-      AddDecode(&big, 2);
-      AddDecode(&big, 3);
-      Finish(&big, seed++);
-      const std::vector<float> all = RunDecode(big, 100);
-      const int64_t row = s.q_heads * s.head_dim;
-      for (int64_t t : {0, 2, 4, 5}) {  // single-split (t 2) and multi-split tokens
-        Problem one = big;
-        one.pos = {big.pos[t]};
-        one.seq = {big.seq[t]};
-        one.q.assign(big.q.begin() + t * row, big.q.begin() + (t + 1) * row);
-        const std::vector<float> alone = RunDecode(one);
-        EXPECT_TRUE(cuda_test::BitwiseEqual(alone.data(), all.data() + t * row, row))
-            << Name(s, window) << " token " << t;
-      }
+  // Windowed cases place chunks from the window start, not from position 0.
+  const std::pair<Shape, int64_t> cases[] = {
+      {kShapes[1], 0}, {kShapes[1], 300}, {kShapes[2], 300}, {kShapes[4], 0}};
+  for (const auto& [s, window] : cases) {
+    Problem big = MakeCache(s, {700, 3, 260, 1000}, window, seed++);
+    AddDecode(&big, 0);
+    AddChunk(&big, 1, 0);
+    AddDecode(&big, 2);
+    AddDecode(&big, 3);
+    Finish(&big, seed++);
+    const std::vector<float> all = RunDecode(big, 100);
+    const int64_t row = s.q_heads * s.head_dim;
+    for (int64_t t : {0, 2, 4, 5}) {  // single-split (t 2) and multi-split tokens
+      Problem one = big;
+      one.pos = {big.pos[t]};
+      one.seq = {big.seq[t]};
+      one.q.assign(big.q.begin() + t * row, big.q.begin() + (t + 1) * row);
+      const std::vector<float> alone = RunDecode(one);
+      EXPECT_TRUE(cuda_test::BitwiseEqual(alone.data(), all.data() + t * row, row))
+          << Name(s, window) << " token " << t;
     }
   }
 }
