@@ -176,18 +176,20 @@ __global__ void __launch_bounds__(kThreads)
       Load4(vc + slot[j] + col, aligned, v);
 #pragma unroll
       for (int g = 0; g < kGroupPass; ++g) {
-        if (g >= gn) break;
-        const float w = sp[g][j];
+        if (g < gn) {  // not `break`: clang refuses to unroll a loop with an early exit
+          const float w = sp[g][j];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[g][e] += w * v[e];
+          for (int e = 0; e < 4; ++e) acc[g][e] += w * v[e];
+        }
       }
     }
     if (active) {
 #pragma unroll
       for (int g = 0; g < kGroupPass; ++g) {
-        if (g >= gn) break;
+        if (g < gn) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) stage[(part * kGroupPass + g) * HD + col + e] = acc[g][e];
+          for (int e = 0; e < 4; ++e) stage[(part * kGroupPass + g) * HD + col + e] = acc[g][e];
+        }
       }
     }
     __syncthreads();
