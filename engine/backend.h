@@ -115,6 +115,11 @@ class Backend {
   // Ops return void and may run asynchronously (CUDA): the first failure since
   // the last call is kept and returned here (then cleared). CPU: always OK.
   virtual Status TakeError() { return Status::Ok(); }
+  // Whether the attention kernels handle this head size (checked at model load).
+  virtual Status CheckHeadDim(int64_t head_dim) const {
+    (void)head_dim;
+    return Status::Ok();
+  }
   // Device memory in bytes; false when the backend has no separate device memory.
   virtual bool MemoryInfo(int64_t* total, int64_t* free) {
     (void)total;

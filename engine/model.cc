@@ -49,6 +49,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
     ASSIGN_OR_RETURN(auto store, WeightStore::Open(model_path));
     m->source_ = std::make_unique<SafetensorsSource>(std::move(store));
   }
+  RETURN_IF_ERROR(backend->CheckHeadDim(m->config_.head_dim));
   RETURN_IF_ERROR(m->BindWeights());
   m->rope_ = std::make_unique<RopeTable>(m->config_);
   RETURN_IF_ERROR(backend->TakeError());

@@ -250,6 +250,13 @@ class CudaBackend final : public Backend {
   void RmsNorm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* out) override {
     Check(kc::RmsNorm(x, w, rows, dim, eps, out, stream_), "RmsNorm");
   }
+  Status CheckHeadDim(int64_t head_dim) const override {
+    if (head_dim % 32 != 0 || head_dim > 256) {
+      return InvalidArgument("cuda backend: head_dim " + std::to_string(head_dim) +
+                             " is not supported (the attention kernels need a multiple of 32, at most 256)");
+    }
+    return Status::Ok();
+  }
   void HeadRmsNorm(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, const float* w,
                    float eps) override {
     Check(kc::HeadRmsNorm(x, tokens, heads, head_dim, x_stride, w, eps, stream_), "HeadRmsNorm");

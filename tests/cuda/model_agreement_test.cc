@@ -245,6 +245,16 @@ TEST_F(ModelAgreementTest, GraphReplayMatchesEager) {
   }
 }
 
+TEST_F(ModelAgreementTest, UnsupportedHeadDimIsRefusedAtLoad) {
+  testing::TempDir dir;
+  testing::MakeTinyModel(dir.path(), "llama", DType::kF32, {"head_dim=16"});
+  StatusOr<std::unique_ptr<Backend>> b = MakeCudaBackend(CudaBackendOptions{});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  StatusOr<std::unique_ptr<Model>> m = Model::Load(dir.path(), b->get());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().ToString().find("head_dim 16"), std::string::npos) << m.status().ToString();
+}
+
 TEST(GraphBatchSizesTest, CappedByMaxNumSeqsWhichIsAlwaysCaptured) {
   EXPECT_EQ(Model::GraphBatchSizes(1), (std::vector<int64_t>{1}));
   EXPECT_EQ(Model::GraphBatchSizes(5), (std::vector<int64_t>{1, 2, 4, 5}));
