@@ -7,9 +7,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // Converts 4 consecutive f32 values into cache type T and stores them at dst
 // (aligned to 4 * sizeof(T)) with one store.

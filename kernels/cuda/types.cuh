@@ -29,4 +29,9 @@ __device__ __forceinline__ void StoreFromF32(void* p, ElemType t, int64_t i, flo
   }
 }
 
+// Typed store of an f32 value (round to nearest even), for kernels templated on T.
+__device__ __forceinline__ void Store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
 }  // namespace tessera::kernels::cuda
