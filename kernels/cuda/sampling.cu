@@ -38,20 +38,12 @@ __device__ __forceinline__ double DeviceCounterUniform(uint64_t seed, uint64_t s
 
 // Block reductions: warp butterfly, then warps in index order; every thread
 // gets the result. `red` is __shared__ [kWarps]; all threads must call.
-__device__ __forceinline__ double BlockSum(double v, double* red) {
+template <typename T>  // double or int
+__device__ __forceinline__ T BlockSum(T v, T* red) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
   __syncthreads();
-  double s = 0.0;
-  for (int w = 0; w < kWarps; ++w) s += red[w];
-  __syncthreads();
-  return s;
-}
-__device__ __forceinline__ int BlockSum(int v, int* red) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  int s = 0;
+  T s = 0;
   for (int w = 0; w < kWarps; ++w) s += red[w];
   __syncthreads();
   return s;
