@@ -56,6 +56,16 @@ struct AttentionParams {
   int64_t max_context = 0;
 };
 
+// The routed experts of one MoE layer, each a SwiGLU FFN. Views may point into
+// one stacked tensor (GGUF *_exps); all experts share one dtype and shape.
+struct MoeExpertWeights {
+  int64_t num_experts = 0;
+  int64_t hidden = 0;                   // model hidden size (x and out columns)
+  int64_t inter = 0;                    // moe_intermediate_size
+  std::vector<WeightView> gate, up;     // per expert [inter, hidden]
+  std::vector<WeightView> down;         // per expert [hidden, inter]
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -111,6 +121,37 @@ class Backend {
                        const int64_t* slot_mapping, KvLayerView cache) = 0;
   virtual void Attention(const float* q, int64_t q_stride, KvLayerView cache,
                          const AttentionParams& p, float* out) = 0;
+
+  // --- Mixture of experts (engine/moe/). A backend that runs MoE models
+  // overrides all five; CheckMoe() is asked when an MoE model loads.
+  virtual Status CheckMoe() const { return Unimplemented(name() + ": no MoE ops"); }
+  // Per token: softmax over `num_experts` router logits (f32), the top_k
+  // experts by probability (ties: lower expert id first), written in that
+  // order to topk_ids/topk_weights [tokens, top_k]; with `renormalize` the k
+  // weights are divided by their sum. Deterministic and batch-invariant.
+  virtual void MoeRoute(const float* router_logits, int64_t tokens, int64_t num_experts, int64_t top_k,
+                        bool renormalize, int32_t* topk_ids, float* topk_weights) {
+    (void)router_logits, (void)tokens, (void)num_experts, (void)top_k, (void)renormalize, (void)topk_ids,
+        (void)topk_weights;
+  }
+  // out[t, :] = sum over j = 0..top_k-1, in that order, of
+  //   topk_weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = topk_ids[t, j].
+  // A token's result must not depend on which other tokens share its experts
+  // (batch invariance): group tokens by expert so each expert's weights are read
+  // once per call, but keep every row's arithmetic independent of the group.
+  virtual void MoeExperts(const float* x, int64_t tokens, const int32_t* topk_ids, const float* topk_weights,
+                          int64_t top_k, const MoeExpertWeights& w, float* out) {
+    (void)x, (void)tokens, (void)topk_ids, (void)topk_weights, (void)top_k, (void)w, (void)out;
+  }
+  // counts[e] += number of (token, slot) pairs routed to expert e (n = tokens * top_k ids).
+  virtual void MoeCountExperts(const int32_t* topk_ids, int64_t n, int64_t num_experts, int64_t* counts) {
+    (void)topk_ids, (void)n, (void)num_experts, (void)counts;
+  }
+  // out[r, :] += sigmoid(gate_logits[r]) * shared[r, :]   (Qwen2-MoE shared expert).
+  virtual void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows,
+                              int64_t dim) {
+    (void)out, (void)shared, (void)gate_logits, (void)rows, (void)dim;
+  }
 
   // Ops return void and may run asynchronously (CUDA): the first failure since
   // the last call is kept and returned here (then cleared). CPU: always OK.
