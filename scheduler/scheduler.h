@@ -69,6 +69,14 @@ class Scheduler {
   // num_lookahead_tokens). Rolled back by UpdateFromOutput if rejected.
   Status SetDraftTokens(SeqId seq, std::vector<int32_t> draft_token_ids);
 
+  // Caps the tokens of the following steps (time-bounded steps: the engine
+  // loop sets it from measured step time) at max(tokens, the running decodes'
+  // tokens + kMinStepPrefillTokens), never above max_num_batched_tokens, so
+  // decodes are never starved and prefills always progress. 0: no cap.
+  void SetStepTokenBudget(int64_t tokens) { step_token_budget_ = tokens; }
+  int64_t step_token_budget() const { return step_token_budget_; }
+  static constexpr int64_t kMinStepPrefillTokens = 16;
+
   // Plans the next step. Advances the scheduled sequences' computed counts;
   // the caller must run the plan and call UpdateFromOutput before the next
   // Schedule (when the plan is non-empty).
@@ -134,6 +142,7 @@ class Scheduler {
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
   SeqId next_seq_id_ = 1;
+  int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;
 };
 
