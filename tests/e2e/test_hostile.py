@@ -34,6 +34,11 @@ NAME = "hostile-model"
 HEALTH_LIMIT_S = 0.100   # every /health probe during an attack
 ABORT_FREE_LIMIT_S = 1.0  # disconnect during a prefill -> KV idle (target ~0.5 s; slack for a loaded CI)
 MAX_MODEL_LEN = 4096
+PREFILL_TOKENS = 1500     # several seconds of prefill for the mid-size model below
+# A model big enough that a long prefill takes seconds on a CI machine (6 layers,
+# hidden 768): aborts must not wait for it.
+MID_MODEL = ["--set", "hidden_size=768", "--set", "intermediate_size=3072", "--set", "num_hidden_layers=6",
+             "--set", "num_attention_heads=12", "--set", "num_key_value_heads=4", "--set", "head_dim=64"]
 
 
 class HealthProbe:
@@ -173,7 +178,8 @@ def big_json_group(res, port):
 def disconnect_group(res, port):
     """A client that leaves at any phase frees its blocks; one that leaves
     during a long prefill frees them (and the engine) within about a step."""
-    long_prompt = [(i * 7919) % 150_000 + 10 for i in range(3000)]
+    def long_prompt(salt):  # distinct per check: a prefix-cache hit would skip the prefill
+        return [(i * 7919 + salt * 104729) % 150_000 + 10 for i in range(PREFILL_TOKENS)]
 
     def send_stream(body):
         s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -191,20 +197,28 @@ def disconnect_group(res, port):
         raise AssertionError("request never started running")
 
     def during_prefill():
-        s = send_stream({"model": NAME, "prompt": long_prompt, "max_tokens": 4, "stream": True})
-        until_running()
-        time.sleep(0.3)  # well into the prefill
+        s = send_stream({"model": NAME, "prompt": long_prompt(1), "max_tokens": 4, "stream": True})
+        # The idle engine starts the prefill within milliseconds; metrics only
+        # change between steps, so wait by the clock, not by them.
+        time.sleep(1.0)
+        finished = get_metrics(port).get("tessera:request_queue_time_seconds_count", 0)
         t0 = time.monotonic()
         s.close()
-        took = kv_idle(port) + (time.monotonic() - t0) * 0
-        print(f"  KV idle {took * 1000:.0f} ms after the disconnect", flush=True)
+        # The queue-time histogram counts a request when the engine ends it
+        # (blocks freed); the other gauges only change between steps.
+        while get_metrics(port).get("tessera:request_queue_time_seconds_count", 0) == finished:
+            assert time.monotonic() - t0 < 30, "the abandoned request never ended"
+            time.sleep(0.01)
+        took = time.monotonic() - t0
+        kv_idle(port)
+        print(f"  request ended (blocks freed) {took * 1000:.0f} ms after the disconnect", flush=True)
         assert took < ABORT_FREE_LIMIT_S, f"blocks freed {took:.2f} s after the disconnect"
-    res.run(f"disconnect during a 3000-token prefill -> KV idle within {ABORT_FREE_LIMIT_S:.1f} s", during_prefill)
+    res.run(f"disconnect during a {PREFILL_TOKENS}-token prefill (seconds long as one step) -> KV idle within "
+            f"{ABORT_FREE_LIMIT_S:.1f} s", during_prefill)
 
     def others_not_held():
-        s = send_stream({"model": NAME, "prompt": long_prompt, "max_tokens": 4, "stream": True})
-        until_running()
-        time.sleep(0.2)
+        s = send_stream({"model": NAME, "prompt": long_prompt(2), "max_tokens": 4, "stream": True})
+        time.sleep(1.0)
         s.close()
         t0 = time.monotonic()
         status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=2, temperature=0)
@@ -495,6 +509,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", required=True)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="extra flag for the main server (e.g. --server-arg=--max-step-ms --server-arg=0 shows "
+                         "what the time bound prevents)")
     args = ap.parse_args()
     tessera = os.path.abspath(args.tessera)
     workdir = tempfile.mkdtemp(prefix="tessera-hostile-")
@@ -502,10 +519,14 @@ def main():
     start = time.time()
     try:
         model = synth_model(tessera, workdir)
+        mid = os.path.join(workdir, "mid-qwen3")
+        subprocess.run([tessera, "synth", "--arch", "qwen3", "--size", "tiny", "--dtype", "bf16", "--out", mid]
+                       + MID_MODEL, check=True, capture_output=True, timeout=300)
         # A step budget far above what a step should take, so only the time
         # bound (--max-step-ms, default 250) keeps a long prefill interruptible.
-        srv = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-num-seqs", "2",
-                               "--max-num-batched-tokens", "65536", "--max-model-len", str(MAX_MODEL_LEN)],
+        srv = Server(tessera, ["--model", mid, "--served-model-name", NAME, "--max-num-seqs", "2",
+                               "--max-num-batched-tokens", "65536", "--max-model-len", str(MAX_MODEL_LEN)]
+                     + args.server_arg,
                      workdir, "main")
         res.server = srv
         try:
