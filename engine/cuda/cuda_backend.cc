@@ -265,7 +265,7 @@ class CudaBackend final : public Backend {
   }
   void MoeExperts(const float* x, int64_t tokens, const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
                   const MoeExpertWeights& w, float* out) override {
-    Keep(moe_.Experts(MoeEnv(), *this, x, tokens, topk_ids, topk_weights, top_k, w, out));
+    Keep(moe_.Experts(MoeEnv(), x, tokens, topk_ids, topk_weights, top_k, w, out));
   }
   void MoeCountExperts(const int32_t* topk_ids, int64_t n, int64_t num_experts, int64_t* counts) override {
     Keep(moe_.CountExperts(MoeEnv(), topk_ids, n, num_experts, counts));

@@ -92,7 +92,7 @@ Status CudaMoe::Route(const Env& env, const float* logits, int64_t tokens, int64
               "MoeTopKSoftmax");
 }
 
-StatusOr<const CudaMoe::Table*> CudaMoe::GetTable(const Env& env, Backend& backend, const MoeExpertWeights& w) {
+StatusOr<const CudaMoe::Table*> CudaMoe::GetTable(const Env& env, const MoeExpertWeights& w) {
   const int64_t e = w.num_experts;
   std::vector<const void*> host;
   if (e >= 1 && static_cast<int64_t>(w.gate.size()) == e && static_cast<int64_t>(w.up.size()) == e &&
@@ -121,21 +121,24 @@ StatusOr<const CudaMoe::Table*> CudaMoe::GetTable(const Env& env, Backend& backe
   t.aligned = std::all_of(t.host.begin(), t.host.end(), Aligned16);
   const int64_t bytes = static_cast<int64_t>(t.host.size() * sizeof(void*));
   RETURN_IF_ERROR(Cuda(cudaMalloc(&t.device, static_cast<size_t>(bytes)), "cudaMalloc of an MoE expert table"));
-  backend.CopyFromHost(t.device, t.host.data(), bytes);  // staged: the host vector may go
   auto [it, inserted] = tables_.try_emplace(t.host[0]);
   if (!inserted) retired_tables_.push_back(it->second.device);
   it->second = std::move(t);
+  // From pageable memory: cudaMemcpyAsync has copied it when it returns.
+  RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(it->second.device, it->second.host.data(), static_cast<size_t>(bytes),
+                                       cudaMemcpyHostToDevice, env.stream),
+                       "MoE expert table upload"));
   return &it->second;
 }
 
-Status CudaMoe::Experts(const Env& env, Backend& backend, const float* x, int64_t tokens, const int32_t* topk_ids,
+Status CudaMoe::Experts(const Env& env, const float* x, int64_t tokens, const int32_t* topk_ids,
                         const float* topk_weights, int64_t top_k, const MoeExpertWeights& w, float* out) {
   if (tokens <= 0) return Status::Ok();
   if (top_k < 1 || top_k > w.num_experts) {
     return InvalidArgument("cuda backend: MoeExperts with top_k " + std::to_string(top_k) + " of " +
                            std::to_string(w.num_experts) + " experts");
   }
-  ASSIGN_OR_RETURN(const Table* table, GetTable(env, backend, w));
+  ASSIGN_OR_RETURN(const Table* table, GetTable(env, w));
   const int64_t n = tokens * top_k, experts = w.num_experts, hidden = w.hidden, inter = w.inter;
   // Scratch: plan, pair_row, row_token, x (then y) permuted, gate|up, act.
   const int64_t plan_bytes = Align256(kc::MoePlanInts(experts) * 4), idx_bytes = Align256(n * 4);
@@ -163,8 +166,10 @@ Status CudaMoe::Experts(const Env& env, Backend& backend, const float* x, int64_
   std::vector<int32_t> offset;
   if (cublas) {
     offset.resize(static_cast<size_t>(experts + 1));
-    backend.CopyToHost(offset.data(), plan, (experts + 1) * 4);  // synchronises the stream
-    RETURN_IF_ERROR(backend.TakeError());
+    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(offset.data(), plan, static_cast<size_t>(experts + 1) * 4,
+                                         cudaMemcpyDeviceToHost, env.stream),
+                         "MoE expert offsets"));
+    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(env.stream), "MoE expert offsets (synchronize)"));
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t r0 = offset[e], rows = offset[e + 1] - r0;
       if (rows <= 0) continue;

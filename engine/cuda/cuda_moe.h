@@ -43,11 +43,11 @@ class CudaMoe {
 
   Status Route(const Env& env, const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k,
                bool renormalize, int32_t* topk_ids, float* topk_weights);
-  // `backend` copies the expert pointer table to the device (the first call per
-  // layer: must not be inside a capture) and, on the cuBLAS path, the offsets
-  // back. Scratch grows to the largest tokens * top_k seen; growing inside a
-  // capture fails (run each shape eagerly first, as Model does).
-  Status Experts(const Env& env, Backend& backend, const float* x, int64_t tokens, const int32_t* topk_ids,
+  // The first call for a layer uploads its expert pointer table (so it must
+  // not be inside a capture); scratch grows to the largest tokens * top_k seen,
+  // and growing inside a capture fails (run each shape eagerly first, as Model
+  // does). The cuBLAS path synchronises the stream once (expert offsets).
+  Status Experts(const Env& env, const float* x, int64_t tokens, const int32_t* topk_ids,
                  const float* topk_weights, int64_t top_k, const MoeExpertWeights& w, float* out);
   Status CountExperts(const Env& env, const int32_t* topk_ids, int64_t n, int64_t num_experts, int64_t* counts);
   Status SigmoidGateAdd(const Env& env, float* out, const float* shared, const float* gate_logits, int64_t rows,
@@ -63,7 +63,7 @@ class CudaMoe {
     void* device = nullptr;
     bool aligned = false;  // every weight 16-byte aligned
   };
-  StatusOr<const Table*> GetTable(const Env& env, Backend& backend, const MoeExpertWeights& w);
+  StatusOr<const Table*> GetTable(const Env& env, const MoeExpertWeights& w);
 
   std::unordered_map<const void*, Table> tables_;
   std::vector<void*> retired_tables_;  // replaced tables (a graph may hold them)
