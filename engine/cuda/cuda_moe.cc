@@ -131,6 +131,20 @@ StatusOr<const CudaMoe::Table*> CudaMoe::GetTable(const Env& env, const MoeExper
   return &it->second;
 }
 
+namespace {
+
+// Scratch of one chunk of `rows` (token, slot) rows: plan, pair_row, row_token,
+// x (then y) permuted, gate|up, act; each 256-byte aligned.
+struct ScratchLayout {
+  int64_t plan, idx, xy, gu, act;
+  ScratchLayout(int64_t rows, int64_t experts, int64_t hidden, int64_t inter)
+      : plan(Align256(kc::MoePlanInts(experts) * 4)), idx(Align256(rows * 4)), xy(Align256(rows * hidden * 4)),
+        gu(Align256(rows * 2 * inter * 4)), act(Align256(rows * inter * 4)) {}
+  int64_t total() const { return plan + 2 * idx + xy + gu + act; }
+};
+
+}  // namespace
+
 Status CudaMoe::Experts(const Env& env, const float* x, int64_t tokens, const int32_t* topk_ids,
                         const float* topk_weights, int64_t top_k, const MoeExpertWeights& w, float* out) {
   if (tokens <= 0) return Status::Ok();
@@ -139,23 +153,35 @@ Status CudaMoe::Experts(const Env& env, const float* x, int64_t tokens, const in
                            std::to_string(w.num_experts) + " experts");
   }
   ASSIGN_OR_RETURN(const Table* table, GetTable(env, w));
-  const int64_t n = tokens * top_k, experts = w.num_experts, hidden = w.hidden, inter = w.inter;
-  // Scratch: plan, pair_row, row_token, x (then y) permuted, gate|up, act.
-  const int64_t plan_bytes = Align256(kc::MoePlanInts(experts) * 4), idx_bytes = Align256(n * 4);
-  const int64_t xy_bytes = Align256(n * hidden * 4), gu_bytes = Align256(n * 2 * inter * 4);
-  const int64_t act_bytes = Align256(n * inter * 4);
-  const int64_t total = plan_bytes + 2 * idx_bytes + xy_bytes + gu_bytes + act_bytes;
+  // Tokens per chunk: the scratch budget's worth, at least one. Chunks are
+  // independent calls; a row's arithmetic does not depend on its chunk.
+  const int64_t per_token = ScratchLayout(top_k, w.num_experts, w.hidden, w.inter).total();
+  const int64_t chunk = std::clamp<int64_t>(scratch_budget_ / per_token, 1, tokens);
+  const int64_t total = ScratchLayout(chunk * top_k, w.num_experts, w.hidden, w.inter).total();
   if (total > scratch_.bytes && env.capturing) {
     return FailedPrecondition("cuda backend: MoE workspace would grow during graph capture");
   }
   RETURN_IF_ERROR(Cuda(scratch_.Ensure(total), "MoE workspace of " + std::to_string(total) + " bytes"));
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t c = std::min(chunk, tokens - t0);
+    RETURN_IF_ERROR(ExpertsChunk(env, table, x + t0 * w.hidden, c, topk_ids + t0 * top_k,
+                                 topk_weights + t0 * top_k, top_k, w, out + t0 * w.hidden));
+  }
+  return Status::Ok();
+}
+
+Status CudaMoe::ExpertsChunk(const Env& env, const Table* table, const float* x, int64_t tokens,
+                             const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
+                             const MoeExpertWeights& w, float* out) {
+  const int64_t n = tokens * top_k, experts = w.num_experts, hidden = w.hidden, inter = w.inter;
+  const ScratchLayout l(n, experts, hidden, inter);
   char* p = static_cast<char*>(scratch_.p);
   auto* plan = reinterpret_cast<int32_t*>(p);
-  auto* pair_row = reinterpret_cast<int32_t*>(p += plan_bytes);
-  auto* row_token = reinterpret_cast<int32_t*>(p += idx_bytes);
-  auto* xy = reinterpret_cast<float*>(p += idx_bytes);
-  auto* gate_up = reinterpret_cast<float*>(p += xy_bytes);
-  auto* act = reinterpret_cast<float*>(p += gu_bytes);
+  auto* pair_row = reinterpret_cast<int32_t*>(p += l.plan);
+  auto* row_token = reinterpret_cast<int32_t*>(p += l.idx);
+  auto* xy = reinterpret_cast<float*>(p += l.idx);
+  auto* gate_up = reinterpret_cast<float*>(p += l.xy);
+  auto* act = reinterpret_cast<float*>(p += l.gu);
 
   RETURN_IF_ERROR(Cuda(kc::MoePlan(topk_ids, n, top_k, experts, kc::kMoeTileRows, plan, pair_row, row_token,
                                    env.stream),

@@ -9,8 +9,9 @@
 // CUDA graphs; its per-row arithmetic is independent of the grouping, which is
 // what the deterministic mode needs. In the cuBLAS mode, outside a capture and
 // when the experts average at least kCublasRowsPerExpert rows (prefill), the
-// expert offsets are copied to the host (one synchronisation per layer) and
-// each active expert runs cuBLAS GEMMs on its rows instead (tensor cores).
+// expert offsets are copied to the host (one synchronisation per layer and
+// chunk) and each active expert runs cuBLAS GEMMs on its rows instead (tensor
+// cores). Long batches run in token chunks that bound the scratch.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,12 @@ class CudaMoe {
     bool capturing = false;
   };
 
-  CudaMoe() = default;
+  // MoeExperts runs batches in chunks whose scratch fits this budget (a
+  // Mixtral layer needs ~190 KB per routed row), so the profiled peak of a long
+  // prefill stays bounded.
+  static constexpr int64_t kDefaultScratchBudget = int64_t{256} << 20;
+
+  explicit CudaMoe(int64_t scratch_budget_bytes = kDefaultScratchBudget) : scratch_budget_(scratch_budget_bytes) {}
   ~CudaMoe();
   CudaMoe(const CudaMoe&) = delete;
   CudaMoe& operator=(const CudaMoe&) = delete;
@@ -44,9 +50,9 @@ class CudaMoe {
   Status Route(const Env& env, const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k,
                bool renormalize, int32_t* topk_ids, float* topk_weights);
   // The first call for a layer uploads its expert pointer table (so it must
-  // not be inside a capture); scratch grows to the largest tokens * top_k seen,
-  // and growing inside a capture fails (run each shape eagerly first, as Model
-  // does). The cuBLAS path synchronises the stream once (expert offsets).
+  // not be inside a capture); scratch grows to the largest chunk seen, and
+  // growing inside a capture fails (run each shape eagerly first, as Model
+  // does). The cuBLAS path synchronises the stream once per chunk (offsets).
   Status Experts(const Env& env, const float* x, int64_t tokens, const int32_t* topk_ids,
                  const float* topk_weights, int64_t top_k, const MoeExpertWeights& w, float* out);
   Status CountExperts(const Env& env, const int32_t* topk_ids, int64_t n, int64_t num_experts, int64_t* counts);
@@ -64,6 +70,11 @@ class CudaMoe {
     bool aligned = false;  // every weight 16-byte aligned
   };
   StatusOr<const Table*> GetTable(const Env& env, const MoeExpertWeights& w);
+  // One chunk of tokens; the scratch already holds it.
+  Status ExpertsChunk(const Env& env, const Table* table, const float* x, int64_t tokens, const int32_t* topk_ids,
+                      const float* topk_weights, int64_t top_k, const MoeExpertWeights& w, float* out);
+
+  const int64_t scratch_budget_;
 
   std::unordered_map<const void*, Table> tables_;
   std::vector<void*> retired_tables_;  // replaced tables (a graph may hold them)
