@@ -287,9 +287,10 @@ TEST_F(SpecDecodeTest, DraftEqualToTargetIsAlwaysAccepted) {
 // The verification pass: 1 + k tokens in one forward give the logits of k + 1
 // single-token steps (what exactness relies on).
 TEST_F(SpecDecodeTest, VerificationPassEqualsSingleSteps) {
-  auto backend = MakeCpuBackend({2});
-  ASSERT_TRUE(backend.ok());
-  auto model = Model::Load(target_->path(), backend->get());
+  CpuBackendOptions bo;
+  bo.num_threads = 2;
+  std::unique_ptr<Backend> backend = MakeCpuBackend(bo);
+  auto model = Model::Load(target_->path(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::mt19937 rng(9);
   const std::vector<int32_t> prompt = RandomTokens(rng, 21, kVocab);
