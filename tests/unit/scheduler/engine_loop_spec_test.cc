@@ -282,6 +282,14 @@ TEST_F(SpecDecodeTest, DraftEqualToTargetIsAlwaysAccepted) {
   EXPECT_EQ(c.num_accepted_tokens, c.num_draft_tokens);  // greedy, same model: every draft is right
   ASSERT_EQ(c.num_accepted_tokens_per_pos.size(), 5u);
   EXPECT_EQ(c.num_accepted_tokens_per_pos[0], c.num_drafts);
+  // Chunked prefill (8-token steps) and preemption: the draft's KV must still
+  // mirror every prompt chunk and recompute, or its proposals would go wrong.
+  for (auto [budget, blocks] : {std::pair<int64_t, int32_t>{8, 512}, {256, 9}}) {
+    SpecDecodeCounters cc;
+    EXPECT_EQ(off, RunFresh(Options(DraftModel(5, target_->path()), 4, budget, blocks), reqs, &cc));
+    EXPECT_GT(cc.num_draft_tokens, 0);
+    EXPECT_EQ(cc.num_accepted_tokens, cc.num_draft_tokens) << "budget " << budget << ", blocks " << blocks;
+  }
 }
 
 // The verification pass: 1 + k tokens in one forward give the logits of k + 1

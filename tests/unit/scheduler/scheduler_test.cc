@@ -324,6 +324,39 @@ TEST(SchedulerTest, SpeculativeDraftsAreVerifiedAndRolledBack) {
   EXPECT_TRUE(s->UpdateFromOutput(std::vector<SampledTokens>{{id, {1}}}).ok());
 }
 
+// Drafts count against the step budget but leave half of it to pending
+// prefills; ReserveDraftSlots extends the block table for them first.
+TEST(SchedulerTest, DraftsShareTheBudgetWithPrefills) {
+  SchedulerOptions o = Options(64);
+  o.num_lookahead_tokens = 8;  // 4 seqs x (1 + 8) > 16: drafts are optional tokens
+  o.max_num_batched_tokens = 12;
+  auto s = Make(o);
+  ASSERT_TRUE(s->AddRequest(Req("a", 5, 30)).ok());
+  const SeqId a = Step(*s).plan.seqs[0].seq_id;
+  EXPECT_EQ(s->ReserveDraftSlots(a, 8), 8);
+  EXPECT_EQ(s->kv_cache().blocks(a).size(), 4u);  // positions < 6 + 8, blocks of 4
+  ASSERT_TRUE(s->SetDraftTokens(a, {21, 22, 23, 24, 25, 26, 27, 28}).ok());
+  ASSERT_TRUE(s->AddRequest(Req("b", 40, 3)).ok());
+  SchedulerOutput plan = s->Schedule();
+  const ScheduledSequence* pa = Find(plan, "a");
+  const ScheduledSequence* pb = Find(plan, "b");
+  ASSERT_TRUE(pa && pb);
+  EXPECT_EQ(pa->num_draft_tokens, 6);  // half of 12, minus nothing: b still gets 12 - 7
+  EXPECT_EQ(pa->token_ids.size(), 7u);
+  EXPECT_EQ(pb->token_ids.size(), 5u);
+  auto out = s->UpdateFromOutput(std::vector<SampledTokens>{{a, {21, 22, 23, 24, 25, 26, 99}}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(s->GetSequence(a)->num_tokens(), 13);
+  EXPECT_EQ(s->GetSequence(a)->num_computed_tokens, 12);
+  // Nothing pending: drafts may use all but one token per running sequence.
+  auto t = Make(o);
+  ASSERT_TRUE(t->AddRequest(Req("c", 5, 30)).ok());
+  const SeqId c = Step(*t).plan.seqs[0].seq_id;
+  ASSERT_EQ(t->ReserveDraftSlots(c, 8), 8);
+  ASSERT_TRUE(t->SetDraftTokens(c, {1, 2, 3, 4, 5, 6, 7, 8}).ok());
+  EXPECT_EQ(t->Schedule().seqs[0].num_draft_tokens, 8);
+}
+
 TEST(SchedulerTest, MetricsHooks) {
   SchedulerOptions o = Options(64);
   int64_t now = 1'000'000'000;
