@@ -77,13 +77,12 @@ std::optional<SpecDecodeStats> SpecDecodeDelta(const SpecDecodeCounts& a, const 
 }
 
 std::string FormatSpecDecode(const SpecDecodeStats& s) {
-  char buf[128];
   std::string o = "---------------Speculative Decoding----------------\n";
-  auto row = [&](const char* name, double v, const char* fmt) {
-    char val[32];
+  auto row = [&](const std::string& name, double v, const char* fmt) {
+    char val[64], line[256];
     std::snprintf(val, sizeof val, fmt, v);
-    std::snprintf(buf, sizeof buf, "%-40s %12s\n", name, val);
-    o += buf;
+    std::snprintf(line, sizeof line, "%-40s %12s\n", name.c_str(), val);
+    o += line;
   };
   row("Acceptance rate (%):", s.acceptance_rate * 100.0, "%.2f");
   row("Acceptance length:", s.acceptance_length, "%.2f");
@@ -92,8 +91,7 @@ std::string FormatSpecDecode(const SpecDecodeStats& s) {
   row("Accepted tokens:", s.accepted_tokens, "%.0f");
   o += "Per-position acceptance (%):\n";
   for (size_t i = 0; i < s.per_position_rate.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "  Position %zu:", i);
-    row(buf, s.per_position_rate[i] * 100.0, "%.2f");
+    row("  Position " + std::to_string(i) + ":", s.per_position_rate[i] * 100.0, "%.2f");
   }
   o += std::string(53, '=') + "\n";
   return o;

@@ -65,7 +65,9 @@ def expect_startup_error(tessera, workdir, model, config, words):
 
 
 def check_server(res, tessera, workdir, model, name, config, reference, seeded_reference):
-    srv = Server(tessera, ["--model", model, "--speculative-config", json.dumps(config)], workdir, name)
+    srv = Server(tessera, ["--model", model, "--served-model-name", "target", "--kv-cache-mb", "64",
+                           "--speculative-config", json.dumps(config)], workdir, name)
+    model = "target"  # the served name
     res.server = srv
     try:
         if not res.run(f"{name}: ready", srv.wait_ready):
