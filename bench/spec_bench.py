@@ -43,7 +43,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http(port, method, path, body=None, timeout=600):
+def call(port, method, path, body=None, timeout=600):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request(method, path, body=json.dumps(body) if body is not None else None,
@@ -69,7 +69,7 @@ class Proc:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited {self.proc.returncode}; see {self.log_path}")
             try:
-                st, _ = http(self.port, "GET", self.ready_path, timeout=5)
+                st, _ = call(self.port, "GET", self.ready_path, timeout=5)
                 if st == 200:
                     return self
             except OSError:
@@ -99,7 +99,7 @@ def tessera_server(args, name, model, spec=None, extra=()):
 
 
 def spec_counts(port):
-    st, body = http(port, "GET", "/metrics")
+    st, body = call(port, "GET", "/metrics")
     out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
     if st != 200:
         return out

@@ -357,6 +357,30 @@ TEST(SchedulerTest, DraftsShareTheBudgetWithPrefills) {
   EXPECT_EQ(t->Schedule().seqs[0].num_draft_tokens, 8);
 }
 
+// A block that holds unverified draft KV is never registered in the prefix
+// cache: a later prompt equal to prompt + drafts hits only verified blocks.
+TEST(SchedulerTest, UnverifiedDraftsNeverReachThePrefixCache) {
+  SchedulerOptions o = Options(64);
+  o.num_lookahead_tokens = 5;
+  auto s = Make(o);
+  Request a = Req("a", 3, 20);
+  ASSERT_TRUE(s->AddRequest(a).ok());
+  const SeqId id = Step(*s).plan.seqs[0].seq_id;  // samples 7 at position 3
+  ASSERT_EQ(s->ReserveDraftSlots(id, 5), 5);
+  ASSERT_TRUE(s->SetDraftTokens(id, {31, 32, 33, 34, 35}).ok());
+  SchedulerOutput plan = s->Schedule();  // computes positions 3..8 (blocks 0-2 of 4)
+  ASSERT_EQ(plan.seqs[0].num_draft_tokens, 5);
+  ASSERT_TRUE(s->UpdateFromOutput(std::vector<SampledTokens>{{id, {40}}}).ok());  // every draft rejected
+  EXPECT_EQ(s->GetSequence(id)->num_computed_tokens, 4);
+  Request b = Req("b", 0, 2);
+  b.prompt_token_ids = a.prompt_token_ids;
+  for (int32_t t : {7, 31, 32, 33, 34, 35, 36}) b.prompt_token_ids.push_back(t);
+  ASSERT_TRUE(s->AddRequest(b).ok());
+  const int64_t hits = s->kv_cache().stats().prefix_hits;
+  Step(*s, [](const ScheduledSequence&) { return 50; });
+  EXPECT_EQ(s->kv_cache().stats().prefix_hits - hits, 4);  // block 0 only (3 prompt tokens + the verified 7)
+}
+
 TEST(SchedulerTest, MetricsHooks) {
   SchedulerOptions o = Options(64);
   int64_t now = 1'000'000'000;
