@@ -19,9 +19,15 @@ std::string ReadTokenizer(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-// Appends one sequence's tokens [from, to) to a draft batch.
-void AddRows(ForwardBatch* b, const DraftInput& in, std::span<const int32_t> tokens, int64_t from, int64_t block_size,
-             bool want_logits) {
+// Appends one sequence's tokens [from, to) to a draft batch; INTERNAL (the
+// step falls back to plain decode) if its block table does not cover them.
+Status AddRows(ForwardBatch* b, const DraftInput& in, std::span<const int32_t> tokens, int64_t from,
+               int64_t block_size, bool want_logits) {
+  const int64_t last = from + static_cast<int64_t>(tokens.size()) - 1;
+  if (last / block_size >= static_cast<int64_t>(in.block_ids.size())) {
+    return Internal("draft model: position " + std::to_string(last) + " of sequence " + std::to_string(in.seq_id) +
+                    " is past its " + std::to_string(in.block_ids.size()) + " blocks");
+  }
   const int32_t row = static_cast<int32_t>(b->num_seqs++);
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int64_t pos = from + static_cast<int64_t>(i);
@@ -31,6 +37,7 @@ void AddRows(ForwardBatch* b, const DraftInput& in, std::span<const int32_t> tok
     b->slot_mapping.push_back(static_cast<int64_t>(in.block_ids[pos / block_size]) * block_size + pos % block_size);
   }
   if (want_logits) b->logits_indices.push_back(static_cast<int32_t>(b->token_ids.size() - 1));
+  return Status::Ok();
 }
 
 // Fills block_tables for the sequences added, in order.
@@ -146,7 +153,8 @@ Status DraftModelProposer::ProposeImpl(std::span<const DraftInput> inputs, std::
     const int64_t to = in.k > 0 ? static_cast<int64_t>(in.token_ids.size()) : in.num_computed_tokens;
     computed_[in.seq_id] = from;
     if (to <= from) continue;
-    AddRows(&b, in, in.token_ids.subspan(static_cast<size_t>(from), static_cast<size_t>(to - from)), from, bs, in.k > 0);
+    RETURN_IF_ERROR(AddRows(&b, in, in.token_ids.subspan(static_cast<size_t>(from), static_cast<size_t>(to - from)),
+                            from, bs, in.k > 0));
     rows.push_back(&in);
     if (in.k > 0) sampled.push_back(i);
   }
@@ -169,7 +177,8 @@ Status DraftModelProposer::ProposeImpl(std::span<const DraftInput> inputs, std::
       if (in.k <= j) continue;
       const Draft& d = (*drafts)[i];
       const int64_t pos = static_cast<int64_t>(in.token_ids.size()) - 1 + j;
-      AddRows(&step, in, std::span<const int32_t>(d.token_ids).subspan(static_cast<size_t>(j - 1), 1), pos, bs, true);
+      RETURN_IF_ERROR(
+          AddRows(&step, in, std::span<const int32_t>(d.token_ids).subspan(static_cast<size_t>(j - 1), 1), pos, bs, true));
       step_rows.push_back(&in);
       idx.push_back(i);
     }
