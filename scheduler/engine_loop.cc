@@ -1,6 +1,7 @@
 #include "scheduler/engine_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <utility>
 
@@ -208,6 +209,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
+  loop->max_step_ms_ = options.max_step_ms;
   return loop;
 }
 
@@ -231,6 +233,12 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<voi
 void EngineLoop::Abort(const std::string& request_id) {
   std::lock_guard lock(mu_);
   aborts_.push_back(request_id);
+  cv_.notify_all();
+}
+
+void EngineLoop::AbortAll() {
+  std::lock_guard lock(mu_);
+  aborts_.insert(aborts_.end(), live_ids_.begin(), live_ids_.end());
   cv_.notify_all();
 }
 
@@ -370,6 +378,28 @@ Status EngineLoop::Step() {
 Status EngineLoop::RunStep() {
   const SchedulerOutput plan = scheduler_->Schedule();
   if (plan.empty()) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status s = RunPlan(plan);
+  if (s.ok() && max_step_ms_ > 0) BoundNextStep(plan, std::chrono::steady_clock::now() - start);
+  return s;
+}
+
+// Steps of fewer tokens say little about the per-token cost of a prefill chunk
+// (fixed costs dominate), so only larger ones update the estimate; the first
+// estimate comes from the warm-up step, which errs on the small-chunk side.
+void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
+  int64_t tokens = 0;
+  for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
+  const double ms = std::chrono::duration<double, std::milli>(took).count();
+  if (tokens >= Scheduler::kMinStepPrefillTokens || ms_per_token_ == 0) {
+    const double sample = ms / static_cast<double>(std::max<int64_t>(tokens, 1));
+    ms_per_token_ = ms_per_token_ == 0 ? sample : 0.5 * ms_per_token_ + 0.5 * sample;
+  }
+  const double tokens_in_target = max_step_ms_ / std::max(ms_per_token_, 1e-6);
+  scheduler_->SetStepTokenBudget(static_cast<int64_t>(std::clamp(tokens_in_target, 1.0, 1e9)));
+}
+
+Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   for (const CopyOp& op : plan.copies) RETURN_IF_ERROR(cache_->CopyBlock(op.src, op.dst));
   if (proposer_) {
     for (const auto* ids : {&plan.preempted, &plan.finished}) {

@@ -10,6 +10,7 @@
 // thread of your choice (offline, tests) — never both.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -57,6 +58,12 @@ struct EngineLoopOptions {
   std::optional<SpeculativeConfig> speculative;
   // Fault-injection seam for tests: wraps the proposer built from `speculative`.
   std::function<std::unique_ptr<Proposer>(std::unique_ptr<Proposer>)> wrap_proposer;
+  // Time-bounded steps: when > 0, the loop measures the time per scheduled
+  // token and caps each step's tokens so a step takes about this long (see
+  // Scheduler::SetStepTokenBudget). An abort waits at most one step, so this
+  // bounds how long a cancelled request holds its blocks and the engine.
+  // 0: steps are bounded by max_num_batched_tokens only (offline throughput).
+  double max_step_ms = 0;
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.
   std::function<void(const FinishedSequenceStats&)> on_finished;
@@ -132,6 +139,8 @@ class EngineLoop {
   // Ends every choice of the request at the next step (kAbort); unknown or
   // already finished ids are ignored. Any thread.
   void Abort(const std::string& request_id);
+  // Aborts every live request at the next step (drain deadline). Any thread.
+  void AbortAll();
   // Ends one choice at the next step with `reason` (the front end matched a
   // stop string): its KV blocks are freed and a final output with `reason`
   // follows on the stream unless the choice already ended. Any thread.
@@ -174,6 +183,8 @@ class EngineLoop {
 
   void DrainInbox();
   Status RunStep();
+  Status RunPlan(const SchedulerOutput& plan);
+  void BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took);
   void DeliverFinished();
   // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
   void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
@@ -222,6 +233,8 @@ class EngineLoop {
   SchedulerMetrics metrics_;
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
+  double max_step_ms_ = 0;
+  double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
   bool stop_ = false;
   bool started_ = false;
   std::thread thread_;

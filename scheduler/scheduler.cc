@@ -275,6 +275,13 @@ SchedulerOutput Scheduler::Schedule() {
   int64_t budget = options_.max_num_batched_tokens;
   bool preempted_any = false;
   const int64_t k = options_.num_lookahead_tokens;
+  if (step_token_budget_ > 0) {
+    int64_t decode_tokens = 0;
+    for (const Sequence* s : running_) {
+      if (s->num_tokens() - s->num_computed_tokens <= 1) decode_tokens += 1 + k;
+    }
+    budget = std::min(budget, std::max(step_token_budget_, decode_tokens + kMinStepPrefillTokens));
+  }
   auto lookahead = [&](const Sequence& s, int64_t num_new) {
     // Room for k speculative tokens past the real ones (drafts scheduled now count).
     const int64_t drafts = std::max<int64_t>(0, s.num_computed_tokens + num_new - s.num_tokens());

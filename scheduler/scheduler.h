@@ -77,6 +77,13 @@ class Scheduler {
   // there), allocating without preempting. Returns how many drafts fit (0 for
   // a sequence that is not running between steps).
   int32_t ReserveDraftSlots(SeqId seq, int32_t num_drafts);
+  // Caps the tokens of the following steps (time-bounded steps: the engine
+  // loop sets it from measured step time) at max(tokens, the running decodes'
+  // tokens + kMinStepPrefillTokens), never above max_num_batched_tokens, so
+  // decodes are never starved and prefills always progress. 0: no cap.
+  void SetStepTokenBudget(int64_t tokens) { step_token_budget_ = tokens; }
+  int64_t step_token_budget() const { return step_token_budget_; }
+  static constexpr int64_t kMinStepPrefillTokens = 16;
 
   // Plans the next step. Advances the scheduled sequences' computed counts;
   // the caller must run the plan and call UpdateFromOutput before the next
@@ -144,6 +151,7 @@ class Scheduler {
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
   SeqId next_seq_id_ = 1;
+  int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;
 };
 

@@ -239,6 +239,10 @@ TEST_F(SpecDecodeTest, ChunkedPrefillAndPreemptionMatchOff) {
       EXPECT_GT(c.num_drafts, 0) << what;
     }
     EXPECT_EQ(off, RunFresh(Options(spec, 4, 8), reqs)) << what << ", 4 seqs, 8-token budget";
+    EngineLoopOptions timed = Options(spec);
+    timed.max_step_ms = 0.2;  // time-bounded steps cut prefill chunks small
+    EXPECT_EQ(off, RunFresh(timed, reqs, &c)) << what << ", time-bounded steps";
+    EXPECT_GT(c.num_drafts, 0) << what;
     // 14 blocks of 16 tokens: each request fits alone, not all together.
     auto loop = MakeLoop(Options(spec, 32, 256, 14));
     EXPECT_EQ(off, Run(*loop, reqs)) << what << ", preemption";
