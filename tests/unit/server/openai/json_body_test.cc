@@ -51,9 +51,10 @@ TEST(JsonBodyTest, LimitsNameThemselves) {
   EXPECT_FALSE(ParseJsonBounded("[[[1]]]", small, &got));
 }
 
-// Linear, not quadratic, in the number of keys: 10x the keys must cost far
-// less than the 100x a per-key search over the object would (ordered_json's
-// own parser). A complexity check with a wide margin, not a speed claim.
+// Linear, not quadratic, in the number of keys: 16x the keys must cost far
+// less than the 256x a per-key search over the object would (ordered_json's
+// own parser). Hash-set cache misses make the real growth ~30-50x at these
+// sizes; the bound sits well between. A complexity check, not a speed claim.
 double ParseSeconds(int keys) {
   std::string text = "{";
   for (int i = 0; i < keys; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
@@ -68,10 +69,10 @@ double ParseSeconds(int keys) {
 TEST(JsonBodyTest, ManyKeysParseInLinearTime) {
   double small = 1e9, large = 1e9;
   for (int rep = 0; rep < 3; ++rep) {  // best of 3 against a busy machine
-    small = std::min(small, ParseSeconds(20000));
-    large = std::min(large, ParseSeconds(200000));
+    small = std::min(small, ParseSeconds(10000));
+    large = std::min(large, ParseSeconds(160000));
   }
-  EXPECT_LT(large, 35 * small + 0.05) << "20k keys " << small << " s, 200k keys " << large << " s";
+  EXPECT_LT(large, 120 * small + 0.05) << "10k keys " << small << " s, 160k keys " << large << " s";
 }
 
 }  // namespace
