@@ -193,9 +193,11 @@ class GlooCommunicator final : public Communicator {
       std::string msg = std::string("gloo ") + op + " on rank " + std::to_string(ctx_->rank) + " of " +
                         std::to_string(ctx_->size);
       if (peer >= 0) msg += " (peer rank " + std::to_string(peer) + ")";
-      msg += timed_out ? ": a peer did not take part within " + std::to_string(timeout_.count()) + " ms: "
-                       : ": a peer failed or exited: ";
-      broken_ = Status(timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable, msg + what);
+      msg += timed_out ? ": a peer did not take part within " + std::to_string(timeout_.count()) + " ms"
+                       : ": a peer failed or exited";
+      const std::string gone = DescribeGoneRanks(*rv_, std::chrono::milliseconds(timed_out ? 0 : 500));
+      if (!gone.empty()) msg += " (" + gone + ")";
+      broken_ = Status(timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable, msg + ": " + what);
       return broken_;
     }
   }

@@ -149,6 +149,8 @@ class NcclCommunicator final : public Communicator {
     std::string msg = std::string("nccl ") + op + " on rank " + std::to_string(rank_) + " of " +
                       std::to_string(world_);
     if (peer >= 0) msg += " (peer rank " + std::to_string(peer) + ")";
+    const std::string gone = DescribeGoneRanks(*rv_, std::chrono::milliseconds(0));
+    if (!gone.empty()) msg += " (" + gone + ")";
     broken_ = Status(code, msg + ": " + what);
     ncclCommAbort(comm_);
     return broken_;

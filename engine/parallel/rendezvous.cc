@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace tessera::parallel {
@@ -21,6 +22,7 @@ Status ParseEnvInt(const char* name, const char* value, int* out) {
 }
 
 std::string JoinKey(const RendezvousOptions& o, int rank) { return o.group + "/join/" + std::to_string(rank); }
+std::string GoneKey(const RendezvousOptions& o, int rank) { return o.group + "/gone/" + std::to_string(rank); }
 
 }  // namespace
 
@@ -93,6 +95,7 @@ StatusOr<std::unique_ptr<Rendezvous>> JoinRendezvous(const RendezvousOptions& o)
                            " joined twice (already claimed by " +
                            (other.ok() ? std::string(other->begin(), other->end()) : "?") + ")");
   }
+  RETURN_IF_ERROR(store->SetOnDisconnect(GoneKey(o, o.rank), std::vector<char>(me.begin(), me.end())));
   std::vector<std::string> keys;
   for (int r = 0; r < o.world_size; ++r) keys.push_back(JoinKey(o, r));
   Status st = store->Wait(keys, o.timeout);
@@ -111,6 +114,26 @@ StatusOr<std::unique_ptr<Rendezvous>> JoinRendezvous(const RendezvousOptions& o)
   RETURN_IF_ERROR(st);
   rv->store = std::move(store);
   return rv;
+}
+
+std::string DescribeGoneRanks(Rendezvous& rv, std::chrono::milliseconds settle) {
+  const RendezvousOptions& o = rv.options;
+  const auto deadline = std::chrono::steady_clock::now() + settle;
+  for (;;) {
+    std::string gone;
+    for (int r = 0; r < o.world_size; ++r) {
+      if (r == o.rank) continue;
+      auto v = rv.store->Get(GoneKey(o, r), std::chrono::milliseconds(0));
+      if (v.ok()) {
+        gone += (gone.empty() ? "rank " : ", rank ") + std::to_string(r) + " (" + std::string(v->begin(), v->end()) + ")";
+      } else if (v.status().code() != StatusCode::kDeadlineExceeded) {
+        return o.rank == 0 ? "" : "the leader (rank 0) is unreachable";
+      }
+    }
+    if (!gone.empty()) return gone + " exited";
+    if (std::chrono::steady_clock::now() >= deadline) return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace tessera::parallel

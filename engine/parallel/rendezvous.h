@@ -60,6 +60,13 @@ struct Rendezvous {
 
 // Rank 0 starts the store at leader_addr; all ranks connect, claim their rank and
 // wait for every other rank. Errors name the leader address and missing ranks.
+// Each rank also registers "<group>/gone/<rank>", which the server sets when that
+// rank's store connection closes (its process ended).
 StatusOr<std::unique_ptr<Rendezvous>> JoinRendezvous(const RendezvousOptions& options);
+
+// After a failed collective: which ranks have exited, from the store, e.g.
+// "rank 2 exited" or "the leader (rank 0) is unreachable"; "" when none is known
+// to be gone. Waits up to `settle` for the server to notice a death.
+std::string DescribeGoneRanks(Rendezvous& rv, std::chrono::milliseconds settle);
 
 }  // namespace tessera::parallel

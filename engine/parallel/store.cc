@@ -130,6 +130,7 @@ void TcpStoreServer::Serve() {
   struct Conn {
     int fd;
     std::vector<char> in;
+    std::vector<std::pair<std::string, std::vector<char>>> on_close;
   };
   std::vector<Conn> conns;
   std::map<std::string, std::vector<char>> kv;
@@ -146,7 +147,7 @@ void TcpStoreServer::Serve() {
       if (c >= 0) {
         int one = 1;
         ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        conns.push_back({c, {}});
+        conns.push_back({c, {}, {}});
       }
     }
     std::vector<bool> drop(conns.size(), false);
@@ -164,7 +165,7 @@ void TcpStoreServer::Serve() {
       // Serve every complete request in the buffer (a client sends one at a time).
       while (c.in.size() >= 9) {
         const uint32_t kl = GetU32(c.in.data() + 1), vl = GetU32(c.in.data() + 5);
-        if (kl > kMaxField || vl > kMaxField || static_cast<uint8_t>(c.in[0]) > 2) {
+        if (kl > kMaxField || vl > kMaxField || static_cast<uint8_t>(c.in[0]) > 3) {
           drop[i] = true;
           break;
         }
@@ -183,6 +184,10 @@ void TcpStoreServer::Serve() {
           resp = {static_cast<char>(it == kv.end() ? 1 : 0)};
           PutU32(&resp, it == kv.end() ? 0 : static_cast<uint32_t>(it->second.size()));
           if (it != kv.end()) resp.insert(resp.end(), it->second.begin(), it->second.end());
+        } else if (op == 3) {
+          c.on_close.emplace_back(std::move(key), std::move(value));
+          resp = {0};
+          PutU32(&resp, 0);
         } else {
           resp = {static_cast<char>(it == kv.end() ? 0 : 1)};
           PutU32(&resp, 0);
@@ -196,8 +201,12 @@ void TcpStoreServer::Serve() {
     }
     std::vector<Conn> keep;
     for (size_t i = 0; i < conns.size(); ++i) {
-      if (drop[i]) ::close(conns[i].fd);
-      else keep.push_back(std::move(conns[i]));
+      if (drop[i]) {
+        ::close(conns[i].fd);
+        for (auto& [k, v] : conns[i].on_close) kv[k] = std::move(v);
+      } else {
+        keep.push_back(std::move(conns[i]));
+      }
     }
     conns = std::move(keep);
   }
@@ -276,6 +285,11 @@ Status TcpStore::Call(uint8_t op, const std::string& key, const std::vector<char
 Status TcpStore::Set(const std::string& key, const std::vector<char>& value) {
   bool found = false;
   return Call(0, key, value, &found, nullptr);
+}
+
+Status TcpStore::SetOnDisconnect(const std::string& key, const std::vector<char>& value) {
+  bool found = false;
+  return Call(3, key, value, &found, nullptr);
 }
 
 StatusOr<bool> TcpStore::Create(const std::string& key, const std::vector<char>& value) {

@@ -5,7 +5,8 @@
 // request/response per call on a blocking socket, and Get waits by polling.
 //
 // Wire format (little-endian, both ways one frame per call):
-//   request  u8 op (0 set, 1 get, 2 create-if-absent) | u32 key bytes | u32 value bytes | key | value
+//   request  u8 op (0 set, 1 get, 2 create-if-absent, 3 set-when-this-connection-closes)
+//            | u32 key bytes | u32 value bytes | key | value
 //   response u8 status (0 ok / found / created, 1 missing / exists) | u32 value bytes | value
 //
 // Thread safety: TcpStore serializes its calls with a mutex; TcpStoreServer runs
@@ -67,6 +68,9 @@ class TcpStore final : public Store {
   StatusOr<std::vector<char>> Get(const std::string& key, std::chrono::milliseconds timeout) override;
   StatusOr<bool> Create(const std::string& key, const std::vector<char>& value) override;
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  // The server sets key = value when this client's connection closes (the process
+  // exited or was killed): how survivors learn which rank is gone.
+  Status SetOnDisconnect(const std::string& key, const std::vector<char>& value);
 
  private:
   TcpStore() = default;

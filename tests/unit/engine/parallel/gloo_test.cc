@@ -154,13 +154,19 @@ TEST(GlooChild, DISABLED_Rank) {
     ASSERT_EQ(err, "");
     return;
   }
-  ASSERT_EQ(scenario, "killed");
-  // The last rank dies (SIGKILL) in the middle of a run of all-reduces.
+  ASSERT_TRUE(scenario == "killed" || scenario == "stuck") << scenario;
+  // The last rank dies (SIGKILL) or stops taking part (alive, sockets open) in the
+  // middle of a run of all-reduces.
   ASSERT_TRUE(c.Barrier().ok());
   std::vector<float> buf(1 << 16, 1.f);
   auto last_ok = Clock::now();
   for (int it = 0; it < 100000; ++it) {
-    if (rank == world - 1 && it == 3) ::kill(::getpid(), SIGKILL);
+    if (rank == world - 1 && it == 3) {
+      if (scenario == "killed") ::kill(::getpid(), SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms * 2 + 500));
+      result << "STUCK RANK DONE";
+      return;
+    }
     Status s = c.AllReduce(buf.data(), buf.data(), static_cast<int64_t>(buf.size()), DType::kF32);
     if (!s.ok()) {
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - last_ok).count();
@@ -216,7 +222,26 @@ TEST(Gloo, RankKilledMidCollectiveGivesTheOthersAnErrorWithinTheTimeout) {
     const int ms = std::atoi(l.c_str() + std::strlen("ERROR after_ms="));
     EXPECT_LE(ms, 2000 + 1000) << l;
     EXPECT_NE(l.find("again_ok=0"), std::string::npos) << l;
-    EXPECT_NE(l.find("gloo all_reduce on rank " + std::to_string(r) + " of 3"), std::string::npos) << l;
+    EXPECT_NE(l.find("gloo all_reduce on rank " + std::to_string(r) + " of 3: a peer failed or exited (rank 2 ("),
+              std::string::npos) << l;
+  }
+}
+
+TEST(Gloo, RankThatStopsTakingPartGivesTheOthersADeadlineError) {
+  bool hung = false;
+  auto res = RunRanks("stuck", 3, {0, 1, 2}, 1000, std::chrono::milliseconds(15000), &hung);
+  EXPECT_FALSE(hung);
+  EXPECT_EQ(res[2].line, "STUCK RANK DONE");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << "\n" << res[r].log;
+    const std::string& l = res[r].line;
+    ASSERT_EQ(l.rfind("ERROR after_ms=", 0), 0u) << "rank " << r << ": " << l;
+    const int ms = std::atoi(l.c_str() + std::strlen("ERROR after_ms="));
+    EXPECT_GE(ms, 900) << l;
+    EXPECT_LE(ms, 1000 + 1000) << l;
+    EXPECT_NE(l.find("DEADLINE_EXCEEDED: gloo all_reduce on rank " + std::to_string(r) +
+                     " of 3: a peer did not take part within 1000 ms"),
+              std::string::npos) << l;
   }
 }
 
