@@ -118,7 +118,7 @@ class NcclCommunicator final : public Communicator {
 
   // Waits for the enqueued operation within the timeout; aborts the comm on failure.
   Status Finish(const char* op, ncclResult_t rc, int peer = -1) {
-    const auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now(), deadline = start + timeout_;
     std::string what;
     StatusCode code = StatusCode::kUnavailable;
     for (;;) {
@@ -144,7 +144,9 @@ class NcclCommunicator final : public Communicator {
         break;
       }
       rc = ncclSuccess;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Spin briefly (small collectives finish in microseconds), then back off.
+      if (Clock::now() - start < std::chrono::milliseconds(2)) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     std::string msg = std::string("nccl ") + op + " on rank " + std::to_string(rank_) + " of " +
                       std::to_string(world_);
