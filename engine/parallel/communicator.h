@@ -61,9 +61,10 @@ class Communicator {
                            std::span<const int64_t> recv_counts, DType dtype) = 0;
   // root's buf is copied to every rank's buf.
   virtual Status Broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
-  // Point-to-point. Send returns once the matching Recv on `peer` has the data
-  // (a Send without a matching Recv fails after the timeout); sends from one rank
-  // to one peer are received in order.
+  // Point-to-point. Send blocks until the matching Recv on `peer` is posted
+  // (in-process, Gloo and NCCL alike), so a ring of Sends must not all start
+  // first; an unmatched Send fails after the timeout. Sends from one rank to one peer are
+  // received in order.
   virtual Status Send(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual Status Recv(void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual Status Barrier() = 0;

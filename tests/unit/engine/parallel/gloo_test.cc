@@ -154,6 +154,19 @@ TEST(GlooChild, DISABLED_Rank) {
     ASSERT_EQ(err, "");
     return;
   }
+  if (scenario == "unmatched_send") {  // rank 0 sends, rank 1 never receives
+    if (rank == 0) {
+      float x = 1.f;
+      const auto t0 = Clock::now();
+      Status s = c.Send(&x, 1, DType::kF32, 1);
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      result << "after_ms=" << static_cast<int>(ms) << " " << s.ToString();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms * 2));
+      result << "IDLE";
+    }
+    return;
+  }
   ASSERT_TRUE(scenario == "killed" || scenario == "stuck") << scenario;
   // The last rank dies (SIGKILL) or stops taking part (alive, sockets open) in the
   // middle of a run of all-reduces.
@@ -243,6 +256,18 @@ TEST(Gloo, RankThatStopsTakingPartGivesTheOthersADeadlineError) {
                      " of 3: a peer did not take part within 1000 ms"),
               std::string::npos) << l;
   }
+}
+
+TEST(Gloo, UnmatchedSendFailsAtTheTimeout) {
+  bool hung = false;
+  auto res = RunRanks("unmatched_send", 2, {0, 1}, 500, std::chrono::milliseconds(10000), &hung);
+  EXPECT_FALSE(hung);
+  const std::string& l = res[0].line;
+  ASSERT_EQ(l.rfind("after_ms=", 0), 0u) << l;
+  const int ms = std::atoi(l.c_str() + std::strlen("after_ms="));
+  EXPECT_GE(ms, 450) << l;
+  EXPECT_LE(ms, 1500) << l;
+  EXPECT_NE(l.find("DEADLINE_EXCEEDED: gloo send on rank 0 of 2 (peer rank 1)"), std::string::npos) << l;
 }
 
 }  // namespace
