@@ -331,8 +331,9 @@ int main(int argc, char** argv) {
       const int gpus = NcclDeviceCount();
       const int n = nccl_ranks > 0 ? nccl_ranks : gpus;
       if (gpus == 0 || n > gpus) {
-        skipped.push_back({{"impl", "nccl"}, {"reason", "needs " + std::to_string(n) + " GPU(s), " +
-                                                           std::to_string(gpus) + " visible"}});
+        skipped.push_back({{"impl", "nccl"}, {"reason", gpus == 0 ? std::string("no GPU visible")
+                                                                    : "needs " + std::to_string(n) + " GPUs, " +
+                                                                          std::to_string(gpus) + " visible"}});
         continue;
       }
       if (tessera::Status st = RunNccl(n, cfg, &rows); !st.ok()) {

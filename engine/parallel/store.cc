@@ -142,6 +142,7 @@ void TcpStoreServer::Serve() {
       break;
     }
     if (fds[0].revents != 0) break;
+    const size_t polled = conns.size();  // a connection accepted below was not polled yet
     if (fds[1].revents & POLLIN) {
       int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
@@ -151,7 +152,7 @@ void TcpStoreServer::Serve() {
       }
     }
     std::vector<bool> drop(conns.size(), false);
-    for (size_t i = 0; i < conns.size(); ++i) {
+    for (size_t i = 0; i < polled; ++i) {
       if (fds[i + 2].revents == 0) continue;
       Conn& c = conns[i];
       char buf[4096];
