@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "scheduler/spec/spec_config.h"
 #include "server/commands.h"
 #include "server/default_model.h"
 #include "server/http/http_server.h"
@@ -79,6 +81,7 @@ struct ServeFlags {
   int64_t idle_timeout_s = 60;
   std::string served_model_name;
   std::string default_model_size = "0.5b";
+  std::string speculative_config;  // JSON, vLLM's fields
 };
 
 int Fail(const Status& s) {
@@ -222,6 +225,12 @@ int RunServe(ServeFlags f) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
   // Where the model is (or will be) and what clients call it, known up front.
+  std::optional<SpeculativeConfig> speculative;
+  if (!f.speculative_config.empty()) {
+    auto sc = ParseSpeculativeConfig(f.speculative_config);
+    if (!sc.ok()) return Fail(sc.status());
+    speculative = *sc;
+  }
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
   if (use_default) {
@@ -325,6 +334,7 @@ int RunServe(ServeFlags f) {
       o.loop.max_step_ms = f.max_step_ms;
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
+      o.loop.speculative = speculative;
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -426,6 +436,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per engine step (prefill chunk)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  cmd->add_option("--speculative-config", f->speculative_config,
+                  "speculative decoding, JSON with vLLM's fields, e.g. '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}' or '{\"method\": \"draft_model\", "
+                  "\"model\": \"DIR\", \"num_speculative_tokens\": 4}'");
   cmd->add_option("--max-step-ms", f->max_step_ms,
                   "target duration of one engine step: prefill chunks are cut to fit it, so a cancelled request "
                   "frees the engine within about one step (0: bounded by --max-num-batched-tokens only)")
