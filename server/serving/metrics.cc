@@ -77,6 +77,11 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
   prefix_hits_ = counter("tessera:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   preemptions_ = counter("tessera:num_preemptions_total", "Cumulative number of preemptions from the engine.");
   steps_ = counter("tessera:engine_steps_total", "Engine loop steps (forward passes) run.");
+  expert_tokens_ = &BuildCounter()
+                        .Name("tessera:moe_expert_tokens_total")
+                        .Help("MoE models: tokens routed to each expert of each MoE layer (one per token and "
+                              "chosen expert; layer=\"all\" sums the layers when there are too many series).")
+                        .Register(r);
 }
 
 ServingMetrics::~ServingMetrics() = default;
@@ -120,6 +125,38 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   advance(preemptions_, c.preemptions, last_.preemptions);
   advance(steps_, c.steps, last_.steps);
   last_ = c;
+}
+
+void ServingMetrics::UpdateExpertLoad(const ExpertLoad& load) {
+  if (load.empty()) return;
+  const int64_t experts = load.num_experts;
+  const int64_t layers = static_cast<int64_t>(load.layers.size());
+  const bool per_layer = layers * experts <= kMaxExpertSeries;
+  std::vector<int64_t> now;
+  if (per_layer) {
+    now = load.counts;
+  } else {
+    now.assign(static_cast<size_t>(experts), 0);
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t e = 0; e < experts; ++e) now[e] += load.counts[l * experts + e];
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (expert_series_.size() != now.size()) {  // first update (the model does not change)
+    expert_series_.clear();
+    for (int64_t l = 0; l < (per_layer ? layers : 1); ++l) {
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string layer = per_layer ? std::to_string(load.layers[l]) : "all";
+        expert_series_.push_back(&expert_tokens_->Add(
+            {{"model_name", model_name_}, {"layer", layer}, {"expert", std::to_string(e)}}));
+      }
+    }
+    last_expert_.assign(now.size(), 0);
+  }
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now[i] > last_expert_[i]) expert_series_[i]->Increment(static_cast<double>(now[i] - last_expert_[i]));
+  }
+  last_expert_ = std::move(now);
 }
 
 std::string ServingMetrics::Serialize() const {
