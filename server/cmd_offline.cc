@@ -171,7 +171,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--size", opts->size, "tiny | 0.5b | 1.5b (MoE archs: tiny | 1b, ~1B total / ~0.3B active)")
       ->capture_default_str();
   cmd->add_option("--router-skew", opts->router_skew,
-                  "MoE archs: scale the router rows of the first top-k experts by 1+F so they run hot (0: uniform)")
+                  "MoE archs: raise the first top-k experts' router logits by ~0.7*F for every token so they run hot (0: uniform)")
       ->capture_default_str();
   cmd->add_option("--dtype", *dtype, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k (q* with --format gguf|both)")
       ->capture_default_str();

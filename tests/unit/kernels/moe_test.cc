@@ -142,9 +142,9 @@ std::vector<float> OneToken(const Experts& e, const float* x, const int32_t* ids
 class MoeExpertsTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(MoeExpertsTest, BitwiseEqualToEachTokenAloneAnyBatchAnyThreads) {
-  // Wide enough (inter 320 = 3 full tiles + a partial one; hidden 256 for Q4_K
-  // blocks) that the two-thread path really splits the work.
-  const int64_t num = 6, hidden = 256, inter = 320, k = 2, tokens = 13;
+  // Wide enough (inter 512 = 5 full tiles + a partial one; whole Q4_K blocks)
+  // that the two-thread path really splits the work.
+  const int64_t num = 6, hidden = 256, inter = 512, k = 2, tokens = 13;
   const Experts e = MakeExperts(GetParam(), num, hidden, inter);
   const std::vector<float> x = RandomVec(tokens * hidden, 7);
   std::vector<float> logits = RandomVec(tokens * num, 8);

@@ -1,4 +1,6 @@
 // MoE fields of ModelConfig (Mixtral, Qwen2-MoE, Qwen3-MoE) and their weight specs.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -166,7 +168,9 @@ TEST(MoeConfigTest, WeightSpecsUseHfNames) {
       EXPECT_EQ(s.expert, 3);
       EXPECT_EQ(s.role, WeightRole::kExpertDown);
     }
-    if (s.name == "model.layers.1.mlp.gate.weight") EXPECT_EQ(s.shape, (std::vector<int64_t>{8, 64}));
+    if (s.name == "model.layers.1.mlp.gate.weight") {
+      EXPECT_EQ(s.shape, (std::vector<int64_t>{8, 64}));
+    }
   }
 }
 
