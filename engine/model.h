@@ -70,6 +70,8 @@ class Model {
   // passes since load (ProfileForward's excluded); empty for dense models.
   // Copies from the backend (a sync on CUDA); call between forwards.
   StatusOr<ExpertLoad> ReadExpertLoad() const;
+  // MoE models: bytes of one routed expert (its three matrices); 0 for dense.
+  int64_t expert_bytes() const { return moe_ ? moe_->expert_bytes() : 0; }
 
  private:
   Model() = default;

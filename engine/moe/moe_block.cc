@@ -131,6 +131,12 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
   }
 }
 
+int64_t MoeBlock::expert_bytes() const {
+  if (weights_.empty()) return 0;
+  const MoeExpertWeights& x = weights_[0].experts;
+  return x.gate[0].bytes() + x.up[0].bytes() + x.down[0].bytes();
+}
+
 StatusOr<ExpertLoad> MoeBlock::ReadExpertLoad() const {
   ExpertLoad load;
   load.num_experts = config_.moe.num_experts;

@@ -47,6 +47,10 @@ class MoeBlock {
   // in backend memory); adds the routing to the expert counts.
   void Forward(int64_t layer, const float* x, int64_t tokens, float* out);
 
+  // Bytes of one routed expert (gate + up + down) as stored on the backend.
+  int64_t expert_bytes() const;
+  int64_t num_moe_layers() const { return static_cast<int64_t>(moe_layers_.size()); }
+
   // Copies the counts from the backend (a device sync on CUDA).
   StatusOr<ExpertLoad> ReadExpertLoad() const;
   void ResetExpertLoad();
