@@ -164,9 +164,10 @@ int main(int argc, char** argv) {
     auto l = model.ReadExpertLoad();
     return l.ok() ? *l : tessera::ExpertLoad{};
   };
-  std::printf("{\"phase\":\"model\",\"model\":\"%s\",\"backend\":\"%s\",\"params\":%.0f,\"weight_bytes\":%lld,"
-              "\"bytes_per_param\":%.3f,\"quantized\":%s,\"tied_embeddings\":%s}\n",
-              model_path.c_str(), backend->name().c_str(), params, static_cast<long long>(model.weight_bytes()),
+  std::printf("{\"phase\":\"model\",\"model\":\"%s\",\"backend\":\"%s\",\"params\":%.0f,\"active_params\":%.0f,"
+              "\"weight_bytes\":%lld,\"bytes_per_param\":%.3f,\"quantized\":%s,\"tied_embeddings\":%s}\n",
+              model_path.c_str(), backend->name().c_str(), params, static_cast<double>(cfg.NumActiveParameters()),
+              static_cast<long long>(model.weight_bytes()),
               bytes_per_param, quantized ? "true" : "false", cfg.tie_word_embeddings ? "true" : "false");
   std::fflush(stdout);
 
