@@ -80,9 +80,15 @@ class ServingMetrics {
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
+  // Speculative decoding (vLLM's spec_decode_* names).
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;
   prometheus::Family<prometheus::Counter>* expert_tokens_;
   std::mutex mu_;
-  SchedulerCounters last_;  // guarded by mu_
+  SchedulerCounters last_;       // guarded by mu_
+  SpecDecodeCounters last_spec_;  // guarded by mu_
   std::vector<int64_t> last_expert_;               // guarded by mu_: counts exported so far
   std::vector<prometheus::Counter*> expert_series_;  // guarded by mu_: one per exported count
 };
