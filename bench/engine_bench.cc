@@ -16,7 +16,11 @@
 // `decode` timed steps of one greedy token per sequence: tokens/s = b * steps / time.
 // Bytes per decode step: every weight matrix once (the tied embedding table once,
 // as lm_head; an untied one's embedding lookup reads a few rows and is not counted)
-// plus each sequence's f32 K and V over its context.
+// plus each sequence's f32 K and V over its context. MoE models: only the routed
+// experts some token of the step chose count (per layer, the distinct experts
+// the step's expert-load delta shows), with attention, router, shared expert
+// and lm_head; FLOPs count top_k experts per token. The expert load (tokens
+// routed to each expert of each MoE layer over the whole run) is printed last.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,6 +89,7 @@ struct DecodeResult {
   double seconds = 0;
   double bytes_per_step = 0;
   double flops_per_step = 0;
+  double experts_per_step = 0;  // MoE: distinct (layer, expert) pairs read per step
 };
 
 }  // namespace
@@ -144,11 +149,25 @@ int main(int argc, char** argv) {
   const double embed_params = static_cast<double>(cfg.vocab_size) * cfg.hidden_size;
   // An untied embedding table is counted in weight_bytes but only a few rows of it
   // are read per step; its bytes are estimated at the model's mean bytes/param.
-  const double stream_bytes = static_cast<double>(model.weight_bytes()) -
+  // MoE: the routed experts are counted per step from the experts actually used.
+  const double expert_bytes = static_cast<double>(model.expert_bytes());
+  const double all_experts_bytes = expert_bytes * cfg.moe.num_experts * cfg.num_moe_layers();
+  const double stream_bytes = static_cast<double>(model.weight_bytes()) - all_experts_bytes -
                               (cfg.tie_word_embeddings ? 0.0 : embed_params * bytes_per_param);
-  std::printf("{\"phase\":\"model\",\"model\":\"%s\",\"backend\":\"%s\",\"params\":%.0f,\"weight_bytes\":%lld,"
-              "\"bytes_per_param\":%.3f,\"quantized\":%s,\"tied_embeddings\":%s}\n",
-              model_path.c_str(), backend->name().c_str(), params, static_cast<long long>(model.weight_bytes()),
+  // Distinct experts used between two expert-load snapshots, summed over layers.
+  auto experts_touched = [](const tessera::ExpertLoad& a, const tessera::ExpertLoad& b) {
+    int64_t n = 0;
+    for (size_t i = 0; i < b.counts.size() && i < a.counts.size(); ++i) n += b.counts[i] > a.counts[i] ? 1 : 0;
+    return n;
+  };
+  auto expert_load = [&model]() {
+    auto l = model.ReadExpertLoad();
+    return l.ok() ? *l : tessera::ExpertLoad{};
+  };
+  std::printf("{\"phase\":\"model\",\"model\":\"%s\",\"backend\":\"%s\",\"params\":%.0f,\"active_params\":%.0f,"
+              "\"weight_bytes\":%lld,\"bytes_per_param\":%.3f,\"quantized\":%s,\"tied_embeddings\":%s}\n",
+              model_path.c_str(), backend->name().c_str(), params, static_cast<double>(cfg.NumActiveParameters()),
+              static_cast<long long>(model.weight_bytes()),
               bytes_per_param, quantized ? "true" : "false", cfg.tie_word_embeddings ? "true" : "false");
   std::fflush(stdout);
 
@@ -174,9 +193,12 @@ int main(int argc, char** argv) {
 
   // FLOPs: 2 per weight per token in the layers, 2 per lm_head weight per row with
   // logits, and attention q.k and p.v: 4 * head_dim per query head per key.
-  const double layer_weights = static_cast<double>(cfg.num_layers) *
-      (cfg.hidden_size * (cfg.num_q_heads + 2 * cfg.num_kv_heads) * cfg.head_dim +
-       cfg.num_q_heads * cfg.head_dim * cfg.hidden_size + 3.0 * cfg.hidden_size * cfg.intermediate_size);
+  const double layer_weights =
+      cfg.is_moe() ? static_cast<double>(cfg.NumActiveParameters()) - embed_params - cfg.hidden_size
+                   : static_cast<double>(cfg.num_layers) *
+                         (cfg.hidden_size * (cfg.num_q_heads + 2 * cfg.num_kv_heads) * cfg.head_dim +
+                          cfg.num_q_heads * cfg.head_dim * cfg.hidden_size +
+                          3.0 * cfg.hidden_size * cfg.intermediate_size);
   const double attn_flops_per_key = static_cast<double>(cfg.num_layers) * cfg.num_q_heads * 4.0 * cfg.head_dim;
   const double lm_head_flops = 2.0 * embed_params;
 
@@ -218,15 +240,19 @@ int main(int argc, char** argv) {
     DecodeResult res;
     res.batch = b;
     double keys = 0;  // sum over timed steps and sequences of keys attended
+    double experts_read = 0;  // sum over timed steps of distinct (layer, expert) pairs used
     Clock::time_point t0;
     for (int step = 0; step <= decode; ++step) {  // step 0 is untimed (workspace growth)
       if (step == 1) t0 = Clock::now();
+      // A host copy of a few KB of counters (MoE only): not worth excluding from the timing.
+      const tessera::ExpertLoad load_before = cfg.is_moe() && step > 0 ? expert_load() : tessera::ExpertLoad{};
       std::vector<tessera::BatchBuilder::Chunk> chunks;
       for (int i = 0; i < b; ++i) {
         chunks.push_back({seqs[i], {next[i]}, {0}});
         if (step > 0) keys += static_cast<double>(builder.length(seqs[i]) + 1);
       }
       if (!forward(chunks)) return 1;
+      if (!load_before.empty()) experts_read += static_cast<double>(experts_touched(load_before, expert_load()));
       for (int i = 0; i < b; ++i) {
         const float* row = logits.data() + static_cast<size_t>(i) * cfg.vocab_size;
         next[i] = static_cast<int>(std::max_element(row, row + cfg.vocab_size) - row);
@@ -234,7 +260,8 @@ int main(int argc, char** argv) {
     }
     res.seconds = Seconds(t0, Clock::now());
     res.mean_context = keys / decode / b;
-    res.bytes_per_step = stream_bytes + kv_bytes_per_token * keys / decode;
+    res.bytes_per_step = stream_bytes + kv_bytes_per_token * keys / decode + expert_bytes * experts_read / decode;
+    res.experts_per_step = experts_read / decode;
     res.flops_per_step = (2.0 * layer_weights + lm_head_flops) * b + attn_flops_per_key * keys / decode;
     results.push_back(res);
   }
@@ -263,11 +290,28 @@ int main(int argc, char** argv) {
     std::printf("{\"phase\":\"decode\",\"backend\":\"%s\",\"threads\":%d,\"batch\":%d,\"context\":%d,"
                 "\"mean_context\":%.1f,\"steps\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.2f,\"ms_per_step\":%.2f,"
                 "\"bytes_per_step\":%.0f,\"read_bandwidth_gb_s\":%.2f,\"fraction_of_bandwidth\":%.3f,"
-                "\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f,\"fraction_of_int8_peak\":%.3f}\n",
+                "\"gflop_s\":%.1f,\"fraction_of_fma_peak\":%.3f,\"fraction_of_int8_peak\":%.3f,"
+                "\"moe_experts_read_per_step\":%.1f}\n",
                 backend->name().c_str(), nthreads, r.batch, decode_context, r.mean_context, decode, r.seconds,
                 r.batch * decode / r.seconds, 1000 * step_s, r.bytes_per_step, lim.bandwidth / 1e9,
                 frac(r.bytes_per_step / step_s, lim.bandwidth), r.flops_per_step / step_s / 1e9,
-                frac(r.flops_per_step / step_s, lim.fma), int8_frac(r.flops_per_step / step_s));
+                frac(r.flops_per_step / step_s, lim.fma), int8_frac(r.flops_per_step / step_s), r.experts_per_step);
+  }
+  const tessera::ExpertLoad load = expert_load();
+  if (!load.empty()) {
+    // Tokens routed to each expert of each MoE layer over the whole run (prefill and decode).
+    std::ostringstream counts;
+    for (size_t l = 0; l < load.layers.size(); ++l) {
+      counts << (l ? "," : "") << "[";
+      for (int64_t e = 0; e < load.num_experts; ++e) counts << (e ? "," : "") << load.counts[l * load.num_experts + e];
+      counts << "]";
+    }
+    std::ostringstream layers;
+    for (size_t l = 0; l < load.layers.size(); ++l) layers << (l ? "," : "") << load.layers[l];
+    std::printf("{\"phase\":\"moe_expert_load\",\"num_experts\":%lld,\"top_k\":%lld,\"expert_bytes\":%.0f,"
+                "\"layers\":[%s],\"tokens_per_expert\":[%s],\"max_over_mean\":%.3f}\n",
+                static_cast<long long>(load.num_experts), static_cast<long long>(cfg.moe.top_k), expert_bytes,
+                layers.str().c_str(), counts.str().c_str(), load.MaxOverMean());
   }
   std::fflush(stdout);
 
@@ -283,6 +327,24 @@ int main(int argc, char** argv) {
     if (quantized) std::printf(", %.2f of int8 peak", int8_frac(fs));
     std::printf("\n");
   }
+  if (!load.empty()) {
+    std::printf("moe: %lld experts, top %lld, %.2f MB per expert; decode reads the distinct experts its tokens "
+                "chose (column experts/step)\n",
+                static_cast<long long>(load.num_experts), static_cast<long long>(cfg.moe.top_k), expert_bytes / 1e6);
+    std::printf("expert load (tokens routed, whole run): layer: hottest expert share, max/mean, idle experts\n");
+    for (size_t l = 0; l < load.layers.size(); ++l) {
+      const int64_t* c = &load.counts[l * load.num_experts];
+      int64_t total = 0, peak = 0, hot = 0, idle = 0;
+      for (int64_t e = 0; e < load.num_experts; ++e) {
+        total += c[e];
+        if (c[e] > peak) peak = c[e], hot = e;
+        idle += c[e] == 0 ? 1 : 0;
+      }
+      std::printf("  layer %3lld: expert %lld %.1f%%, %.2f, %lld idle\n", static_cast<long long>(load.layers[l]),
+                  static_cast<long long>(hot), total ? 100.0 * peak / total : 0.0,
+                  total ? static_cast<double>(peak) * load.num_experts / total : 0.0, static_cast<long long>(idle));
+    }
+  }
   if (!results.empty()) {
     std::printf("%6s %8s %10s %9s %9s %10s %7s %9s %7s%s\n", "batch", "ctx", "tok/s", "ms/step", "GB/step",
                 "GB/s eff", "of bw", "GFLOP/s", "of fma", quantized ? "  of int8" : "");
@@ -293,6 +355,7 @@ int main(int argc, char** argv) {
                   r.bytes_per_step / step_s / 1e9, frac(r.bytes_per_step / step_s, lim.bandwidth),
                   r.flops_per_step / step_s / 1e9, frac(r.flops_per_step / step_s, lim.fma));
       if (quantized) std::printf(" %9.2f", int8_frac(r.flops_per_step / step_s));
+      if (!load.empty()) std::printf("  %.1f experts/step", r.experts_per_step);
       std::printf("\n");
     }
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 
 namespace tessera {
@@ -156,10 +157,49 @@ class CpuBackend final : public Backend {
     k::PagedAttention(a, &pool_);
   }
 
+  Status CheckMoe() const override { return Status::Ok(); }
+  void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+                int32_t* ids, float* weights) override {
+    k::MoeRoute(logits, tokens, num_experts, top_k, renormalize, ids, weights);
+  }
+  void MoeExperts(const float* x, int64_t tokens, const int32_t* ids, const float* weights, int64_t top_k,
+                  const MoeExpertWeights& w, float* out) override {
+    moe_ptrs_.resize(3 * static_cast<size_t>(w.num_experts));
+    for (int64_t e = 0; e < w.num_experts; ++e) {
+      moe_ptrs_[e] = w.gate[e].data;
+      moe_ptrs_[w.num_experts + e] = w.up[e].data;
+      moe_ptrs_[2 * w.num_experts + e] = w.down[e].data;
+    }
+    k::MoeExpertsArgs a;
+    a.x = x;
+    a.tokens = tokens;
+    a.hidden = w.hidden;
+    a.inter = w.inter;
+    a.top_k = top_k;
+    a.num_experts = w.num_experts;
+    a.topk_ids = ids;
+    a.topk_weights = weights;
+    a.dtype = w.gate.empty() ? DType::kF32 : w.gate[0].dtype;
+    a.gate = moe_ptrs_.data();
+    a.up = moe_ptrs_.data() + w.num_experts;
+    a.down = moe_ptrs_.data() + 2 * w.num_experts;
+    a.out = out;
+    k::MoeExperts(a, &moe_scratch_, &pool_);
+  }
+  void MoeCountExperts(const int32_t* ids, int64_t n, int64_t num_experts, int64_t* counts) override {
+    k::MoeCountExperts(ids, n, num_experts, counts);
+  }
+  void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows,
+                      int64_t dim) override {
+    k::SigmoidGateAdd(out, shared, gate_logits, rows, dim, &pool_);
+  }
+
  private:
   ThreadPool pool_;
   const bool copy_weights_;
   HugePageArena arena_;  // weights; outlives every WeightView handed out
+  k::MoeScratch moe_scratch_;           // MoeExperts' buffers, grown to the largest call
+  std::vector<const void*> moe_ptrs_;   // MoeExperts' expert matrix pointers
 };
 
 }  // namespace

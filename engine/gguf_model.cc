@@ -41,6 +41,12 @@ class Meta {
     if (!d || !std::isfinite(*d)) return InvalidArgument(label_ + ": metadata '" + key + "' must be a finite number");
     return *d;
   }
+  StatusOr<bool> Bool(const std::string& key, bool def) const {
+    const GgufValue* v = g_.Find(key);
+    if (!v) return def;
+    if (v->type != GgufType::kBool) return InvalidArgument(label_ + ": metadata '" + key + "' must be a bool");
+    return v->u != 0;
+  }
   StatusOr<std::string> Str(const std::string& key, std::optional<std::string> def = std::nullopt) const {
     const GgufValue* v = g_.Find(key);
     if (!v) {
@@ -50,6 +56,8 @@ class Meta {
     if (v->type != GgufType::kString) return InvalidArgument(label_ + ": metadata '" + key + "' must be a string");
     return v->str;
   }
+
+  const std::string& label() const { return label_; }
 
  private:
   const GgufContents& g_;
@@ -91,6 +99,58 @@ Status RopeFreqsToScaling(const GgufTensor& t, double base, int64_t head_dim, co
   return Status::Ok();
 }
 
+// MoE fields from llama.cpp's {arch}.expert_* keys; which layers are MoE from
+// the router tensors present (llama.cpp has no decoder_sparse_step key).
+Status GgufMoeConfig(const GgufContents& g, const Meta& m, const std::string& arch, int64_t layers, json* c) {
+  const std::string p = arch + ".";
+  ASSIGN_OR_RETURN(int64_t experts, m.Int(p + "expert_count", 0));
+  const bool moe_arch = arch == "qwen2moe" || arch == "qwen3moe";
+  if (experts == 0 && !moe_arch) return Status::Ok();
+  if (experts <= 0 || experts > (1 << 16)) {
+    return InvalidArgument(m.label() + ": metadata '" + p + "expert_count' must be in [1, 65536], got " +
+                           std::to_string(experts));
+  }
+  ASSIGN_OR_RETURN(int64_t used, m.Int(p + "expert_used_count"));
+  if (used <= 0 || used > experts) {
+    return InvalidArgument(m.label() + ": metadata '" + p + "expert_used_count' must be in [1, expert_count = " +
+                           std::to_string(experts) + "], got " + std::to_string(used));
+  }
+  // llama.cpp renormalises the top-k weights for llama (Mixtral) and qwen3moe,
+  // not for qwen2moe; expert_weights_norm overrides.
+  ASSIGN_OR_RETURN(bool norm, m.Bool(p + "expert_weights_norm", arch != "qwen2moe"));
+  (*c)["num_experts_per_tok"] = used;
+  if (arch == "llama") {
+    (*c)["architectures"] = {"MixtralForCausalLM"};
+    (*c)["num_local_experts"] = experts;
+    if (!norm) return Unimplemented(m.label() + ": metadata '" + p + "expert_weights_norm' false for llama");
+    return Status::Ok();
+  }
+  (*c)["num_experts"] = experts;
+  (*c)["norm_topk_prob"] = norm;
+  ASSIGN_OR_RETURN(int64_t expert_ffn, m.Int(p + "expert_feed_forward_length"));
+  if (expert_ffn <= 0 || expert_ffn > (1 << 24)) {
+    return InvalidArgument(m.label() + ": metadata '" + p + "expert_feed_forward_length' must be in [1, 2^24]");
+  }
+  (*c)["moe_intermediate_size"] = expert_ffn;
+  if (arch == "qwen2moe") {
+    ASSIGN_OR_RETURN(int64_t shared, m.Int(p + "expert_shared_feed_forward_length"));
+    if (shared < 0 || shared > (1 << 24)) {
+      return InvalidArgument(m.label() + ": metadata '" + p + "expert_shared_feed_forward_length' must be in "
+                             "[0, 2^24]");
+    }
+    (*c)["shared_expert_intermediate_size"] = shared;
+  }
+  json dense = json::array();
+  for (int64_t i = 0; i < layers; ++i) {
+    if (!g.FindTensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+  }
+  if (static_cast<int64_t>(dense.size()) == layers) {
+    return NotFound(m.label() + ": missing tensor 'blk.0.ffn_gate_inp.weight' (an MoE model needs a router)");
+  }
+  (*c)["mlp_only_layers"] = dense;
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::string> ResolveGgufPath(const std::string& path) {
@@ -114,8 +174,10 @@ StatusOr<std::string> ResolveGgufPath(const std::string& path) {
 }
 
 std::string GgufArchFor(const std::string& model_type) {
-  if (model_type == "llama" || model_type == "mistral") return "llama";
+  if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral") return "llama";
   if (model_type == "qwen2" || model_type == "qwen3") return model_type;
+  if (model_type == "qwen2_moe" || model_type == "qwen2moe") return "qwen2moe";
+  if (model_type == "qwen3_moe" || model_type == "qwen3moe") return "qwen3moe";
   return "";
 }
 
@@ -129,9 +191,13 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     c["architectures"] = {"Qwen2ForCausalLM"};
   } else if (arch == "qwen3") {
     c["architectures"] = {"Qwen3ForCausalLM"};
+  } else if (arch == "qwen2moe") {
+    c["architectures"] = {"Qwen2MoeForCausalLM"};
+  } else if (arch == "qwen3moe") {
+    c["architectures"] = {"Qwen3MoeForCausalLM"};
   } else {
     return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
-                         "', which is not supported (supported: llama, qwen2, qwen3)");
+                         "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)");
   }
   c["model_type"] = arch;
   const std::string p = arch + ".";
@@ -174,7 +240,12 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   c["tie_word_embeddings"] = g.FindTensor("output.weight") == nullptr;
   c["torch_dtype"] = "gguf";
   const bool q_bias = g.FindTensor("blk.0.attn_q.bias") != nullptr;
-  if (arch != "qwen2") c["attention_bias"] = q_bias;
+  if (arch == "qwen2moe") {
+    c["qkv_bias"] = q_bias;
+  } else if (arch != "qwen2") {
+    c["attention_bias"] = q_bias;
+  }
+  RETURN_IF_ERROR(GgufMoeConfig(g, m, arch, layers, &c));
   if (arch == "llama") c["mlp_bias"] = g.FindTensor("blk.0.ffn_gate.bias") != nullptr;
   if (const GgufValue* v = g.Find("tokenizer.ggml.bos_token_id"); v && v->AsInt()) c["bos_token_id"] = *v->AsInt();
   if (const GgufValue* v = g.Find("tokenizer.ggml.eos_token_id"); v && v->AsInt()) c["eos_token_id"] = *v->AsInt();
@@ -205,7 +276,8 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   }
   ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", 0));
   if (window > 0 && arch == "llama") {
-    c["architectures"] = {"MistralForCausalLM"};  // same weights; window on every layer
+    // Same weights; window on every layer (Mixtral keeps its architecture).
+    if (!c.contains("num_local_experts")) c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = window;
   }
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(c.dump(), label));
@@ -238,6 +310,15 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
     if (s.type == RopeScalingType::kYarn) {
       md.emplace_back(p + "rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
     }
+  }
+  if (c.is_moe()) {
+    md.emplace_back(p + "expert_count", u32(c.moe.num_experts));
+    md.emplace_back(p + "expert_used_count", u32(c.moe.top_k));
+    if (arch != "llama") {
+      md.emplace_back(p + "expert_feed_forward_length", u32(c.moe.expert_inter));
+      md.emplace_back(p + "expert_weights_norm", GgufValue::Bool(c.moe.norm_topk_prob));
+    }
+    if (c.moe.shared_inter > 0) md.emplace_back(p + "expert_shared_feed_forward_length", u32(c.moe.shared_inter));
   }
   for (int64_t w : c.layer_sliding_window) {
     if (w > 0 && arch == "llama") {
@@ -273,6 +354,14 @@ std::string GgufTensorName(const WeightSpec& spec) {
     case R::kGateBias: return b + "ffn_gate.bias";
     case R::kUpBias: return b + "ffn_up.bias";
     case R::kDownBias: return b + "ffn_down.bias";
+    case R::kRouter: return b + "ffn_gate_inp.weight";
+    case R::kExpertGate: return b + "ffn_gate_exps.weight";  // all experts stacked [E, inter, h]
+    case R::kExpertUp: return b + "ffn_up_exps.weight";
+    case R::kExpertDown: return b + "ffn_down_exps.weight";
+    case R::kSharedGate: return b + "ffn_gate_shexp.weight";
+    case R::kSharedUp: return b + "ffn_up_shexp.weight";
+    case R::kSharedDown: return b + "ffn_down_shexp.weight";
+    case R::kSharedExpertGate: return b + "ffn_gate_inp_shexp.weight";
   }
   return "";
 }
@@ -306,7 +395,19 @@ StatusOr<SourceTensor> GgufWeightSource::Get(const WeightSpec& spec) {
   const std::string& path = file_->path();
   const GgufTensor* t = file_->contents().FindTensor(name);
   if (!t) return NotFound(path + ": missing tensor '" + name + "' (for " + spec.name + ")");
-  if (t->shape() != spec.shape) {
+  if (spec.IsExpert()) {
+    // One expert's [rows, cols] slice of the stacked [n_expert, rows, cols] tensor.
+    const std::vector<int64_t> want = {config_.moe.num_experts, spec.shape[0], spec.shape[1]};
+    if (t->shape() != want) {
+      return InvalidArgument(path + ": tensor '" + name + "' has shape " + ShapeStr(t->shape()) + " (ne " +
+                             ShapeStr(t->ne) + "), expected " + ShapeStr(want));
+    }
+    const uint64_t per_expert = t->nbytes / static_cast<uint64_t>(want[0]);
+    return SourceTensor{t->data + per_expert * spec.expert, t->dtype, static_cast<int64_t>(per_expert), path};
+  }
+  // llama.cpp declares ffn_gate_inp_shexp as [n_embd]; converters write [1, n_embd] or [n_embd].
+  const bool shexp_vector = spec.role == WeightRole::kSharedExpertGate && t->shape() == std::vector{spec.shape[1]};
+  if (t->shape() != spec.shape && !shexp_vector) {
     return InvalidArgument(path + ": tensor '" + name + "' has shape " + ShapeStr(t->shape()) + " (ne " +
                            ShapeStr(t->ne) + "), expected " + ShapeStr(spec.shape));
   }

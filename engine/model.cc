@@ -93,7 +93,16 @@ Status Model::BindWeights() {
   };
 
   layers_.resize(c.num_layers);
+  if (c.is_moe()) {
+    ASSIGN_OR_RETURN(moe_, MoeBlock::Create(c, backend_));
+  }
   for (const WeightSpec& spec : ExpectedWeights(c)) {
+    if (spec.IsMoe()) {
+      WeightView w;
+      RETURN_IF_ERROR(matrix(spec, &w));
+      RETURN_IF_ERROR(moe_->Bind(spec, w, dir_));
+      continue;
+    }
     LayerWeights* L = spec.layer >= 0 ? &layers_[spec.layer] : nullptr;
     using R = WeightRole;
     switch (spec.role) {
@@ -118,8 +127,10 @@ Status Model::BindWeights() {
       case R::kGateBias: RETURN_IF_ERROR(vec(spec, &L->gate_bias)); break;
       case R::kUpBias: RETURN_IF_ERROR(vec(spec, &L->up_bias)); break;
       case R::kDownBias: RETURN_IF_ERROR(vec(spec, &L->down_bias)); break;
+      default: return Internal("model: unhandled weight " + spec.name);
     }
   }
+  if (moe_) RETURN_IF_ERROR(moe_->Validate());
   if (c.tie_word_embeddings) lm_head_ = embed_;
   return Status::Ok();
 }
@@ -194,6 +205,7 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
     RETURN_IF_ERROR(alloc(cap * 2 * c.intermediate_size, &ws_.gate_up));
     RETURN_IF_ERROR(alloc(cap * c.intermediate_size, &ws_.act));
     RETURN_IF_ERROR(alloc(cap * c.hidden_size, &ws_.mlp_out));
+    if (moe_) RETURN_IF_ERROR(moe_->EnsureWorkspace(cap));
     ws_.token_capacity = cap;
   }
   if (logit_rows > ws_.logit_capacity) {
@@ -324,7 +336,11 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
     }
     AttentionBlock(li, t, cache);
     backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.post_norm), t, h, eps, F(ws_.hidden));
-    MlpBlock(li, t);
+    if (c.layer_moe[li]) {
+      moe_->Forward(li, F(ws_.hidden), t, F(ws_.mlp_out));
+    } else {
+      MlpBlock(li, t);
+    }
   }
   backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(final_norm_), t, h, eps, F(ws_.hidden));
   if (rows == 0) return;
@@ -351,6 +367,11 @@ Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>*
   logits->resize(static_cast<size_t>(rows * c.vocab_size));
   if (rows > 0) backend_->CopyToHost(logits->data(), ws_.logits.get(), rows * c.vocab_size * 4);
   return backend_->TakeError();
+}
+
+StatusOr<ExpertLoad> Model::ReadExpertLoad() const {
+  if (!moe_) return ExpertLoad{};
+  return moe_->ReadExpertLoad();
 }
 
 }  // namespace tessera

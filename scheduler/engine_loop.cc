@@ -366,9 +366,14 @@ void EngineLoop::DrainInbox() {
 
 Status EngineLoop::Step() {
   DrainInbox();
-  Status s = scheduler_->HasUnfinished() ? RunStep() : Status::Ok();
+  const bool ran = scheduler_->HasUnfinished();
+  Status s = ran ? RunStep() : Status::Ok();
   DeliverFinished();
+  // Host copy of the model's expert counters (plain numbers; no tensors here).
+  StatusOr<ExpertLoad> load = ran && s.ok() && model_->config().is_moe() ? model_->ReadExpertLoad()
+                                                                         : StatusOr<ExpertLoad>(ExpertLoad{});
   std::lock_guard lock(mu_);
+  if (load.ok() && !load->empty()) expert_load_ = std::move(*load);
   metrics_ = scheduler_->metrics();
   metrics_.spec = spec_counters_;
   ++steps_;
@@ -527,6 +532,11 @@ void EngineLoop::EndRequest(const std::string& request_id) {
 SchedulerMetrics EngineLoop::metrics() const {
   std::lock_guard lock(mu_);
   return metrics_;
+}
+
+ExpertLoad EngineLoop::expert_load() const {
+  std::lock_guard lock(mu_);
+  return expert_load_;
 }
 
 int64_t EngineLoop::num_steps() const {

@@ -162,6 +162,9 @@ class EngineLoop {
   int64_t kv_cache_bytes() const { return cache_->bytes(); }
   // Snapshot taken at the end of each step; any thread.
   SchedulerMetrics metrics() const;
+  // MoE models: tokens routed to each expert, as of the end of the last step
+  // (empty for dense models). Any thread.
+  ExpertLoad expert_load() const;
   int64_t num_steps() const;
 
  private:
@@ -231,6 +234,7 @@ class EngineLoop {
   std::function<void(const FinishedSequenceStats&)> on_finished_;
   std::unordered_set<std::string> live_ids_;
   SchedulerMetrics metrics_;
+  ExpertLoad expert_load_;
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
   double max_step_ms_ = 0;

@@ -33,7 +33,10 @@ void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
 }
 
 void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
-  if (ServingEngine* engine = ctx->ready_engine()) ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
+  if (ServingEngine* engine = ctx->ready_engine()) {
+    ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
+    ctx->metrics->UpdateExpertLoad(engine->expert_load());
+  }
   HttpResponse res{HttpStatus::ok, 11};
   res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
   res.body() = ctx->metrics->Serialize();

@@ -84,6 +84,11 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                                 .Name("tessera:spec_decode_num_accepted_tokens_per_pos_total")
                                 .Help("Accepted tokens per draft position.")
                                 .Register(r);
+  expert_tokens_ = &BuildCounter()
+                        .Name("tessera:moe_expert_tokens_total")
+                        .Help("MoE models: tokens routed to each expert of each MoE layer (one per token and "
+                              "chosen expert; layer=\"all\" sums the layers when there are too many series).")
+                        .Register(r);
 }
 
 ServingMetrics::~ServingMetrics() = default;
@@ -137,6 +142,38 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
     advance(&pos, sp.num_accepted_tokens_per_pos[i], before);
   }
   last_spec_ = sp;
+}
+
+void ServingMetrics::UpdateExpertLoad(const ExpertLoad& load) {
+  if (load.empty()) return;
+  const int64_t experts = load.num_experts;
+  const int64_t layers = static_cast<int64_t>(load.layers.size());
+  const bool per_layer = layers * experts <= kMaxExpertSeries;
+  std::vector<int64_t> now;
+  if (per_layer) {
+    now = load.counts;
+  } else {
+    now.assign(static_cast<size_t>(experts), 0);
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t e = 0; e < experts; ++e) now[e] += load.counts[l * experts + e];
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (expert_series_.size() != now.size()) {  // first update (the model does not change)
+    expert_series_.clear();
+    for (int64_t l = 0; l < (per_layer ? layers : 1); ++l) {
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string layer = per_layer ? std::to_string(load.layers[l]) : "all";
+        expert_series_.push_back(&expert_tokens_->Add(
+            {{"model_name", model_name_}, {"layer", layer}, {"expert", std::to_string(e)}}));
+      }
+    }
+    last_expert_.assign(now.size(), 0);
+  }
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (now[i] > last_expert_[i]) expert_series_[i]->Increment(static_cast<double>(now[i] - last_expert_[i]));
+  }
+  last_expert_ = std::move(now);
 }
 
 std::string ServingMetrics::Serialize() const {

@@ -12,6 +12,9 @@
 #include <mutex>
 #include <string>
 
+#include <vector>
+
+#include "engine/moe/expert_load.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 
@@ -45,6 +48,11 @@ class ServingMetrics {
   // Copies the engine loop's snapshot: gauges are set, counters advance by the
   // difference to the previous snapshot. Call before Serialize.
   void UpdateFromScheduler(const SchedulerMetrics& snapshot);
+  // MoE models: tessera:moe_expert_tokens_total{layer, expert} advances to the
+  // engine's counts. Series are bounded: past kMaxExpertSeries (layers x
+  // experts) the counts are summed over layers and exported with layer="all".
+  void UpdateExpertLoad(const ExpertLoad& load);
+  static constexpr int64_t kMaxExpertSeries = 4096;
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Serialize() const;
@@ -77,9 +85,12 @@ class ServingMetrics {
   prometheus::Counter* spec_draft_tokens_;
   prometheus::Counter* spec_accepted_tokens_;
   prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;
+  prometheus::Family<prometheus::Counter>* expert_tokens_;
   std::mutex mu_;
   SchedulerCounters last_;       // guarded by mu_
   SpecDecodeCounters last_spec_;  // guarded by mu_
+  std::vector<int64_t> last_expert_;               // guarded by mu_: counts exported so far
+  std::vector<prometheus::Counter*> expert_series_;  // guarded by mu_: one per exported count
 };
 
 }  // namespace tessera

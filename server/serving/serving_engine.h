@@ -148,6 +148,7 @@ class ServingEngine {
   LogprobEntry MakeLogprobEntry(int32_t token_id, float logprob) const;
 
   SchedulerMetrics scheduler_metrics() const { return loop_->metrics(); }
+  ExpertLoad expert_load() const { return loop_->expert_load(); }
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 

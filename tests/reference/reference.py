@@ -2,8 +2,8 @@
 """Independent NumPy reference forward pass for HF decoder checkpoints (float64).
 
 Written from the published model equations of Hugging Face transformers'
-Llama / Mistral / Qwen2 / Qwen3 (modeling_*.py, modeling_rope_utils.py), not from
-Tessera's sources.  One function per equation; everything is computed in float64
+Llama / Mistral / Qwen2 / Qwen3 and the mixture-of-experts Mixtral / Qwen2-MoE /
+Qwen3-MoE (modeling_*.py, modeling_rope_utils.py), not from Tessera's sources.  One function per equation; everything is computed in float64
 on weights upcast from F32/F16/BF16.
 
     model  = load("/path/to/hf_checkpoint_dir")
@@ -24,7 +24,12 @@ ARCHS = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
 }
+# The dense architecture whose attention (bias, q/k norm, window rules) each MoE one shares.
+ATTENTION_OF = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
 
 # --------------------------------------------------------------------------- safetensors
 
@@ -84,9 +89,10 @@ def read_checkpoint_tensors(model_dir):
 
 def parse_config(cfg):
     """The hyper-parameters of the forward pass, with HF's per-architecture defaults."""
-    arch = ARCHS.get((cfg.get("architectures") or [None])[0])
-    if arch is None:
+    moe_arch = ARCHS.get((cfg.get("architectures") or [None])[0])
+    if moe_arch is None:
         raise ValueError(f"unsupported architectures {cfg.get('architectures')}")
+    arch = ATTENTION_OF.get(moe_arch, moe_arch)
     if cfg.get("hidden_act", "silu") != "silu":
         raise ValueError(f"unsupported hidden_act {cfg.get('hidden_act')}")
     n_heads = cfg["num_attention_heads"]
@@ -107,7 +113,8 @@ def parse_config(cfg):
     n_layers = cfg["num_hidden_layers"]
     # Sliding window: which layers use it, and its width W.
     if arch == "mistral":
-        window = cfg.get("sliding_window", 4096)  # MistralConfig default
+        # MistralConfig defaults the window to 4096, MixtralConfig to None.
+        window = cfg.get("sliding_window", None if moe_arch == "mixtral" else 4096)
         windowed = [window is not None] * n_layers
     elif arch in ("qwen2", "qwen3"):
         window = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window", False) else None
@@ -116,8 +123,11 @@ def parse_config(cfg):
     else:
         window, windowed = None, [False] * n_layers
     attn_bias = bool(cfg.get("attention_bias", False))
+    qwen2_bias = bool(cfg.get("qkv_bias", True)) if moe_arch == "qwen2_moe" else True
     return {
         "arch": arch,
+        "moe_arch": moe_arch,
+        "moe": parse_moe(cfg, moe_arch, n_layers),
         "hidden": hidden,
         "n_layers": n_layers,
         "n_heads": n_heads,
@@ -130,13 +140,59 @@ def parse_config(cfg):
         "max_pos": cfg.get("max_position_embeddings"),
         "tie": bool(cfg.get("tie_word_embeddings", False)),
         # q/k/v bias: Qwen2 always; others by attention_bias.  o bias: attention_bias (not Qwen2).
-        "qkv_bias": arch == "qwen2" or attn_bias,
+        "qkv_bias": (arch == "qwen2" and qwen2_bias) or attn_bias,
         "o_bias": arch != "qwen2" and attn_bias,
         "mlp_bias": arch == "llama" and bool(cfg.get("mlp_bias", False)),
         "qk_norm": arch == "qwen3",
         "window": window,
         "windowed": windowed,
     }
+
+
+def parse_moe(cfg, moe_arch, n_layers):
+    """MoE hyper-parameters (None for dense models) and which layers are sparse.
+
+    Mixtral (MixtralSparseMoeBlock): every layer; num_local_experts, num_experts_per_tok,
+    experts intermediate_size wide, top-k weights always renormalised.
+    Qwen2-MoE / Qwen3-MoE (Qwen2MoeDecoderLayer): layer i is sparse when i is not in
+    mlp_only_layers and (i + 1) % decoder_sparse_step == 0; norm_topk_prob (default False);
+    Qwen2-MoE adds a shared expert scaled by sigmoid(shared_expert_gate(x)).
+    """
+    if moe_arch == "mixtral":
+        return {"experts": cfg.get("num_local_experts", 8), "top_k": cfg.get("num_experts_per_tok", 2),
+                "inter": cfg["intermediate_size"], "norm": True, "shared": 0,
+                "sparse": [True] * n_layers, "prefix": "block_sparse_moe.",
+                "names": ("w1", "w3", "w2")}
+    if moe_arch not in ("qwen2_moe", "qwen3_moe"):
+        return None
+    step = cfg.get("decoder_sparse_step", 1)
+    only = cfg.get("mlp_only_layers", []) or []
+    n_exp = cfg["num_experts"]
+    return {"experts": n_exp, "top_k": cfg["num_experts_per_tok"], "inter": cfg["moe_intermediate_size"],
+            "norm": bool(cfg.get("norm_topk_prob", False)),
+            "shared": cfg.get("shared_expert_intermediate_size", 0) if moe_arch == "qwen2_moe" else 0,
+            "sparse": [i not in only and n_exp > 0 and (i + 1) % step == 0 for i in range(n_layers)],
+            "prefix": "mlp.", "names": ("gate_proj", "up_proj", "down_proj")}
+
+
+def moe_tensor_shapes(cfg, i):
+    """{name: shape} of layer i's sparse MoE block."""
+    m, E = cfg["moe"], cfg["hidden"]
+    p = f"model.layers.{i}." + m["prefix"]
+    g, u, d = m["names"]
+    out = {p + "gate.weight": (m["experts"], E)}
+    for e in range(m["experts"]):
+        out.update({f"{p}experts.{e}.{g}.weight": (m["inter"], E), f"{p}experts.{e}.{u}.weight": (m["inter"], E),
+                    f"{p}experts.{e}.{d}.weight": (E, m["inter"])})
+    if m["shared"]:
+        s = f"model.layers.{i}.mlp.shared_expert."
+        out.update({s + "gate_proj.weight": (m["shared"], E), s + "up_proj.weight": (m["shared"], E),
+                    s + "down_proj.weight": (E, m["shared"]), f"model.layers.{i}.mlp.shared_expert_gate.weight": (1, E)})
+    return out
+
+
+def is_sparse(cfg, i):
+    return cfg["moe"] is not None and cfg["moe"]["sparse"][i]
 
 
 def load(model_dir):
@@ -157,6 +213,9 @@ def build_model(cfg, tensors):
     for i in range(cfg["n_layers"]):
         p = f"model.layers.{i}."
         inter = tensors.get(p + "mlp.gate_proj.weight", np.zeros((0, 0))).shape[0]
+        dense_mlp = {p + "mlp.gate_proj.weight": (inter, E), p + "mlp.up_proj.weight": (inter, E),
+                     p + "mlp.down_proj.weight": (E, inter)}
+        expect.update(moe_tensor_shapes(cfg, i) if is_sparse(cfg, i) else dense_mlp)
         expect.update({
             p + "input_layernorm.weight": (E,),
             p + "post_attention_layernorm.weight": (E,),
@@ -164,9 +223,6 @@ def build_model(cfg, tensors):
             p + "self_attn.k_proj.weight": (KV * D, E),
             p + "self_attn.v_proj.weight": (KV * D, E),
             p + "self_attn.o_proj.weight": (E, H * D),
-            p + "mlp.gate_proj.weight": (inter, E),
-            p + "mlp.up_proj.weight": (inter, E),
-            p + "mlp.down_proj.weight": (E, inter),
         })
         if cfg["qkv_bias"]:
             expect.update({p + "self_attn.q_proj.bias": (H * D,), p + "self_attn.k_proj.bias": (KV * D,),
@@ -297,6 +353,41 @@ def swiglu_mlp(x, w, p, b):
     return linear(silu(g) * u, w[p + "down_proj.weight"], b(p + "down_proj.bias"))
 
 
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def top_k_experts(probs, k):
+    """Indices [T, k] of the k largest probabilities per row, largest first, ties to the lower index."""
+    return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+
+
+def sparse_moe_block(x, model, i):
+    """HF *SparseMoeBlock: softmax(router(x)) -> top-k -> (renormalise) -> sum_j w_j expert_j(x)
+    (+ sigmoid(shared_expert_gate(x)) * shared_expert(x) for Qwen2-MoE)."""
+    cfg, w = model["cfg"], model["w"]
+    m = cfg["moe"]
+    p = f"model.layers.{i}." + m["prefix"]
+    g, u, d = m["names"]
+    probs = softmax(linear(x, w[p + "gate.weight"]))        # [T, E]
+    chosen = top_k_experts(probs, m["top_k"])                # [T, k]
+    weights = np.take_along_axis(probs, chosen, axis=-1)     # [T, k]
+    if m["norm"]:
+        weights = weights / np.sum(weights, axis=-1, keepdims=True)
+    out = np.zeros_like(x)
+    for e in np.unique(chosen):
+        rows, slots = np.nonzero(chosen == e)
+        ep = f"{p}experts.{e}."
+        xe = x[rows]
+        ye = linear(silu(linear(xe, w[ep + g + ".weight"])) * linear(xe, w[ep + u + ".weight"]), w[ep + d + ".weight"])
+        np.add.at(out, rows, weights[rows, slots][:, None] * ye)
+    if m["shared"]:
+        s = f"model.layers.{i}.mlp.shared_expert."
+        shared = swiglu_mlp(x, w, s, lambda n: None)
+        out = out + sigmoid(linear(x, w[f"model.layers.{i}.mlp.shared_expert_gate.weight"])) * shared
+    return out
+
+
 def rope_cos_sin(positions, inv_freq, attn_factor):
     """cos, sin [T, D]: angle p*inv_freq_i repeated for both halves, scaled by attention_factor."""
     freqs = np.outer(np.asarray(positions, dtype=np.float64), inv_freq)
@@ -370,6 +461,8 @@ def decoder_layer(h, model, i, cos, sin):
     p = f"model.layers.{i}."
     h = h + self_attention(rms_norm(h, w[p + "input_layernorm.weight"], cfg["eps"]), model, i, cos, sin)
     x = rms_norm(h, w[p + "post_attention_layernorm.weight"], cfg["eps"])
+    if is_sparse(cfg, i):
+        return h + sparse_moe_block(x, model, i)
     return h + swiglu_mlp(x, w, p + "mlp.", w.get)
 
 
@@ -435,10 +528,13 @@ def _random_tensors(cfg, rng):
                   p + "self_attn.q_proj.weight": rng.normal(size=(H * D, E)) / 2,
                   p + "self_attn.k_proj.weight": rng.normal(size=(KV * D, E)) / 2,
                   p + "self_attn.v_proj.weight": rng.normal(size=(KV * D, E)) / 2,
-                  p + "self_attn.o_proj.weight": rng.normal(size=(E, H * D)) / 4,
-                  p + "mlp.gate_proj.weight": rng.normal(size=(I, E)) / 4,
-                  p + "mlp.up_proj.weight": rng.normal(size=(I, E)) / 4,
-                  p + "mlp.down_proj.weight": rng.normal(size=(E, I)) / 4})
+                  p + "self_attn.o_proj.weight": rng.normal(size=(E, H * D)) / 4})
+        if is_sparse(c, i):
+            t.update({n: rng.normal(size=shape) / 4 for n, shape in moe_tensor_shapes(c, i).items()})
+        else:
+            t.update({p + "mlp.gate_proj.weight": rng.normal(size=(I, E)) / 4,
+                      p + "mlp.up_proj.weight": rng.normal(size=(I, E)) / 4,
+                      p + "mlp.down_proj.weight": rng.normal(size=(E, I)) / 4})
         if c["qkv_bias"]:
             t.update({p + "self_attn.q_proj.bias": rng.normal(size=H * D),
                       p + "self_attn.k_proj.bias": rng.normal(size=KV * D),
@@ -476,6 +572,26 @@ def _naive_forward(model, ids):
         y = w[name + ".weight"] @ x
         return y + w[name + ".bias"] if name + ".bias" in w else y
 
+    def swiglu(prefix, names, x):
+        g_, u_ = lin(prefix + names[0], x), lin(prefix + names[1], x)
+        return lin(prefix + names[2], g_ / (1 + np.exp(-g_)) * u_)
+
+    def naive_moe(x, li):  # one token: probabilities, sorted picks, weighted sum in pick order
+        m = cfg["moe"]
+        p = f"model.layers.{li}." + m["prefix"]
+        logits = [float(w[p + "gate.weight"][e] @ x) for e in range(m["experts"])]
+        top = max(logits)
+        ex = [math.exp(v - top) for v in logits]
+        probs = [v / sum(ex) for v in ex]
+        picks = sorted(range(m["experts"]), key=lambda e: (-probs[e], e))[:m["top_k"]]
+        total = sum(probs[e] for e in picks) if m["norm"] else 1.0
+        out = sum(probs[e] / total * swiglu(f"{p}experts.{e}.", m["names"], x) for e in picks)
+        if m["shared"]:
+            sp = f"model.layers.{li}.mlp."
+            gate = float(w[sp + "shared_expert_gate.weight"][0] @ x)
+            out = out + swiglu(sp + "shared_expert.", ("gate_proj", "up_proj", "down_proj"), x) / (1 + math.exp(-gate))
+        return out
+
     T = len(ids)
     hs = [w["model.embed_tokens.weight"][t].copy() for t in ids]
     for li in range(cfg["n_layers"]):
@@ -505,6 +621,9 @@ def _naive_forward(model, ids):
             a = lin(p + "self_attn.o_proj", np.concatenate(heads))
             h1 = hs[pos] + a
             x = norm(h1, w[p + "post_attention_layernorm.weight"])
+            if is_sparse(cfg, li):
+                new.append(h1 + naive_moe(x, li))
+                continue
             g_, u_ = lin(p + "mlp.gate_proj", x), lin(p + "mlp.up_proj", x)
             new.append(h1 + lin(p + "mlp.down_proj", g_ / (1 + np.exp(-g_)) * u_))
         hs = new
@@ -622,7 +741,17 @@ def self_check():
                                             "original_max_position_embeddings": 16}}),
                 ("qwen2", {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1,
                            "num_hidden_layers": 2}),
-                ("qwen3", {"head_dim": 8})]
+                ("qwen3", {"head_dim": 8}),
+                ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+                ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 3}),
+                ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+                               "shared_expert_intermediate_size": 12, "num_hidden_layers": 2,
+                               "mlp_only_layers": [0]}),
+                ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 3, "moe_intermediate_size": 8,
+                               "shared_expert_intermediate_size": 12, "norm_topk_prob": True}),
+                ("qwen3_moe", {"head_dim": 8, "num_experts": 5, "num_experts_per_tok": 2,
+                               "moe_intermediate_size": 8, "norm_topk_prob": True, "num_hidden_layers": 2,
+                               "decoder_sparse_step": 2})]
     for arch, over in variants:
         cfg = parse_config(_tiny_config(arch, **over))
         tensors = _random_tensors(_tiny_config(arch, **over), rng)
@@ -653,6 +782,26 @@ def self_check():
     far = [np.any(np.abs(forward(model, np.where(np.arange(8) == j, (ids + 1) % 11, ids))[7] - base_l[7]) > 1e-12)
            for j in range(8)]
     good &= ok(far == [False, False, False, True, True, True, True, True], f"2-layer window reach {far}")
+
+    # MoE: top-k order and ties, layer sparsity rules, renormalisation.
+    picks = top_k_experts(np.array([[0.1, 0.3, 0.3, 0.2, 0.1]]), 3)[0].tolist()
+    good &= ok(picks == [1, 2, 3], f"top-k: largest first, ties to the lower expert id {picks}")
+    sp = parse_config(_tiny_config("qwen2_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+                                   shared_expert_intermediate_size=8, num_hidden_layers=6, decoder_sparse_step=2,
+                                   mlp_only_layers=[3]))["moe"]["sparse"]
+    good &= ok(sp == [False, True, False, False, False, True], f"qwen2_moe sparse layers (step 2, mlp_only 3) {sp}")
+    cm = _tiny_config("qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, head_dim=8)
+    for norm in (False, True):
+        mm = build_model(parse_config(dict(cm, norm_topk_prob=norm)), _random_tensors(cm, np.random.default_rng(5)))
+        x = np.random.default_rng(6).normal(size=(3, 16))
+        pr = softmax(linear(x, mm["w"]["model.layers.0.mlp.gate.weight"]))
+        ch = top_k_experts(pr, 2)
+        wt = np.take_along_axis(pr, ch, -1)
+        wt = wt / wt.sum(-1, keepdims=True) if norm else wt
+        p0 = "model.layers.0.mlp.experts."
+        want = np.stack([sum(wt[t, j] * swiglu_mlp(x[t:t + 1], mm["w"], f"{p0}{ch[t, j]}.", lambda n: None)[0]
+                             for j in range(2)) for t in range(3)])
+        good &= ok(np.allclose(sparse_moe_block(x, mm, 0), want, rtol=1e-12), f"moe block weights, norm_topk_prob={norm}")
 
     print("self-check", "passed" if good else "FAILED")
     return good

@@ -41,9 +41,9 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 LINEAR = {"rope_type": "linear", "factor": 2.0}
 
 
-def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1):
+def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1, skew=0.0):
     return {"name": name, "arch": arch, "dtype": dtype, "sets": sets or {}, "shards": shards,
-            "chunk": chunk, "seed": seed}
+            "chunk": chunk, "seed": seed, "skew": skew}
 
 
 # Sensitivity guard.  Each ablation is a plausible implementation mistake applied to the
@@ -95,12 +95,19 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "linear-rope-x8": (lambda m: dict(_default_rope(m), inv_freq=_default_rope(m)["inv_freq"] / 8), None),
     "no-window": (lambda m: _with(m, windowed=[False] * m["cfg"]["n_layers"]), None),
     "window-all-layers": (lambda m: _with(m, windowed=[True] * m["cfg"]["n_layers"]), None),
+    "flip-norm-topk": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], norm=not m["cfg"]["moe"]["norm"])), None),
+    "top-k-minus-1": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], top_k=m["cfg"]["moe"]["top_k"] - 1)), None),
+    "no-shared-gate": (lambda m: m, lambda: _patched("sigmoid", lambda x: np.ones_like(x))),
 }
+MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
 
 def ablations_for(c):
     names = ["gqa-interleaved", "rope-interleaved"]
-    names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"]}.get(c["arch"], [])
+    names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
+              "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
+    if c["arch"] in MOE_ARCHS:
+        names += ["flip-norm-topk", "top-k-minus-1"]
     rope = (c["sets"].get("rope_scaling") or {}).get("rope_type")
     names += {"llama3": ["default-rope", "linear-rope-x8"], "linear": ["default-rope"],
               "yarn": ["default-rope", "no-attn-factor", "attn-factor-once"]}.get(rope, [])
@@ -136,6 +143,12 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("llama-chunked-7", "llama", chunk=7, seed=38),
     case("mistral-window-8-chunked-7", "mistral", sets={"sliding_window": 8}, chunk=7, seed=39),
     case("qwen3-bf16-chunked-7", "qwen3", "bf16", chunk=7, seed=40),
+] + [case(f"{a}-{d}", a, d, seed=50 + i) for i, (a, d) in enumerate(
+    [(a, d) for d in ("f32", "bf16") for a in MOE_ARCHS])] + [
+    case("qwen2_moe-mlp-only-layer-0", "qwen2_moe", sets={"mlp_only_layers": [0]}, seed=60),
+    case("qwen3_moe-norm-topk-off-chunked-7", "qwen3_moe", "bf16", sets={"norm_topk_prob": False}, chunk=7, seed=61),
+    case("mixtral-sliding-window-8", "mixtral", sets={"sliding_window": 8}, seed=62),
+    case("qwen2_moe-f16-router-skew", "qwen2_moe", "f16", skew=3.0, seed=63),
 ]
 
 
@@ -160,6 +173,8 @@ def run_case(tessera, c, work, threads):
            "--out", model_dir, "--seed", str(c["seed"])]
     if c["shards"]:
         cmd += ["--shards", str(c["shards"])]
+    if c["skew"]:
+        cmd += ["--router-skew", str(c["skew"])]
     for k, v in c["sets"].items():
         cmd += ["--set", f"{k}={json.dumps(v)}"]
     run(cmd)

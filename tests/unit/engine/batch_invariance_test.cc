@@ -103,10 +103,11 @@ void ExpectBitwiseEqual(const Trace& a, const Trace& b, const std::string& what)
 class BatchInvarianceTest : public ::testing::TestWithParam<std::tuple<std::string, DType>> {
  protected:
   void SetUp() override {
-    // Mistral runs with a sliding window shorter than the prompts.
+    // Mistral and Mixtral run with a sliding window shorter than the prompts.
     const std::string arch = std::get<0>(GetParam());
+    const bool window = arch == "mistral" || arch == "mixtral";
     MakeTinyModel(dir_.path(), arch, std::get<1>(GetParam()),
-                  arch == "mistral" ? std::vector<std::string>{"sliding_window=8"} : std::vector<std::string>{});
+                  window ? std::vector<std::string>{"sliding_window=8"} : std::vector<std::string>{});
     backend1_ = MakeCpuBackend({1});
     backend2_ = MakeCpuBackend({2});
     auto m1 = Model::Load(dir_.path(), backend1_.get());
@@ -128,9 +129,10 @@ TEST_P(BatchInvarianceTest, AloneBatchedChunkedShuffledThreads) {
   const Trace alone = RunScripts(*model2_, {target})[0];
   ASSERT_EQ(alone.size(), 6u);
 
-  // Inside a batch of 8 with others joining at different steps and chunking.
+  // Inside a batch of 32 with others joining at different steps and chunking
+  // (for MoE: other tokens share and shift the target's experts' groups).
   std::vector<Script> batch = {target};
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 31; ++i) {
     const int len = 1 + static_cast<int>(rng() % 60);
     std::vector<int> chunks;
     for (int left = len; left > 0;) {
@@ -169,7 +171,10 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
                          ::testing::Values(std::make_tuple("qwen3", DType::kF32),
                                            std::make_tuple("llama", DType::kBF16),
                                            std::make_tuple("qwen2", DType::kF16),
-                                           std::make_tuple("mistral", DType::kBF16)),
+                                           std::make_tuple("mistral", DType::kBF16),
+                                           std::make_tuple("mixtral", DType::kBF16),
+                                           std::make_tuple("qwen2_moe", DType::kF32),
+                                           std::make_tuple("qwen3_moe", DType::kBF16)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::string(DTypeName(std::get<1>(info.param)));

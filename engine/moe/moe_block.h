@@ -1,0 +1,72 @@
+// MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE and Qwen3-MoE
+// (DESIGN §6), run by Model in place of the dense SwiGLU on the layers
+// ModelConfig::layer_moe marks:
+//
+//   logits = router x                        [tokens, E]
+//   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob)
+//   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order
+//   out   += sigmoid(shared_gate . x) * shared_expert(x)      (Qwen2-MoE)
+//
+// Every op is per-token (Backend::MoeExperts groups tokens by expert but keeps
+// each row's arithmetic independent of the group), so batch invariance holds
+// as for dense models. Also counts the tokens routed to each expert.
+// Thread safety: like Model, one Forward at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/model_config.h"
+#include "engine/moe/expert_load.h"
+#include "engine/weight_specs.h"
+
+namespace tessera {
+
+struct MoeLayerWeights {
+  WeightView router;  // [num_experts, hidden]
+  MoeExpertWeights experts;
+  WeightView shared_gate, shared_up, shared_down;  // empty without a shared expert
+  WeightView shared_expert_gate;                   // [1, hidden]; empty without the sigmoid gate
+};
+
+class MoeBlock {
+ public:
+  // For a config with is_moe(); fails when the backend has no MoE ops.
+  static StatusOr<std::unique_ptr<MoeBlock>> Create(const ModelConfig& config, Backend* backend);
+
+  // Records one uploaded MoE weight (spec.IsMoe()). `file` names its source in errors.
+  Status Bind(const WeightSpec& spec, const WeightView& weight, const std::string& file);
+  // After every spec is bound: all routed experts of a layer share one dtype.
+  Status Validate() const;
+
+  // Grows the per-token buffers to `tokens` rows (backend memory).
+  Status EnsureWorkspace(int64_t tokens);
+  // out[0..tokens) = MoE FFN of layer `layer` applied to x (both [tokens, hidden]
+  // in backend memory); adds the routing to the expert counts.
+  void Forward(int64_t layer, const float* x, int64_t tokens, float* out);
+
+  // Bytes of one routed expert (gate + up + down) as stored on the backend.
+  int64_t expert_bytes() const;
+  int64_t num_moe_layers() const { return static_cast<int64_t>(moe_layers_.size()); }
+
+  // Copies the counts from the backend (a device sync on CUDA).
+  StatusOr<ExpertLoad> ReadExpertLoad() const;
+  void ResetExpertLoad();
+
+ private:
+  MoeBlock() = default;
+  ModelConfig config_;
+  Backend* backend_ = nullptr;  // not owned
+  std::vector<int64_t> moe_index_;      // per layer: index among MoE layers, or -1
+  std::vector<int64_t> moe_layers_;     // layer id of each MoE layer
+  std::vector<MoeLayerWeights> weights_;  // per MoE layer
+  std::shared_ptr<void> counts_;        // int64 [moe layers, num_experts], backend memory
+  struct Workspace {
+    int64_t capacity = 0;
+    std::shared_ptr<void> logits, ids, weights, shared_gate_up, shared_act, shared_out, gate_logit;
+  } ws_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,196 @@
+// CPU MoE kernels (see moe.h). Plain C++: the arithmetic that matters runs in
+// Linear/SiluMul (ops.h), which dispatch to the AVX2/AVX-512 paths themselves.
+#include "kernels/cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/ops.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+// Column tile of one expert matrix handed to one thread: a multiple of the
+// Linear kernels' register tiles (3, 8) and VNNI groups (16, 32).
+constexpr int64_t kTileRows = 96;
+// Below this much work (~ weight bytes + MACs / 4) a call runs on the caller alone.
+constexpr int64_t kMinParallelUnits = int64_t{1} << 17;
+
+template <class Fn>
+void ForRange(ThreadPool* pool, int64_t n, bool parallel, const Fn& fn) {
+  if (n <= 0) return;
+  if (pool == nullptr || pool->num_threads() <= 1 || !parallel) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool->ParallelFor(n, 1, [&](int64_t b, int64_t e) { fn(b, e); });
+}
+
+// One tile: rows [r0, r1) of matrix `which` of expert `e`.
+struct Tile {
+  int32_t e, which;
+  int64_t r0, r1;
+};
+
+}  // namespace
+
+void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+              int32_t* ids, float* weights) {
+  std::vector<float> p(static_cast<size_t>(num_experts));
+  std::vector<char> taken(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits + t * num_experts;
+    float mx = l[0];
+    for (int64_t e = 1; e < num_experts; ++e) mx = std::max(mx, l[e]);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      p[e] = std::exp(l[e] - mx);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < num_experts; ++e) p[e] /= sum;
+    std::fill(taken.begin(), taken.end(), 0);
+    int32_t* id = ids + t * top_k;
+    float* w = weights + t * top_k;
+    for (int64_t j = 0; j < top_k; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < num_experts; ++e) {
+        // Strictly greater: ties keep the lower id. NaN never wins, so a NaN
+        // row still yields k distinct ids (the lowest untaken ones).
+        if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
+      }
+      taken[best] = 1;
+      id[j] = static_cast<int32_t>(best);
+      w[j] = p[best];
+    }
+    if (renormalize) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < top_k; ++j) s += w[j];
+      for (int64_t j = 0; j < top_k; ++j) w[j] /= s;
+    }
+  }
+}
+
+void MoeCountExperts(const int32_t* ids, int64_t n, int64_t num_experts, int64_t* counts) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] >= 0 && ids[i] < num_experts) ++counts[ids[i]];
+  }
+}
+
+void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows, int64_t dim,
+                    ThreadPool* pool) {
+  ForRange(pool, rows, rows * dim >= kMinParallelUnits, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float g = 1.0f / (1.0f + std::exp(-gate_logits[r]));
+      float* o = out + r * dim;
+      const float* s = shared + r * dim;
+      for (int64_t i = 0; i < dim; ++i) o[i] += g * s[i];
+    }
+  });
+}
+
+void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
+  const int64_t n = a.tokens * a.top_k, h = a.hidden, inter = a.inter, num_e = a.num_experts;
+  if (a.tokens <= 0) return;
+  // Group (token, slot) pairs by expert, in pair order within an expert.
+  s->offsets.assign(static_cast<size_t>(num_e + 1), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t e = a.topk_ids[i];
+    if (e < 0 || e >= num_e) {
+      std::fprintf(stderr, "tessera kernels: MoeExperts: expert id %d out of range [0, %lld)\n", e,
+                   static_cast<long long>(num_e));
+      std::abort();
+    }
+    ++s->offsets[e + 1];
+  }
+  for (int64_t e = 0; e < num_e; ++e) s->offsets[e + 1] += s->offsets[e];
+  s->order.resize(static_cast<size_t>(n));
+  s->pos.resize(static_cast<size_t>(n));
+  {
+    std::vector<int32_t> fill(s->offsets.begin(), s->offsets.end() - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t p = fill[a.topk_ids[i]]++;
+      s->order[p] = static_cast<int32_t>(i);
+      s->pos[i] = p;
+    }
+  }
+  s->xg.resize(static_cast<size_t>(n * h));
+  s->gate_up.resize(static_cast<size_t>(n * 2 * inter));
+  s->act.resize(static_cast<size_t>(n * inter));
+  s->y.resize(static_cast<size_t>(n * h));
+  float* xg = s->xg.data();
+  float* gu = s->gate_up.data();
+  float* act = s->act.data();
+  float* y = s->y.data();
+  const bool big = n * h * 4 >= kMinParallelUnits;
+  ForRange(pool, n, big, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      std::memcpy(xg + p * h, a.x + (s->order[p] / a.top_k) * h, static_cast<size_t>(h) * sizeof(float));
+    }
+  });
+
+  // Gate and up projections: tiles of every active expert's two matrices.
+  std::vector<Tile> tiles;
+  int64_t units = 0;
+  for (int64_t e = 0; e < num_e; ++e) {
+    const int64_t m = s->offsets[e + 1] - s->offsets[e];
+    if (m == 0) continue;
+    for (int32_t which = 0; which < 2; ++which) {
+      for (int64_t r0 = 0; r0 < inter; r0 += kTileRows) {
+        tiles.push_back({static_cast<int32_t>(e), which, r0, std::min(inter, r0 + kTileRows)});
+      }
+    }
+    units += 2 * inter * (DTypeRowBytes(a.dtype, h) + m * h / 4);
+  }
+  const int64_t in_row_bytes = DTypeRowBytes(a.dtype, h);
+  ForRange(pool, static_cast<int64_t>(tiles.size()), units >= kMinParallelUnits, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Tile& t = tiles[i];
+      const int64_t off = s->offsets[t.e], m = s->offsets[t.e + 1] - off;
+      const auto* w = static_cast<const uint8_t*>(t.which == 0 ? a.gate[t.e] : a.up[t.e]);
+      Linear(xg + off * h, m, h, w + t.r0 * in_row_bytes, a.dtype, t.r1 - t.r0, nullptr,
+             gu + off * 2 * inter + t.which * inter + t.r0, 2 * inter, nullptr);
+    }
+  });
+  SiluMul(gu, n, inter, act, pool);
+
+  // Down projections: tiles of each active expert's [hidden, inter] matrix.
+  tiles.clear();
+  units = 0;
+  for (int64_t e = 0; e < num_e; ++e) {
+    const int64_t m = s->offsets[e + 1] - s->offsets[e];
+    if (m == 0) continue;
+    for (int64_t r0 = 0; r0 < h; r0 += kTileRows) {
+      tiles.push_back({static_cast<int32_t>(e), 2, r0, std::min(h, r0 + kTileRows)});
+    }
+    units += h * (DTypeRowBytes(a.dtype, inter) + m * inter / 4);
+  }
+  const int64_t down_row_bytes = DTypeRowBytes(a.dtype, inter);
+  ForRange(pool, static_cast<int64_t>(tiles.size()), units >= kMinParallelUnits, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Tile& t = tiles[i];
+      const int64_t off = s->offsets[t.e], m = s->offsets[t.e + 1] - off;
+      const auto* w = static_cast<const uint8_t*>(a.down[t.e]);
+      Linear(act + off * inter, m, inter, w + t.r0 * down_row_bytes, a.dtype, t.r1 - t.r0, nullptr,
+             y + off * h + t.r0, h, nullptr);
+    }
+  });
+
+  // Weighted combine, each token's experts in slot order.
+  ForRange(pool, a.tokens, big, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      float* o = a.out + t * h;
+      const float* w = a.topk_weights + t * a.top_k;
+      const float* y0 = y + static_cast<int64_t>(s->pos[t * a.top_k]) * h;
+      for (int64_t i = 0; i < h; ++i) o[i] = w[0] * y0[i];
+      for (int64_t j = 1; j < a.top_k; ++j) {
+        const float* yj = y + static_cast<int64_t>(s->pos[t * a.top_k + j]) * h;
+        for (int64_t i = 0; i < h; ++i) o[i] += w[j] * yj[i];
+      }
+    }
+  });
+}
+
+}  // namespace tessera::kernels::cpu

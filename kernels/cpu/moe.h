@@ -1,0 +1,58 @@
+// CPU mixture-of-experts kernels: top-k routing and the grouped expert SwiGLU.
+//
+// Batch-invariant like every op in ops.h: a token's routing and its expert
+// outputs depend only on its own row, never on which other tokens are in the
+// call or which experts they chose.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/thread_pool.h"
+
+namespace tessera::kernels::cpu {
+
+// Per token t: p = softmax(logits[t, 0..num_experts)) in f32 (max subtracted,
+// sum in expert order); the top_k experts by p, ties to the lower expert id,
+// written in descending order to ids/weights [tokens, top_k]; with renormalize
+// the k weights are divided by their sum (added in slot order).
+void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+              int32_t* ids, float* weights);
+
+// counts[e] += number of entries of ids[0..n) equal to e (ids in [0, num_experts)).
+void MoeCountExperts(const int32_t* ids, int64_t n, int64_t num_experts, int64_t* counts);
+
+// out[r, :] += sigmoid(gate_logits[r]) * shared[r, :]   (rows x dim).
+void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows, int64_t dim,
+                    ThreadPool* pool);
+
+struct MoeExpertsArgs {
+  const float* x = nullptr;  // [tokens, hidden]
+  int64_t tokens = 0, hidden = 0, inter = 0, top_k = 0, num_experts = 0;
+  const int32_t* topk_ids = nullptr;     // [tokens, top_k], each in [0, num_experts)
+  const float* topk_weights = nullptr;   // [tokens, top_k]
+  DType dtype = DType::kF32;             // of every expert matrix (f32/f16/bf16/Q8_0/Q4_0/Q4_K)
+  const void* const* gate = nullptr;     // per expert [inter, hidden]
+  const void* const* up = nullptr;       // per expert [inter, hidden]
+  const void* const* down = nullptr;     // per expert [hidden, inter]
+  float* out = nullptr;                  // [tokens, hidden], overwritten
+};
+
+// Grows with the largest call; reuse one per caller to avoid reallocating.
+struct MoeScratch {
+  std::vector<float> xg, gate_up, act, y;
+  std::vector<int32_t> offsets, order, pos;
+};
+
+// out[t, :] = sum over j = 0..top_k-1, in that order, of
+//   w[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = ids[t, j].
+// Tokens are grouped by expert, so each chosen expert's matrices stream from
+// memory once per call for all its tokens; the per-expert products run as
+// Linear (ops.h) on column tiles spread over the pool, so both threads work
+// even when one token activates only k experts. Linear's per-row results do not
+// depend on the number of rows or the column split, and each token's sum runs
+// in slot order, so the result is batch-invariant. Aborts on an id out of range.
+void MoeExperts(const MoeExpertsArgs& args, MoeScratch* scratch, ThreadPool* pool);
+
+}  // namespace tessera::kernels::cpu
