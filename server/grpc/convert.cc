@@ -37,11 +37,12 @@ Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const 
   return Status::Ok();
 }
 
-Status StatusFromApiError(const ApiError& error) {
+Status StatusFromApiError(const ApiError& error, const std::string& grpc_field) {
   std::string message = error.message;
   if (!error.param.empty() && message.find("'" + error.param + "'") == std::string::npos) {
     message += " (param '" + error.param + "')";
   }
+  if (!grpc_field.empty() && grpc_field != error.param) message += " (gRPC field '" + grpc_field + "')";
   switch (error.status) {
     case HttpStatus::bad_request:
       if (error.code == "context_length_exceeded") return OutOfRange(std::move(message));
@@ -106,8 +107,11 @@ Status PutSamplingParams(const v1::SamplingParams& p, bool chat, Json* body) {
     return InvalidArgument("'top_logprobs' requires 'logprobs' to be true");
   }
   if (!p.logit_bias().empty()) {
+    // At most one entry past the path's limit: the verdict ("too many") is the
+    // same, and the parser never pays for a huge object.
     Json bias = Json::object();
     for (const auto& [token, value] : p.logit_bias()) {
+      if (bias.size() > openai::kMaxLogitBias) break;
       if (!std::isfinite(value)) return InvalidArgument("'logit_bias' values must be finite numbers");
       bias[std::to_string(token)] = static_cast<double>(value);
     }
@@ -116,6 +120,13 @@ Status PutSamplingParams(const v1::SamplingParams& p, bool chat, Json* body) {
   if (p.has_skip_special_tokens()) (*body)["skip_special_tokens"] = p.skip_special_tokens();
   if (p.has_include_stop_str_in_output()) (*body)["include_stop_str_in_output"] = p.include_stop_str_in_output();
   return Status::Ok();
+}
+
+// The GenerateRequest field an HTTP param stands for, where the names differ.
+std::string GrpcFieldOf(const std::string& param, const v1::GenerateRequest& request) {
+  if (param == "prompt") return request.has_token_ids() ? "token_ids" : "text";
+  if (param == "logprobs" && !request.has_chat()) return "top_logprobs";
+  return "";
 }
 
 Json ChatMessages(const v1::ChatPrompt& chat) {
@@ -180,11 +191,15 @@ StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, co
   GenerateInput in;
   if (chat) {
     openai::PreparedChat prepared;
-    if (auto err = openai::PrepareChat(model, body, &prepared)) return StatusFromApiError(*err);
+    if (auto err = openai::PrepareChat(model, body, &prepared)) {
+      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
+    }
     in = std::move(prepared.input);
   } else {
     openai::PreparedCompletion prepared;
-    if (auto err = openai::PrepareCompletion(model, body, &prepared)) return StatusFromApiError(*err);
+    if (auto err = openai::PrepareCompletion(model, body, &prepared)) {
+      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
+    }
     if (prepared.inputs.size() != 1) return InvalidArgument("'prompt' must be a single prompt");
     in = std::move(prepared.inputs[0]);
   }

@@ -30,8 +30,9 @@ grpc::Status ToGrpc(const Status& status);
 // 400 -> INVALID_ARGUMENT (OUT_OF_RANGE for context_length_exceeded,
 // FAILED_PRECONDITION for "unsupported": no chat template), 404 -> NOT_FOUND,
 // 429 -> RESOURCE_EXHAUSTED, 503 -> UNAVAILABLE, else INTERNAL. A message that
-// does not quote its `param` gets " (param 'P')" appended.
-Status StatusFromApiError(const ApiError& error);
+// does not quote its `param` gets " (param 'P')" appended, and " (gRPC field
+// 'F')" when the proto's name for it differs (e.g. 'prompt' is 'token_ids').
+Status StatusFromApiError(const ApiError& error, const std::string& grpc_field = "");
 
 // The OpenAI request body a GenerateRequest means (JSON text): a text or
 // token-id prompt is a /v1/completions body, a chat prompt a

@@ -84,6 +84,8 @@ TEST(StatusFromApiError, MapsCodesAndNamesTheParam) {
   EXPECT_EQ(StatusFromApiError(BadRequest("'stop' bad", "stop")).message(), "'stop' bad");
   EXPECT_EQ(StatusFromApiError(BadRequest("best_of is not supported", "best_of")).message(),
             "best_of is not supported (param 'best_of')");
+  EXPECT_EQ(StatusFromApiError(BadRequest("'prompt' bad", "prompt"), "token_ids").message(),
+            "'prompt' bad (gRPC field 'token_ids')");
   EXPECT_EQ(StatusFromApiError(BadRequest("x", "prompt", "context_length_exceeded")).code(), StatusCode::kOutOfRange);
   EXPECT_EQ(StatusFromApiError(BadRequest("x", "", "unsupported")).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(StatusFromApiError(BadRequest("x")).code(), StatusCode::kInvalidArgument);
@@ -144,10 +146,21 @@ TEST_F(BuildGenerateInputTest, RefusesWhatHttpRefusesNamingTheSameField) {
   EXPECT_GT(in->prompt_token_ids.size(), 3u);
   EXPECT_FALSE(in->params.max_tokens.has_value());  // chat: up to the context
 
+  v1::GenerateRequest b;  // a whole-vocabulary logit_bias: refused, and cheaply (one entry past the limit)
+  b.mutable_text()->set_text("Hello");
+  for (int32_t id = 0; id < 100000; ++id) (*b.mutable_params()->mutable_logit_bias())[id] = 1.0f;
+  bool chat = false;
+  StatusOr<std::string> body = GenerateRequestToJson(b, &chat);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(json::parse(*body)["logit_bias"].size(), openai::kMaxLogitBias + 1);
+  s = BuildGenerateInput(model_, b, "id").status();
+  EXPECT_EQ(s.message().rfind("'logit_bias' must be", 0), 0u) << s.message();
+
   v1::GenerateRequest t;
   t.mutable_token_ids()->add_ids(static_cast<int32_t>(tok_->vocab_size()));
   s = BuildGenerateInput(model_, t, "id").status();
   EXPECT_NE(s.message().find("'prompt'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'token_ids'"), std::string::npos) << s.message();
 
   t.mutable_token_ids()->set_ids(0, 1);
   t.mutable_params()->set_max_tokens(64);  // 1 + 64 > 64
