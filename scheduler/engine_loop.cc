@@ -1,6 +1,7 @@
 #include "scheduler/engine_loop.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <utility>
 
@@ -202,10 +203,13 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   if (loop->backend_->SupportsGraphs()) {
     RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
   }
+  if (options.speculative) so.num_lookahead_tokens = options.speculative->num_speculative_tokens;
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
+  RETURN_IF_ERROR(loop->InitSpeculation(options));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
+  loop->max_step_ms_ = options.max_step_ms;
   return loop;
 }
 
@@ -229,6 +233,12 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<voi
 void EngineLoop::Abort(const std::string& request_id) {
   std::lock_guard lock(mu_);
   aborts_.push_back(request_id);
+  cv_.notify_all();
+}
+
+void EngineLoop::AbortAll() {
+  std::lock_guard lock(mu_);
+  aborts_.insert(aborts_.end(), live_ids_.begin(), live_ids_.end());
   cv_.notify_all();
 }
 
@@ -328,6 +338,7 @@ void EngineLoop::DrainInbox() {
     a.sampler = std::move(p.sampler);
     a.min_tokens = p.request.params.min_tokens;
     if (p.request.params.prompt_logprobs) a.prompt_logprobs = *p.request.params.prompt_logprobs;
+    a.seeded = p.request.params.seed.has_value();
     if (a.min_tokens > 0) {
       a.banned = p.request.params.stop_token_ids;
       if (!p.request.params.ignore_eos) {
@@ -359,6 +370,7 @@ Status EngineLoop::Step() {
   DeliverFinished();
   std::lock_guard lock(mu_);
   metrics_ = scheduler_->metrics();
+  metrics_.spec = spec_counters_;
   ++steps_;
   return s;
 }
@@ -366,13 +378,47 @@ Status EngineLoop::Step() {
 Status EngineLoop::RunStep() {
   const SchedulerOutput plan = scheduler_->Schedule();
   if (plan.empty()) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status s = RunPlan(plan);
+  if (s.ok() && max_step_ms_ > 0) BoundNextStep(plan, std::chrono::steady_clock::now() - start);
+  return s;
+}
+
+// Steps of fewer tokens say little about the per-token cost of a prefill chunk
+// (fixed costs dominate), so only larger ones update the estimate; the first
+// estimate comes from the warm-up step, which errs on the small-chunk side.
+void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
+  int64_t tokens = 0;
+  for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
+  const double ms = std::chrono::duration<double, std::milli>(took).count();
+  if (tokens >= Scheduler::kMinStepPrefillTokens || ms_per_token_ == 0) {
+    const double sample = ms / static_cast<double>(std::max<int64_t>(tokens, 1));
+    ms_per_token_ = ms_per_token_ == 0 ? sample : 0.5 * ms_per_token_ + 0.5 * sample;
+  }
+  const double tokens_in_target = max_step_ms_ / std::max(ms_per_token_, 1e-6);
+  scheduler_->SetStepTokenBudget(static_cast<int64_t>(std::clamp(tokens_in_target, 1.0, 1e9)));
+}
+
+Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   for (const CopyOp& op : plan.copies) RETURN_IF_ERROR(cache_->CopyBlock(op.src, op.dst));
+  if (proposer_) {
+    for (const auto* ids : {&plan.preempted, &plan.finished}) {
+      for (SeqId id : *ids) {
+        proposer_->Forget(id);
+        draft_probs_.erase(id);
+      }
+    }
+    if (!proposer_->CopyBlocks(plan.copies).ok()) {
+      // The draft KV of these blocks is stale: worse proposals, same output.
+      spdlog::warn("speculative decoding: draft KV block copy failed");
+    }
+  }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
   RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
 
   const int64_t vocab = model_->config().vocab_size;
   std::vector<SampledTokens> sampled;
-  std::unordered_map<SeqId, SampleResult> results;
+  std::unordered_map<SeqId, std::vector<SampleResult>> results;
   int64_t row = 0;
   for (const ScheduledSequence& s : plan.seqs) {
     const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
@@ -392,10 +438,18 @@ Status EngineLoop::RunStep() {
     if (seq->num_output_tokens() < a.min_tokens) ctx.banned_tokens = a.banned;
     ctx.choice_index = s.index;
     ctx.output_position = seq->num_output_tokens();
+    if (s.num_draft_tokens > 0) {  // verify 1 + k rows
+      VerifyResult v = VerifySequenceDrafts(s, *seq, a, logits_.data() + (row - 1 - s.num_draft_tokens) * vocab, vocab);
+      SampledTokens t{s.seq_id, {}};
+      for (const SampleResult& r : v.tokens) t.token_ids.push_back(r.token);
+      sampled.push_back(std::move(t));
+      results.emplace(s.seq_id, std::move(v.tokens));
+      continue;
+    }
     const std::span<const float> logits(logits_.data() + (row - 1) * vocab, static_cast<size_t>(vocab));
     SampleResult r = sampler_.Sample(logits, a.sampler, ctx);
     sampled.push_back({s.seq_id, {r.token}});
-    results.emplace(s.seq_id, std::move(r));
+    results[s.seq_id].push_back(std::move(r));
   }
   // Prompt logprobs go out before the step's sampled tokens.
   for (auto& [request_id, entries] : prompt_logprobs_) {
@@ -416,12 +470,15 @@ Status EngineLoop::RunStep() {
     out.finish_reason = o.finish_reason;
     const SamplerConfig& c = it->second.sampler;
     if ((c.logprobs || c.top_logprobs > 0) && !o.new_token_ids.empty()) {
-      SampleResult& r = results.at(o.seq_id);
-      out.logprobs.push_back({r.logprob, std::move(r.top)});
+      std::vector<SampleResult>& rs = results.at(o.seq_id);
+      for (size_t i = 0; i < o.new_token_ids.size() && i < rs.size(); ++i) {
+        out.logprobs.push_back({rs[i].logprob, std::move(rs[i].top)});
+      }
     }
     out.token_ids = std::move(o.new_token_ids);
     it->second.stream->Push(std::move(out));
   }
+  if (proposer_) ProposeDrafts(plan);
   return Status::Ok();
 }
 

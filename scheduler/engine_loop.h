@@ -10,12 +10,14 @@
 // thread of your choice (offline, tests) — never both.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -29,6 +31,9 @@
 #include "engine/model.h"
 #include "engine/sampling.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/spec/acceptance.h"
+#include "scheduler/spec/proposer.h"
+#include "scheduler/spec/spec_config.h"
 
 namespace tessera {
 
@@ -48,6 +53,17 @@ struct EngineLoopOptions {
   // model; limits.max_model_len is capped at max_position_embeddings (and is
   // max_position_embeddings when <= 0, then at most what the KV cache holds).
   SchedulerOptions scheduler;
+  // Speculative decoding (--speculative-config); scheduler.num_lookahead_tokens
+  // is set from it. See engine_loop_spec.cc.
+  std::optional<SpeculativeConfig> speculative;
+  // Fault-injection seam for tests: wraps the proposer built from `speculative`.
+  std::function<std::unique_ptr<Proposer>(std::unique_ptr<Proposer>)> wrap_proposer;
+  // Time-bounded steps: when > 0, the loop measures the time per scheduled
+  // token and caps each step's tokens so a step takes about this long (see
+  // Scheduler::SetStepTokenBudget). An abort waits at most one step, so this
+  // bounds how long a cancelled request holds its blocks and the engine.
+  // 0: steps are bounded by max_num_batched_tokens only (offline throughput).
+  double max_step_ms = 0;
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.
   std::function<void(const FinishedSequenceStats&)> on_finished;
@@ -123,6 +139,8 @@ class EngineLoop {
   // Ends every choice of the request at the next step (kAbort); unknown or
   // already finished ids are ignored. Any thread.
   void Abort(const std::string& request_id);
+  // Aborts every live request at the next step (drain deadline). Any thread.
+  void AbortAll();
   // Ends one choice at the next step with `reason` (the front end matched a
   // stop string): its KV blocks are freed and a final output with `reason`
   // follows on the stream unless the choice already ended. Any thread.
@@ -159,15 +177,25 @@ class EngineLoop {
     std::vector<int32_t> banned;  // EOS (unless ignore_eos) + stop_token_ids, before min_tokens
     int32_t prompt_logprobs = -1;  // alternatives per prompt token; -1: not asked
     int64_t next_prompt_logprob = 1;  // next prompt position to report (recompute repeats are skipped)
+    bool seeded = false;  // the request gave a seed: speculation keeps its tokens bitwise (acceptance.h)
   };
   EngineLoop() = default;
 
   void DrainInbox();
   Status RunStep();
+  Status RunPlan(const SchedulerOutput& plan);
+  void BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took);
   void DeliverFinished();
   // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
   void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
+  // Speculative decoding (engine_loop_spec.cc).
+  Status InitSpeculation(const EngineLoopOptions& options);
+  // Verifies a sequence's drafts against its 1 + k logits rows at `rows`.
+  VerifyResult VerifySequenceDrafts(const ScheduledSequence& s, const Sequence& seq, const Active& a,
+                            const float* rows, int64_t vocab);
+  // After a step: proposes the next step's drafts for the sequences it ran.
+  void ProposeDrafts(const SchedulerOutput& plan);
   void FailAll(const Status& status);
   void ThreadMain();
 
@@ -179,6 +207,12 @@ class EngineLoop {
   std::vector<float> logits_;
   // This step's prompt logprobs per request: (choice index, entries).
   std::unordered_map<std::string, std::pair<int32_t, std::vector<TokenLogprobs>>> prompt_logprobs_;
+  // Speculative decoding; proposer_ null when off.
+  std::unique_ptr<Proposer> proposer_;
+  SpeculativeConfig spec_config_;
+  std::unordered_map<SeqId, std::vector<std::vector<float>>> draft_probs_;  // q of the pending drafts
+  SpecDecodeCounters spec_counters_;
+  bool spec_failure_logged_ = false;
 
   // Loop-thread state.
   std::unordered_map<std::string, Active> active_;
@@ -199,6 +233,8 @@ class EngineLoop {
   SchedulerMetrics metrics_;
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
+  double max_step_ms_ = 0;
+  double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
   bool stop_ = false;
   bool started_ = false;
   std::thread thread_;

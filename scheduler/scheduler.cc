@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cstdint>
 #include <tuple>
 #include <unordered_set>
 
@@ -18,11 +19,10 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options)
   const SchedulerOptions& o = options;
   if (o.max_num_seqs < 1) return InvalidArgument("scheduler: max_num_seqs must be at least 1");
   if (o.num_lookahead_tokens < 0) return InvalidArgument("scheduler: num_lookahead_tokens must be >= 0");
-  if (o.max_num_batched_tokens < static_cast<int64_t>(o.max_num_seqs) * (1 + o.num_lookahead_tokens)) {
+  if (o.max_num_batched_tokens < o.max_num_seqs) {
     return InvalidArgument("scheduler: max_num_batched_tokens (" + std::to_string(o.max_num_batched_tokens) +
-                           ") must be at least max_num_seqs x (1 + num_lookahead_tokens) = " +
-                           std::to_string(static_cast<int64_t>(o.max_num_seqs) * (1 + o.num_lookahead_tokens)) +
-                           " so every running sequence can advance each step");
+                           ") must be at least max_num_seqs (" + std::to_string(o.max_num_seqs) +
+                           ") so every running sequence can advance each step");
   }
   if (o.max_waiting_seqs < 0) return InvalidArgument("scheduler: max_waiting_seqs must be >= 0");
   if (o.limits.max_model_len < 2) return InvalidArgument("scheduler: max_model_len must be at least 2");
@@ -140,6 +140,21 @@ Status Scheduler::SetDraftTokens(SeqId id, std::vector<int32_t> drafts) {
   return Status::Ok();
 }
 
+int32_t Scheduler::ReserveDraftSlots(SeqId id, int32_t num_drafts) {
+  auto it = seqs_.find(id);
+  if (in_flight_ || it == seqs_.end() || it->second->status != SeqStatus::kRunning) return 0;
+  Sequence& s = *it->second;
+  num_drafts = static_cast<int32_t>(std::min<int64_t>(num_drafts, options_.num_lookahead_tokens));
+  std::vector<CopyOp> copies;  // num_new == 0: no copy-on-write
+  for (int32_t n = num_drafts; n > 0; --n) {
+    if (kv_->AllocateSlots(s.id, s.num_computed_tokens, 0, s.num_tokens() + n - s.num_computed_tokens, nullptr,
+                           &copies)) {
+      return n;
+    }
+  }
+  return 0;
+}
+
 const Sequence* Scheduler::GetSequence(SeqId id) const {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? nullptr : it->second.get();
@@ -225,6 +240,22 @@ int64_t Scheduler::NumNewTokens(const Sequence& seq, int64_t budget) const {
   return std::min(n, budget);
 }
 
+// Tokens speculative drafts may use this step: what is left of `budget` after
+// one token per running sequence, and, while prefills are pending, at most
+// half of it (the other half keeps chunked prefills moving).
+int64_t Scheduler::DraftBudget(const std::vector<Sequence*>& running, int64_t budget) const {
+  int64_t drafts = 0, prefill = 0;
+  for (const Sequence* s : running) {
+    drafts += static_cast<int64_t>(s->draft_token_ids.size());
+    prefill += std::max<int64_t>(0, s->num_tokens() - s->num_computed_tokens - 1);
+  }
+  if (drafts == 0) return 0;
+  for (auto it = waiting_.begin(); it != waiting_.end() && prefill < budget; ++it) prefill += (*it)->num_tokens();
+  int64_t allowance = budget - static_cast<int64_t>(running.size());
+  if (prefill > 0) allowance = std::min(allowance, budget / 2);
+  return std::max<int64_t>(0, allowance);
+}
+
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   out.step = counters_.steps;
@@ -244,6 +275,13 @@ SchedulerOutput Scheduler::Schedule() {
   int64_t budget = options_.max_num_batched_tokens;
   bool preempted_any = false;
   const int64_t k = options_.num_lookahead_tokens;
+  if (step_token_budget_ > 0) {
+    int64_t decode_tokens = 0;
+    for (const Sequence* s : running_) {
+      if (s->num_tokens() - s->num_computed_tokens <= 1) decode_tokens += 1 + k;
+    }
+    budget = std::min(budget, std::max(step_token_budget_, decode_tokens + kMinStepPrefillTokens));
+  }
   auto lookahead = [&](const Sequence& s, int64_t num_new) {
     // Room for k speculative tokens past the real ones (drafts scheduled now count).
     const int64_t drafts = std::max<int64_t>(0, s.num_computed_tokens + num_new - s.num_tokens());
@@ -254,10 +292,14 @@ SchedulerOutput Scheduler::Schedule() {
   std::vector<Sequence*> order = running_;
   std::stable_partition(order.begin(), order.end(),
                         [](const Sequence* s) { return s->num_tokens() - s->num_computed_tokens <= 1; });
+  int64_t draft_budget = DraftBudget(order, budget);
   for (Sequence* seq : order) {
     if (budget <= 0) break;
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier this step
-    const int64_t num_new = NumNewTokens(*seq, budget);
+    const int64_t drafts = static_cast<int64_t>(seq->draft_token_ids.size());
+    const int64_t kept = std::min(drafts, draft_budget);  // drafts past the allowance wait for a later step
+    const int64_t num_new = std::min(NumNewTokens(*seq, INT64_MAX) - (drafts - kept), budget);
+    draft_budget -= kept;
     if (num_new <= 0) continue;
     std::vector<CopyOp> copies;
     bool ok = false;

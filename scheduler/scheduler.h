@@ -40,7 +40,10 @@ enum class SchedulingPolicy { kFcfs, kPriority };
 
 struct SchedulerOptions {
   int32_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 2048;  // must be >= max_num_seqs * (1 + lookahead)
+  // Must be >= max_num_seqs. Speculative drafts count against it but never
+  // take a running sequence's one real token, nor (while prefills are
+  // pending) more than half of it, so chunked prefills keep progressing.
+  int64_t max_num_batched_tokens = 2048;
   int64_t max_waiting_seqs = 4096;        // admission bound (429 beyond it)
   int32_t num_lookahead_tokens = 0;       // speculative tokens per step (k)
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
@@ -68,6 +71,19 @@ class Scheduler {
   // Speculative proposals for a running sequence's next step (at most
   // num_lookahead_tokens). Rolled back by UpdateFromOutput if rejected.
   Status SetDraftTokens(SeqId seq, std::vector<int32_t> draft_token_ids);
+
+  // Before proposing: makes `seq`'s blocks cover positions < num_tokens +
+  // num_drafts (a draft model writes its KV there; the next step verifies
+  // there), allocating without preempting. Returns how many drafts fit (0 for
+  // a sequence that is not running between steps).
+  int32_t ReserveDraftSlots(SeqId seq, int32_t num_drafts);
+  // Caps the tokens of the following steps (time-bounded steps: the engine
+  // loop sets it from measured step time) at max(tokens, the running decodes'
+  // tokens + kMinStepPrefillTokens), never above max_num_batched_tokens, so
+  // decodes are never starved and prefills always progress. 0: no cap.
+  void SetStepTokenBudget(int64_t tokens) { step_token_budget_ = tokens; }
+  int64_t step_token_budget() const { return step_token_budget_; }
+  static constexpr int64_t kMinStepPrefillTokens = 16;
 
   // Plans the next step. Advances the scheduled sequences' computed counts;
   // the caller must run the plan and call UpdateFromOutput before the next
@@ -112,6 +128,7 @@ class Scheduler {
   void ResolveForks();
   std::vector<Sequence*> ReleaseForks(Sequence* leader);  // returns the new waiting choices
   int64_t NumNewTokens(const Sequence& seq, int64_t budget) const;
+  int64_t DraftBudget(const std::vector<Sequence*>& running, int64_t budget) const;
   void InsertRunning(Sequence* seq);
   void EraseRunning(Sequence* seq);
   void Preempt(Sequence* seq);
@@ -134,6 +151,7 @@ class Scheduler {
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
   SeqId next_seq_id_ = 1;
+  int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "scheduler/request.h"
 
@@ -34,9 +35,20 @@ struct SchedulerGauges {
   double kv_usage = 0.0;    // fraction of blocks in use (vllm:kv_cache_usage_perc)
 };
 
+// Speculative decoding, monotonic (vLLM's spec_decode_* counters). Filled by
+// the engine loop, which runs proposers and verification.
+struct SpecDecodeCounters {
+  int64_t num_drafts = 0;           // sequence-steps that verified drafts
+  int64_t num_draft_tokens = 0;     // drafts verified
+  int64_t num_accepted_tokens = 0;  // drafts accepted
+  std::vector<int64_t> num_accepted_tokens_per_pos;  // [k]: drafts accepted at position i
+  int64_t num_proposer_failures = 0;  // steps that fell back to plain decode
+};
+
 struct SchedulerMetrics {
   SchedulerCounters counters;
   SchedulerGauges gauges;
+  SpecDecodeCounters spec;
   double prefix_cache_hit_rate() const {
     return counters.prefix_cache_queries == 0
                ? 0.0

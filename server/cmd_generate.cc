@@ -50,6 +50,7 @@ struct GenerateArgs {
   bool enforce_eager = false;
   bool deterministic = false;
   std::vector<int32_t> bench_batches;
+  std::string speculative_config;  // JSON, vLLM's fields
   int32_t bench_prompt_len = 32;
   int32_t bench_tokens = 32;
 };
@@ -287,6 +288,11 @@ int RunGenerate(GenerateArgs a) {
   o.scheduler.max_num_seqs = a.max_num_seqs;
   o.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
   o.scheduler.limits.max_model_len = 0;  // the model's, capped by what the KV cache holds
+  if (!a.speculative_config.empty()) {
+    auto sc = ParseSpeculativeConfig(a.speculative_config);
+    if (!sc.ok()) return fail(sc.status());
+    o.speculative = *sc;
+  }
   auto loop_or = EngineLoop::Create(o);
   if (!loop_or.ok()) return fail(loop_or.status());
   EngineLoop& loop = **loop_or;
@@ -439,6 +445,9 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--enforce-eager", a->enforce_eager, "CUDA: no graphs for decode steps");
   cmd->add_flag("--deterministic", a->deterministic,
                 "CUDA: batch-invariant kernels (a sequence's logits do not depend on its batch; slower)");
+  cmd->add_option("--speculative-config", a->speculative_config,
+                  "Speculative decoding, JSON with vLLM's fields (method ngram|draft_model, "
+                  "num_speculative_tokens, prompt_lookup_min/max, model, disable_by_batch_size, max_verify_tokens)");
   cmd->add_option("--bench", a->bench_batches, "Measure decode throughput at these batch sizes, e.g. 1,16")
       ->delimiter(',');
   cmd->add_option("--bench-prompt-len", a->bench_prompt_len, "Bench prompt length")->capture_default_str();

@@ -1,5 +1,6 @@
 // `tessera gguf-info FILE`: the header, metadata and tensor table of a GGUF
 // file, validated as the loader validates it (text, or JSON with --json).
+// Exits 1 when the file or its model metadata is invalid.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -66,7 +67,8 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
     if (!config.ok()) j["model_error"] = config.status().ToString();
     // Invalid UTF-8 in strings is replaced rather than aborting the dump.
     std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << "\n";
-    return 0;
+    if (!config.ok()) spdlog::error("{}", config.status().ToString());
+    return config.ok() ? 0 : 1;
   }
   std::printf("%s: GGUF v%u, alignment %u, %zu metadata keys, %zu tensors, data at %llu\n", path.c_str(), c.version,
               c.alignment, c.metadata.size(), c.tensors.size(), static_cast<unsigned long long>(c.data_offset));
@@ -88,7 +90,10 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
                 static_cast<unsigned long long>(t.offset), static_cast<unsigned long long>(t.nbytes));
   }
   std::printf("model: %s\n", config.ok() ? config->Summary().c_str() : config.status().ToString().c_str());
-  return 0;
+  // The container may be well formed while the model metadata is not: that is
+  // a file the server cannot load, so the exit status says so.
+  if (!config.ok()) spdlog::error("{}", config.status().ToString());
+  return config.ok() ? 0 : 1;
 }
 
 }  // namespace

@@ -3,17 +3,24 @@
 // Startup order: bind the listeners and answer /health and /ready at once, then
 // load the model (synthesising the default one on first run) and warm up on a
 // loader thread; /ready turns 200 when that is done. SIGINT/SIGTERM drain:
-// /ready and new requests get 503 at once, in-flight ones finish, exit 0.
+// /ready and new requests get 503 at once, in-flight ones finish (those still
+// running at --drain-timeout end with finish_reason "abort"), exit 0.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -22,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "scheduler/spec/spec_config.h"
 #include "server/commands.h"
 #include "server/default_model.h"
 #include "server/http/http_server.h"
@@ -36,8 +44,16 @@ namespace {
 namespace fs = std::filesystem;
 namespace net = boost::asio;
 
-constexpr int kIoThreads = 2;  // HTTP parsing/serialisation only; the engine has its own thread
+constexpr int kIoThreads = 2;  // HTTP framing and SSE only; the engine has its own thread
+// Front-end workers: body parsing, validation, chat templates, tokenization.
+// They run at a lower priority (nice) than the io threads, so a flood of heavy
+// bodies slows its own requests, not /health or the streams being written.
+constexpr int kWorkerThreads = 2;
+constexpr int kWorkerNice = 5;
 constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+// After the drain deadline aborts what is left: time for the aborted requests'
+// final chunks to be written (an engine step, then the sockets) before exit.
+constexpr auto kAbortGrace = std::chrono::seconds(5);
 
 struct ServeFlags {
   std::string model;
@@ -57,6 +73,7 @@ struct ServeFlags {
   int64_t max_model_len = 0;
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
+  double max_step_ms = 250;
   int64_t max_pending_requests = 1024;
   int64_t request_timeout_s = 600;
   int64_t drain_timeout_s = 30;
@@ -64,6 +81,7 @@ struct ServeFlags {
   int64_t idle_timeout_s = 60;
   std::string served_model_name;
   std::string default_model_size = "0.5b";
+  std::string speculative_config;  // JSON, vLLM's fields
 };
 
 int Fail(const Status& s) {
@@ -121,8 +139,17 @@ class Shutdown {
   void Poll() {
     const int64_t n = InFlight();
     if (n == 0) return Stop();
-    if (std::chrono::steady_clock::now() > deadline_) {
-      spdlog::warn("serve: {} requests still in flight after {}s; exiting anyway", n, drain_timeout_.count());
+    const auto now = std::chrono::steady_clock::now();
+    if (!aborted_ && now >= deadline_) {
+      // Requests still running end now with finish_reason "abort": streams get
+      // their final chunk and [DONE], unary clients their response.
+      aborted_ = true;
+      spdlog::warn("serve: {} requests still in flight after {}s; aborting them", n, drain_timeout_.count());
+      if (ServingEngine* e = ctx_.engine.load()) e->AbortAll();
+      deadline_ = now + kAbortGrace;
+    } else if (aborted_ && now >= deadline_) {
+      spdlog::warn("serve: {} requests still open {}s after the abort; exiting anyway", n,
+                   std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count());
       return Stop();
     }
     timer_.expires_after(kDrainPoll);
@@ -140,6 +167,7 @@ class Shutdown {
   net::strand<net::io_context::executor_type> strand_;
   net::steady_timer timer_;
   bool started_ = false;
+  bool aborted_ = false;  // the drain deadline passed and AbortAll was sent
   int exit_code_ = 0;
   std::chrono::steady_clock::time_point deadline_;
 };
@@ -197,6 +225,12 @@ int RunServe(ServeFlags f) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
   // Where the model is (or will be) and what clients call it, known up front.
+  std::optional<SpeculativeConfig> speculative;
+  if (!f.speculative_config.empty()) {
+    auto sc = ParseSpeculativeConfig(f.speculative_config);
+    if (!sc.ok()) return Fail(sc.status());
+    speculative = *sc;
+  }
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
   if (use_default) {
@@ -219,6 +253,8 @@ int RunServe(ServeFlags f) {
   if (served.empty()) served = "default";
 
   net::io_context ioc{kIoThreads};
+  net::io_context workers{kWorkerThreads};
+  auto workers_guard = net::make_work_guard(workers);
   HttpServerOptions http_options;
   http_options.host = f.host;
   http_options.port = f.port;
@@ -232,6 +268,7 @@ int RunServe(ServeFlags f) {
   ctx.server = &server;
   ctx.metrics = &metrics;
   ctx.ioc = &ioc;
+  ctx.workers = &workers;
   ctx.served_model_name = served;
   ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
   RegisterOpenAiRoutes(&ctx);
@@ -294,8 +331,10 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.kv.num_blocks = f.num_kv_blocks;
       o.loop.scheduler.max_num_seqs = f.max_num_seqs;
       o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
+      o.loop.max_step_ms = f.max_step_ms;
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
+      o.loop.speculative = speculative;
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -316,9 +355,23 @@ int RunServe(ServeFlags f) {
   });
 
   std::vector<std::thread> io_threads;
+  std::vector<std::thread> worker_threads;
+  for (int i = 0; i < kWorkerThreads; ++i) {
+    worker_threads.emplace_back([&workers] {
+      // Linux: PRIO_PROCESS with a thread id renices that thread only.
+      if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWorkerNice) != 0) {
+        spdlog::debug("serve: could not lower a front-end worker's priority");
+      }
+      workers.run();
+    });
+  }
   for (int i = 0; i < kIoThreads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io_threads) t.join();
   server.MarkStopped();
+  // Work still queued finds its exchanges stopped (their methods are no-ops).
+  workers_guard.reset();
+  workers.stop();
+  for (auto& t : worker_threads) t.join();
 
   if (ctx.state.load() == ModelState::kLoading) {
     // Model::Load and synthesis cannot be interrupted; a partial default model
@@ -383,6 +436,15 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-num-batched-tokens", f->max_num_batched_tokens, "tokens per engine step (prefill chunk)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
+  cmd->add_option("--speculative-config", f->speculative_config,
+                  "speculative decoding, JSON with vLLM's fields, e.g. '{\"method\": \"ngram\", "
+                  "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}' or '{\"method\": \"draft_model\", "
+                  "\"model\": \"DIR\", \"num_speculative_tokens\": 4}'");
+  cmd->add_option("--max-step-ms", f->max_step_ms,
+                  "target duration of one engine step: prefill chunks are cut to fit it, so a cancelled request "
+                  "frees the engine within about one step (0: bounded by --max-num-batched-tokens only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600000.0));
   cmd->add_option("--max-pending-requests", f->max_pending_requests,
                   "requests running or queued; beyond it new ones get 429 with Retry-After")
       ->capture_default_str()

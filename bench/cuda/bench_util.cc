@@ -98,8 +98,12 @@ Dims Dims::Llama8B(bool quick) {
          {2048, 8192}, 8192, 512, 2048, 8192, int64_t{1} << 30,
          // Llama-3-8B projections; lm_head is the largest single matrix of a decode step.
          {{"qkv", 4096, 6144}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}, {"lm_head", 4096, 128256}},
-         {1, 64, 256, 2048}};
+         {1, 64, 256, 2048},
+         // Qwen3-30B-A3B's and Mixtral-8x7B's expert layers.
+         {{"qwen3-30b-a3b", 128, 8, 2048, 768}, {"mixtral-8x7b", 8, 2, 4096, 14336}},
+         {1, 64, 256}};
   if (quick) {
+    d.moes.resize(1);
     d.tokens = {256};
     d.attn_batches = {1, 64};
     d.attn_contexts = {1024, 4096};
@@ -112,7 +116,8 @@ Dims Dims::Llama8B(bool quick) {
 
 Dims Dims::Tiny() {
   return Dims{256, 512, 4, 2, 32, 1000, 512, {3, 37}, 3, 2, 16, 4, {1, 3}, {40, 300}, {50}, 300, 40, 50, 64,
-              int64_t{1} << 20, {{"qkv", 256, 256}, {"down", 512, 256}}, {1, 5}};
+              int64_t{1} << 20, {{"qkv", 256, 256}, {"down", 512, 256}}, {1, 5},
+              {{"tiny", 4, 2, 64, 32}}, {1, 40}};  // 40 x 2 rows >= 16 per expert: the cuBLAS path too
 }
 
 void SetSmokeTiming(bool on) { g_smoke = on; }

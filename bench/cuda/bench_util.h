@@ -143,6 +143,12 @@ struct Dims {
   };
   std::vector<Linear> linears;
   std::vector<int64_t> linear_ms;
+  struct Moe {  // an MoE layer's routed experts
+    const char* name;
+    int64_t experts, top_k, hidden, inter;
+  };
+  std::vector<Moe> moes;
+  std::vector<int64_t> moe_batches;
   int64_t qkv() const { return (q_heads + 2 * kv_heads) * head_dim; }
   static Dims Llama8B(bool quick);
   static Dims Tiny();

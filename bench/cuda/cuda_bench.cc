@@ -1,7 +1,7 @@
 // tessera-cuda-bench: the CUDA backend's figures for bench/RESULTS.md (issue 7),
 // each stated against ceilings measured in the same run.
 //
-//   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,kernels,attention,linear,model]
+//   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,kernels,attention,linear,moe,model]
 //                      [--models 1b,8b] [--modes eager,graphs] [--time-budget 420] [--quick | --tiny]
 //
 // Sections (in this order; the ceilings first, the rest are fractions of them):
@@ -12,6 +12,8 @@
 //   attention  paged decode at batch 1/64/256 x context 1k/4k/32k (KV bytes / time),
 //              prefill 2k/8k and a 512-token chunk at 8k (FLOP/s)
 //   linear     LinearTiled (deterministic mode) vs cuBLAS at the 8B shapes, m = 1..2048
+//   moe        the MoE expert FFN (Qwen3-30B-A3B, Mixtral-8x7B expert layers) at batch
+//              1/64/256: active expert bytes / time against the D2D ceiling
 //   model      synthetic Llama-3.2-1B / Llama-3-8B shapes through engine/Model on
 //              the CUDA backend: TTFT 2k/8k, decode tok/s at batch 1/64/256 against
 //              the HBM roofline; eager and CUDA graphs
@@ -81,7 +83,7 @@ std::string UtcNow() {
 
 int main(int argc, char** argv) {
   CLI::App app{"CUDA backend benchmarks: ceilings, kernels, attention, GEMMs, models"};
-  std::string json_path = "cuda_bench.json", sections_flag = "ceilings,kernels,attention,linear,model";
+  std::string json_path = "cuda_bench.json", sections_flag = "ceilings,kernels,attention,linear,moe,model";
   std::string models_flag = "1b,8b", modes_flag = "eager,graphs", batches_flag = "1,64,256",
               prompts_flag = "2048,8192";
   cb::ModelBenchOptions mo;
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
   bool quick = false, tiny = false;
   int device = 0;
   app.add_option("--json", json_path, "JSON output file (rewritten after every section; '' for none)");
-  app.add_option("--sections", sections_flag, "comma-separated: ceilings,kernels,attention,linear,model");
+  app.add_option("--sections", sections_flag, "comma-separated: ceilings,kernels,attention,linear,moe,model");
   app.add_option("--models", models_flag, "model shapes: 1b (Llama-3.2-1B), 8b (Llama-3-8B)");
   app.add_option("--modes", modes_flag, "backend modes: eager, graphs, deterministic");
   app.add_option("--batches", batches_flag, "decode batch sizes");
@@ -110,7 +112,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> sections = SplitList(sections_flag);
   auto has = [&](const char* s) { return std::find(sections.begin(), sections.end(), s) != sections.end(); };
   for (const std::string& s : sections) {
-    if (s != "ceilings" && s != "kernels" && s != "attention" && s != "linear" && s != "model") {
+    if (s != "ceilings" && s != "kernels" && s != "attention" && s != "linear" && s != "moe" && s != "model") {
       std::fprintf(stderr, "tessera-cuda-bench: --sections: unknown section '%s'\n", s.c_str());
       return 2;
     }
@@ -197,6 +199,7 @@ int main(int argc, char** argv) {
       {"kernels", [&] { return cb::RunKernels(ctx); }},
       {"attention", [&] { return cb::RunAttention(ctx); }},
       {"linear", [&] { return cb::RunLinear(ctx); }},
+      {"moe", [&] { return cb::RunMoe(ctx); }},
       {"model", [&] { return cb::RunModels(ctx, mo); }},
   };
   int rc = 0;

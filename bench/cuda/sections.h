@@ -20,6 +20,10 @@ Status RunKernels(Context& ctx);
 // Paged attention: decode at batch x context, prefill FLOP/s.
 Status RunAttention(Context& ctx);
 
+// The MoE expert FFN (grouped kernel; per-expert cuBLAS where the cuBLAS mode
+// uses it) at decode batch 1/64/256, Qwen3-30B-A3B and Mixtral-8x7B expert layers.
+Status RunMoe(Context& ctx);
+
 struct ModelBenchOptions {
   std::vector<std::string> models = {"1b", "8b"};        // 1b: Llama-3.2-1B shape; 8b: Llama-3-8B
   std::vector<std::string> modes = {"eager", "graphs"};  // also: deterministic

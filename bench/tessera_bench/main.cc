@@ -22,6 +22,7 @@
 #include "bench/tessera_bench/arrival.h"
 #include "bench/tessera_bench/dataset.h"
 #include "bench/tessera_bench/report.h"
+#include "bench/tessera_bench/spec_metrics.h"
 #include "bench/tessera_bench/runner.h"
 #include "server/text/tokenizer.h"
 
@@ -354,14 +355,20 @@ int Main(int argc, char** argv) {
     // Fresh random prompts per run (seed + k), so a later rate of a sweep does
     // not hit the server's prefix cache with the earlier runs' prompts.
     if (synthetic && k > 0) specs = RandomDataset(ro, pb, f.seed + k);
+    const std::optional<SpecDecodeCounts> spec_before = FetchSpecDecodeCounts(*base);
     RunOutput run = RunBenchmark(cfg, specs, offsets);
+    const std::optional<SpecDecodeCounts> spec_after = spec_before ? FetchSpecDecodeCounts(*base) : std::nullopt;
+    const std::optional<SpecDecodeStats> spec =
+        spec_before && spec_after ? SpecDecodeDelta(*spec_before, *spec_after) : std::nullopt;
     Summary s = Summarize(run.records, run.duration_s, slo.value());
     any_completed = any_completed || s.completed > 0;
     std::string title = trace ? "Serving Benchmark Result (trace x" + RateLabel(f.time_scale) + ")"
                               : "Serving Benchmark Result (rate " + label + ")";
     std::printf("%s", FormatSummary(s, title).c_str());
+    if (spec) std::printf("%s", FormatSpecDecode(*spec).c_str());
     std::fflush(stdout);
     nlohmann::json rj = SummaryJson(s);
+    rj["spec_decode"] = spec ? SpecDecodeJson(*spec) : nlohmann::json(nullptr);
     rj["request_rate"] = trace ? nlohmann::json("trace") : std::isinf(rate) ? nlohmann::json("inf") : nlohmann::json(rate);
     rj["peak_in_flight"] = run.peak_in_flight;
     if (f.per_request) {

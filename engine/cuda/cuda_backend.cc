@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/quant.h"
+#include "engine/cuda/cuda_moe.h"
+#include "engine/cuda/grow_buffer.h"
 #include "kernels/cuda/block_copy.cuh"
 #include "kernels/cuda/compat.cuh"
 #include "kernels/cuda/cublas_linear.h"
@@ -35,30 +37,6 @@ kc::ElemType ToElem(DType t) {
     default: return kc::ElemType::kF32;
   }
 }
-
-// A device buffer that only grows (at least 2x). Old buffers are kept until the
-// backend is destroyed: a captured graph may still hold their address, and a
-// queued launch may still read them.
-struct GrowBuffer {
-  void* p = nullptr;
-  int64_t bytes = 0;
-  std::vector<void*> retired;
-  ~GrowBuffer() {
-    for (void* q : retired) cudaFree(q);
-    if (p != nullptr) cudaFree(p);
-  }
-  cudaError_t Ensure(int64_t want) {
-    if (want <= bytes) return cudaSuccess;
-    const int64_t size = std::max<int64_t>({want, 2 * bytes, 4096});
-    void* q = nullptr;
-    const cudaError_t e = cudaMalloc(&q, static_cast<size_t>(size));
-    if (e != cudaSuccess) return e;
-    if (p != nullptr) retired.push_back(p);
-    p = q;
-    bytes = size;
-    return cudaSuccess;
-  }
-};
 
 // Host-to-device copies through pinned memory: the caller's buffer may be
 // reused as soon as CopyFromHost returns, and the copy stays asynchronous.
@@ -280,6 +258,23 @@ class CudaBackend final : public Backend {
   }
   void Attention(const float* q, int64_t q_stride, KvLayerView c, const AttentionParams& p, float* out) override;
 
+  Status CheckMoe() const override { return Status::Ok(); }
+  void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+                int32_t* topk_ids, float* topk_weights) override {
+    Keep(moe_.Route(MoeEnv(), logits, tokens, num_experts, top_k, renormalize, topk_ids, topk_weights));
+  }
+  void MoeExperts(const float* x, int64_t tokens, const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
+                  const MoeExpertWeights& w, float* out) override {
+    Keep(moe_.Experts(MoeEnv(), x, tokens, topk_ids, topk_weights, top_k, w, out));
+  }
+  void MoeCountExperts(const int32_t* topk_ids, int64_t n, int64_t num_experts, int64_t* counts) override {
+    Keep(moe_.CountExperts(MoeEnv(), topk_ids, n, num_experts, counts));
+  }
+  void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows,
+                      int64_t dim) override {
+    Keep(moe_.SigmoidGateAdd(MoeEnv(), out, shared, gate_logits, rows, dim));
+  }
+
   Status TakeError() override {
     Status s = std::move(error_);
     error_ = Status::Ok();
@@ -350,6 +345,10 @@ class CudaBackend final : public Backend {
   void Record(Status s) {
     if (error_.ok()) error_ = std::move(s);
   }
+  void Keep(Status s) {
+    if (!s.ok()) Record(std::move(s));
+  }
+  CudaMoe::Env MoeEnv() const { return {stream_, blas_.get(), capturing_}; }
 
   const CudaBackendOptions opt_;
   std::string description_;
@@ -358,6 +357,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<kc::CublasLinear> blas_;  // null: LinearTiled
   std::vector<void*> weights_;              // device weight buffers, freed with the backend
   GrowBuffer attn_ws_, tiles_, copy_meta_;
+  CudaMoe moe_;                             // MoE scratch and expert pointer tables
   std::vector<kc::PrefillTile> host_tiles_;  // last tiles uploaded to tiles_
   std::vector<kc::PrefillTile> plan_;
   std::vector<int32_t> seq_count_;

@@ -166,7 +166,7 @@ sanitize() {  # stage tool limit [gtest filter]
 want memcheck && sanitize memcheck memcheck "$T_MEMCHECK"
 # racecheck: the kernels that share data through shared memory (reductions, tiles).
 want racecheck && sanitize racecheck racecheck "$T_RACECHECK" \
-  "${RACE_FILTER-*PagedAttention*:*RmsNorm*:*Sampling*:*LinearTiled*:*SelfTest*}"
+  "${RACE_FILTER-*PagedAttention*:*RmsNorm*:*Sampling*:*LinearTiled*:*SelfTest*:*CudaMoeKernels*}"
 
 if want bench; then
   t0=$(date +%s); lim=$(left)

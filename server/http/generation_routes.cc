@@ -214,6 +214,13 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<int64_t> completion_tokens_;  // per generation, running totals
 };
 
+// The handlers run on a front-end worker; a job lives on its connection's
+// strand from Submit on.
+void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<GenerationJob> job,
+                    std::vector<GenerateInput> inputs) {
+  ex->Post([job = std::move(job), inputs = std::move(inputs)]() mutable { job->Submit(std::move(inputs)); });
+}
+
 }  // namespace
 
 void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
@@ -250,7 +257,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
     for (size_t i = 0; i < echoes.size(); ++i) job->completion_acc->SetPromptEcho(static_cast<int>(i), echoes[i]);
   }
   job->include_usage = req.include_usage;
-  job->Submit(std::move(inputs));
+  SubmitOnStrand(ex, std::move(job), std::move(inputs));
 }
 
 void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
@@ -271,7 +278,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   job->include_usage = req.include_usage;
   std::vector<GenerateInput> inputs;
   inputs.push_back(std::move(prepared.input));
-  job->Submit(std::move(inputs));
+  SubmitOnStrand(ex, std::move(job), std::move(inputs));
 }
 
 }  // namespace tessera

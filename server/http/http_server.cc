@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -70,6 +71,15 @@ void RunCallback(const std::function<void()>& fn) {
 }
 
 }  // namespace
+
+bool IsJsonContentType(std::string_view v) {
+  v = Trim(v.substr(0, v.find(';')));
+  std::string lower(v);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "application/json") return true;
+  return lower.rfind("application/", 0) == 0 && lower.size() > 17 &&
+         lower.compare(lower.size() - 5, 5, "+json") == 0;
+}
 
 // Constant time in the key bytes: every key is scanned in full, the token is
 // read as if zero-padded to the key's length, and a length mismatch is folded
@@ -264,6 +274,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (by_path != core_->routes.end()) {
       auto it = by_path->second.find(method);
       if (it != by_path->second.end()) route = &it->second;
+    } else {
+      for (const HttpServerCore::PrefixRoute& p : core_->prefix_routes) {
+        if (p.method == method && path.size() > p.prefix.size() && path.compare(0, p.prefix.size(), p.prefix) == 0) {
+          route = &p.route;
+          break;
+        }
+      }
     }
     // Authentication first, so unauthenticated clients learn nothing about routes.
     if (!core_->options.api_keys.empty() && !(route && route->options.public_route)) {
@@ -283,7 +300,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       res.set(http::field::retry_after, "5");
       return ex->Send(std::move(res));  // Write adds Connection: close while draining
     }
-    if (by_path == core_->routes.end()) {
+    if (by_path == core_->routes.end() && route == nullptr) {
       return ex->Send(ErrorResponse({HttpStatus::not_found, "no route for " + method_ + " " + path,
                                      "invalid_request_error", "", "not_found"}));
     }
@@ -297,6 +314,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                                         "invalid_request_error", "", "method_not_allowed"});
       res.set(http::field::allow, allow);
       return ex->Send(std::move(res));
+    }
+    if (route->options.json_body) {
+      auto ct = ex->request().find(http::field::content_type);
+      const std::string_view value =
+          ct == ex->request().end() ? std::string_view() : std::string_view(ct->value().data(), ct->value().size());
+      if (!IsJsonContentType(value)) {
+        const std::string got = value.empty() ? "none" : "'" + std::string(value.substr(0, 64)) + "'";
+        return ex->Send(ErrorResponse({HttpStatus::unsupported_media_type,
+                                       "Content-Type must be application/json, got " + got,
+                                       "invalid_request_error", "", "unsupported_media_type"}));
+      }
     }
     try {
       route->handler(ex);
@@ -430,13 +458,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     if (watch_stop_) {
       watch_stop_ = false;
+      if (ec == net::error::eof) peer_closed_ = true;
       return Continue(after_watch_);
     }
     if (!active_) return;
     if (ec && handler_done_ && (writing_active_ || !pending_.empty())) {
       // The whole response is written or being written: a client that closes
       // after reading it has not abandoned the request. A failed write still
-      // reports a disconnect; the next read sees the EOF and closes.
+      // reports a disconnect; once the write is done the socket is closed
+      // (not read again: the peer's EOF has been consumed here).
+      peer_closed_ = true;
       return;
     }
     if (ec) return Disconnect(ec == net::error::eof ? "client closed the connection" : ec.message());
@@ -455,6 +486,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
   void Continue(After next) {
+    if (peer_closed_) return Close();  // nothing more can arrive: release the socket now
     if (next == After::kRead) return DoRead();
     LingeringClose();
   }
@@ -512,6 +544,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   bool watching_ = false;
   bool watch_stop_ = false;
+  bool peer_closed_ = false;  // the watcher saw the client's EOF
   After after_watch_ = After::kRead;
   std::array<char, 16384> scratch_;  // watcher and lingering-close reads (never both)
   std::chrono::seconds linger_timeout_ = kLingerTimeout;
@@ -585,6 +618,32 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::Handle(http::verb method, const std::string& path, HttpHandler handler, RouteOptions opts) {
   core_->routes[path][method] = HttpRoute{std::move(handler), opts};
+}
+
+void HttpServer::HandlePrefix(http::verb method, const std::string& prefix, HttpHandler handler, RouteOptions opts) {
+  core_->prefix_routes.push_back({method, prefix, HttpRoute{std::move(handler), opts}});
+}
+
+std::string HttpExchange::path() const { return PathOf(request_.target()); }
+
+std::string PercentDecode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 Status HttpServer::Listen() {

@@ -42,6 +42,8 @@ class HttpExchange {
   HttpExchange& operator=(const HttpExchange&) = delete;
 
   const HttpRequest& request() const { return request_; }
+  // The request target's path (no query string), not percent-decoded.
+  std::string path() const;
   // The client's x-request-id, or a generated one; echoed on the response.
   const std::string& request_id() const { return request_id_; }
 
@@ -93,6 +95,9 @@ using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 struct RouteOptions {
   bool public_route = false;          // no API key needed
   bool serve_while_draining = false;  // answered normally while draining
+  // The body must be JSON: a Content-Type other than application/json (or
+  // application/*+json, parameters such as charset allowed), or none, is 415.
+  bool json_body = false;
 };
 
 struct HttpServerOptions {
@@ -119,6 +124,14 @@ struct HttpServerCore {
   HttpServerOptions options;
   // path -> method -> route; written before Start, read-only afterwards.
   std::map<std::string, std::map<boost::beast::http::verb, HttpRoute>> routes;
+  // Tried in order when no exact path matches: paths that start with `prefix`
+  // and go on past it (e.g. /v1/models/{id}).
+  struct PrefixRoute {
+    boost::beast::http::verb method;
+    std::string prefix;
+    HttpRoute route;
+  };
+  std::vector<PrefixRoute> prefix_routes;
   std::atomic<bool> draining{false};
   // The io_context has stopped for good: exchange methods become no-ops so
   // nothing is posted to it while it is being destroyed.
@@ -126,6 +139,12 @@ struct HttpServerCore {
   std::atomic<int64_t> in_flight{0};    // requests taken and not yet fully answered
   std::atomic<int64_t> connections{0};  // open sessions counted against max_connections
 };
+
+// %XX escapes decoded (invalid escapes are kept as they are).
+std::string PercentDecode(std::string_view s);
+
+// Whether a Content-Type header value names JSON (see RouteOptions::json_body).
+bool IsJsonContentType(std::string_view content_type);
 
 // Constant-time check of an Authorization header value against `keys`.
 // Exposed for tests.
@@ -139,6 +158,10 @@ class HttpServer {
   // Registers a route (exact path, query string ignored). Call before Start.
   void Handle(boost::beast::http::verb method, const std::string& path, HttpHandler handler,
               RouteOptions opts = {});
+  // Registers a route for every path that starts with `prefix` and is longer
+  // than it (exact routes win). Call before Start.
+  void HandlePrefix(boost::beast::http::verb method, const std::string& prefix, HttpHandler handler,
+                    RouteOptions opts = {});
   // Resolves and binds host:port; fails with a clear message (e.g. port in use).
   Status Listen();
   // Starts accepting connections (asynchronously, on the io_context).

@@ -1,5 +1,6 @@
 #include "server/http/openai_routes.h"
 
+#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
 #include "server/openai/request_common.h"
@@ -87,6 +88,40 @@ void HandleDetokenize(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex
   ex->Send(JsonResponse(HttpStatus::ok, openai::DetokenizeResponse(*text)));
 }
 
+// GET /v1/models/{id}: the served model, or OpenAI's 404 model_not_found.
+void HandleModel(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, const std::string& id) {
+  ServingEngine* engine = ctx->ready_engine();
+  if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
+  if (id != engine->served_model_name()) {
+    ApiError e = BadRequest("The model `" + id.substr(0, 256) + "` does not exist.", "model", "model_not_found");
+    e.status = HttpStatus::not_found;
+    return ex->Send(ErrorResponse(e));
+  }
+  ex->Send(JsonResponse(HttpStatus::ok, {{"id", engine->served_model_name()},
+                                         {"object", "model"},
+                                         {"created", engine->created_unix()},
+                                         {"owned_by", "tessera"},
+                                         {"root", engine->served_model_name()},
+                                         {"max_model_len", engine->limits().max_model_len}}));
+}
+
+// Runs `fn` on the front-end workers (inline when there are none). A handler
+// that throws answers 500 instead of taking a worker down.
+void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
+           void (*fn)(ServeContext*, const std::shared_ptr<HttpExchange>&)) {
+  auto run = [ctx, ex = std::move(ex), fn] {
+    try {
+      fn(ctx, ex);
+    } catch (const std::exception& e) {
+      spdlog::error("http: handler for {} threw: {}", ex->path(), e.what());
+      ex->Send(ErrorResponse({HttpStatus::internal_server_error, "internal error", "server_error", "",
+                              "internal_error"}));
+    }
+  };
+  if (ctx->workers == nullptr) return run();
+  boost::asio::post(*ctx->workers, std::move(run));
+}
+
 }  // namespace
 
 ApiError ErrorFromStatus(const Status& s) {
@@ -134,13 +169,22 @@ void RegisterOpenAiRoutes(ServeContext* ctx) {
   s->Handle(http::verb::get, "/metrics", [ctx](std::shared_ptr<HttpExchange> ex) { HandleMetrics(ctx, ex); },
             probe);
   s->Handle(http::verb::get, "/v1/models", [ctx](std::shared_ptr<HttpExchange> ex) { HandleModels(ctx, ex); });
-  s->Handle(http::verb::post, "/v1/completions",
-            [ctx](std::shared_ptr<HttpExchange> ex) { HandleCompletions(ctx, ex); });
-  s->Handle(http::verb::post, "/v1/chat/completions",
-            [ctx](std::shared_ptr<HttpExchange> ex) { HandleChatCompletions(ctx, ex); });
-  s->Handle(http::verb::post, "/tokenize", [ctx](std::shared_ptr<HttpExchange> ex) { HandleTokenize(ctx, ex); });
-  s->Handle(http::verb::post, "/detokenize",
-            [ctx](std::shared_ptr<HttpExchange> ex) { HandleDetokenize(ctx, ex); });
+  s->HandlePrefix(http::verb::get, "/v1/models/", [ctx](std::shared_ptr<HttpExchange> ex) {
+    HandleModel(ctx, ex, PercentDecode(ex->path().substr(std::string_view("/v1/models/").size())));
+  });
+  const RouteOptions json{.json_body = true};
+  s->Handle(
+      http::verb::post, "/v1/completions",
+      [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleCompletions); }, json);
+  s->Handle(
+      http::verb::post, "/v1/chat/completions",
+      [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleChatCompletions); }, json);
+  s->Handle(
+      http::verb::post, "/tokenize",
+      [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleTokenize); }, json);
+  s->Handle(
+      http::verb::post, "/detokenize",
+      [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleDetokenize); }, json);
 }
 
 }  // namespace tessera

@@ -1,9 +1,11 @@
 // The routes of `tessera serve`: /health, /ready, /metrics, /v1/models,
-// /v1/completions, /v1/chat/completions, /tokenize, /detokenize.
+// /v1/models/{id}, /v1/completions, /v1/chat/completions, /tokenize, /detokenize.
 //
-// Handlers run on the connection's strand (an io thread). Generation work is
-// handed to the ServingEngine; its notifications hop back to the strand,
-// where text is turned into JSON / SSE (never on the engine-loop thread).
+// Cheap handlers run on the connection's strand (an io thread); the ones that
+// parse a body, render templates or tokenize run on ServeContext::workers.
+// Generation work is handed to the ServingEngine; its notifications hop back
+// to the strand, where text is turned into JSON / SSE (never on the
+// engine-loop thread).
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,10 @@ struct ServeContext {
   HttpServer* server = nullptr;            // not owned
   ServingMetrics* metrics = nullptr;       // not owned
   boost::asio::io_context* ioc = nullptr;  // for request timers
+  // Front-end workers: request parsing, validation, chat templates and
+  // tokenization run here, never on the io threads that accept connections
+  // and answer /health. Null: handlers run inline (tests).
+  boost::asio::io_context* workers = nullptr;
   std::string served_model_name;           // known before the model loads
   std::chrono::seconds request_timeout{0};  // 0: none
   // Set once by the loader thread (release) before state turns kReady; the

@@ -1,5 +1,7 @@
 #include "server/openai/chat_messages.h"
 
+#include "server/text/chat_template.h"
+
 #include <array>
 #include <string>
 
@@ -88,6 +90,57 @@ std::optional<ApiError> ParseMessage(const Json& msg, size_t i, Json* out) {
   return std::nullopt;
 }
 
+// The shape of a JSON Schema as tools use it: an object whose "type" is a
+// JSON type name (or a list of them), "properties" an object of schemas,
+// "items" a schema, "required" a list of strings, "enum" a list. Not a full
+// validator: it refuses what no schema could mean, so a malformed tool
+// definition is a 400 instead of reaching the model silently.
+std::optional<ApiError> CheckSchema(const Json& schema, const std::string& at, int depth) {
+  if (depth > 32) return BadRequest("'" + at + "' nests schemas deeper than 32 levels", at);
+  if (schema.is_boolean()) return std::nullopt;  // true/false schemas
+  if (!schema.is_object()) return TypeError(at, "a JSON Schema object", schema);
+  static constexpr std::string_view kTypes[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  auto known_type = [](const Json& t) {
+    if (!t.is_string()) return false;
+    for (std::string_view k : kTypes) {
+      if (t == k) return true;
+    }
+    return false;
+  };
+  if (auto t = schema.find("type"); t != schema.end()) {
+    bool ok = known_type(*t);
+    if (t->is_array() && !t->empty()) {
+      ok = true;
+      for (const Json& e : *t) ok = ok && known_type(e);
+    }
+    if (!ok) return TypeError(at + ".type", "a JSON Schema type name or a list of them", *t);
+  }
+  if (auto p = schema.find("properties"); p != schema.end()) {
+    if (!p->is_object()) return TypeError(at + ".properties", "an object of schemas", *p);
+    for (auto it = p->begin(); it != p->end(); ++it) {
+      if (auto e = CheckSchema(it.value(), at + ".properties." + it.key().substr(0, 64), depth + 1)) return e;
+    }
+  }
+  if (auto r = schema.find("required"); r != schema.end()) {
+    bool ok = r->is_array();
+    for (const Json& e : ok ? *r : Json::array()) ok = ok && e.is_string();
+    if (!ok) return TypeError(at + ".required", "an array of property names", *r);
+  }
+  if (auto e = schema.find("enum"); e != schema.end() && !e->is_array()) {
+    return TypeError(at + ".enum", "an array", *e);
+  }
+  if (auto i = schema.find("items"); i != schema.end()) {
+    if (i->is_array()) {  // tuple form (older drafts)
+      for (size_t j = 0; j < i->size(); ++j) {
+        if (auto e = CheckSchema((*i)[j], at + ".items[" + std::to_string(j) + "]", depth + 1)) return e;
+      }
+    } else if (auto e = CheckSchema(*i, at + ".items", depth + 1)) {
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseMessages(const Json& body, Json* messages) {
@@ -125,6 +178,9 @@ std::optional<ApiError> ParseTools(const Json& body, Json* tools) {
     if (name == fn->end() || !name->is_string()) {
       return TypeError(at + ".function.name", "a string", name == fn->end() ? Json() : *name);
     }
+    if (auto params = fn->find("parameters"); params != fn->end() && !params->is_null()) {
+      if (auto e = CheckSchema(*params, at + ".function.parameters", 0)) return e;
+    }
   }
   if (!it->empty()) *tools = *it;
   return std::nullopt;
@@ -135,6 +191,12 @@ std::optional<ApiError> ParseTemplateKwargs(const Json& body, Json* kwargs) {
   auto it = body.find("chat_template_kwargs");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) return TypeError("chat_template_kwargs", "an object", *it);
+  for (auto kv = it->begin(); kv != it->end(); ++kv) {
+    if (text::ChatTemplate::IsReservedVariable(kv.key())) {
+      const std::string param = "chat_template_kwargs." + kv.key().substr(0, 64);
+      return BadRequest("'" + param + "' is reserved: the server sets it from the request itself", param);
+    }
+  }
   *kwargs = *it;
   return std::nullopt;
 }

@@ -34,19 +34,6 @@ std::optional<ApiError> ReadToolChoice(const Json& body) {
   return TypeError("tool_choice", "\"none\", \"auto\" or null", *it);
 }
 
-std::optional<ApiError> ReadResponseFormat(const Json& body) {
-  auto it = body.find("response_format");
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) return TypeError("response_format", "an object", *it);
-  auto type = it->find("type");
-  if (type == it->end() || !type->is_string()) {
-    return TypeError("response_format.type", "a string", type == it->end() ? Json() : *type);
-  }
-  if (*type == "text") return std::nullopt;
-  return BadRequest("response_format '" + type->get_ref<const std::string&>().substr(0, 64) + "' is not supported",
-                    "response_format");
-}
-
 }  // namespace
 
 std::optional<ApiError> ParseChatRequest(std::string_view body_text, const RequestLimits& limits, ChatRequest* out) {
@@ -61,7 +48,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
   if (auto e = ReadToolChoice(body)) return e;
-  if (auto e = ReadResponseFormat(body)) return e;
+  if (auto e = RefuseUnenforced(body)) return e;
   bool ignored = false;  // parallel_tool_calls: type-checked, otherwise ignored
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &ignored)) return e;
 

@@ -1,5 +1,7 @@
 #include "server/openai/request_common.h"
 
+#include "server/openai/json_body.h"
+
 #include <algorithm>
 
 #include <charconv>
@@ -98,38 +100,9 @@ ApiError TypeError(std::string_view param, std::string_view expect, const Json& 
   return BadRequest("'" + P(param) + "' must be " + P(expect) + ", got " + Abbrev(value), P(param));
 }
 
-// Nesting depth of arrays/objects, outside strings, stopping once past `limit`.
-// Deeper documents are refused before parsing: copying, dumping or walking
-// them recursively could exhaust an io thread's stack.
-int JsonDepth(std::string_view body, int limit) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size() && max_depth <= limit; ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out) {
-  if (JsonDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
-    return BadRequest("The request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  }
-  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return BadRequest("The request body is not valid JSON");
+  Json j;
+  if (auto e = ParseJsonBounded(body, JsonLimits{.max_depth = kMaxJsonDepth}, &j)) return e;
   if (!j.is_object()) return BadRequest("The request body must be a JSON object");
   *out = std::move(j);
   return std::nullopt;
@@ -261,6 +234,38 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
   }
   if (auto e = ReadBool(body, "stream", "stream", &flags->stream)) return e;
   return ReadStreamOptions(body, flags);
+}
+
+std::optional<ApiError> RefuseUnenforced(const Json& body) {
+  static constexpr const char* kUnenforced[] = {
+      "guided_json",  "guided_regex",      "guided_choice",     "guided_grammar", "guided_decoding_backend",
+      "guided_whitespace_pattern", "structured_outputs", "allowed_token_ids", "bad_words", "logits_processors",
+      "functions",    "function_call"};
+  for (const char* key : kUnenforced) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) continue;
+    return BadRequest("'" + std::string(key) +
+                          "' is not supported by this server (structured outputs and token constraints are not "
+                          "enforced yet); remove it",
+                      key, "unsupported_parameter");
+  }
+  if (auto it = body.find("use_beam_search"); it != body.end() && !it->is_null() && *it != false) {
+    return BadRequest("'use_beam_search' is not supported by this server", "use_beam_search",
+                      "unsupported_parameter");
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return TypeError("response_format", "an object", *it);
+    auto type = it->find("type");
+    if (type == it->end() || !type->is_string()) {
+      return TypeError("response_format.type", "a string", type == it->end() ? Json() : *type);
+    }
+    if (*type != "text") {
+      return BadRequest("response_format '" + type->get_ref<const std::string&>().substr(0, 64) +
+                            "' is not supported by this server (structured outputs are not enforced yet)",
+                        "response_format", "unsupported_parameter");
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits) {

@@ -38,7 +38,8 @@ inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (
 // 400 "'<param>' must be <expect>, got <value>" (value abbreviated).
 ApiError TypeError(std::string_view param, std::string_view expect, const Json& value);
 
-// Parses `body`; it must be a JSON object (else 400, param null).
+// Parses `body` (linear time and bounded size: json_body.h); it must be a
+// JSON object (else 400, param null).
 std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out);
 
 // `model`: absent/null -> served name; a string other than the served name
@@ -74,6 +75,12 @@ struct StreamFlags {
 // include_stop_str_in_output. Not max_tokens or logprobs (they differ).
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
                                             SamplingParams* params, StreamFlags* flags);
+
+// Fields that ask for behaviour the server does not enforce (structured
+// outputs: guided_*, structured_outputs, response_format other than text;
+// allowed_token_ids, bad_words, logits_processors, legacy functions,
+// beam search) are a 400 naming the field when set, never silently ignored.
+std::optional<ApiError> RefuseUnenforced(const Json& body);
 
 // Backstop: SamplingParams::Validate as a 400 whose `param` is the quoted
 // name in its message.

@@ -77,6 +77,13 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
   prefix_hits_ = counter("tessera:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.");
   preemptions_ = counter("tessera:num_preemptions_total", "Cumulative number of preemptions from the engine.");
   steps_ = counter("tessera:engine_steps_total", "Engine loop steps (forward passes) run.");
+  spec_drafts_ = counter("tessera:spec_decode_num_drafts_total", "Number of spec decoding drafts.");
+  spec_draft_tokens_ = counter("tessera:spec_decode_num_draft_tokens_total", "Number of draft tokens.");
+  spec_accepted_tokens_ = counter("tessera:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
+  spec_accepted_per_pos_ = &BuildCounter()
+                                .Name("tessera:spec_decode_num_accepted_tokens_per_pos_total")
+                                .Help("Accepted tokens per draft position.")
+                                .Register(r);
 }
 
 ServingMetrics::~ServingMetrics() = default;
@@ -120,6 +127,16 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   advance(preemptions_, c.preemptions, last_.preemptions);
   advance(steps_, c.steps, last_.steps);
   last_ = c;
+  const SpecDecodeCounters& sp = m.spec;
+  advance(spec_drafts_, sp.num_drafts, last_spec_.num_drafts);
+  advance(spec_draft_tokens_, sp.num_draft_tokens, last_spec_.num_draft_tokens);
+  advance(spec_accepted_tokens_, sp.num_accepted_tokens, last_spec_.num_accepted_tokens);
+  for (size_t i = 0; i < sp.num_accepted_tokens_per_pos.size(); ++i) {
+    prometheus::Counter& pos = spec_accepted_per_pos_->Add({{"model_name", model_name_}, {"position", std::to_string(i)}});
+    const int64_t before = i < last_spec_.num_accepted_tokens_per_pos.size() ? last_spec_.num_accepted_tokens_per_pos[i] : 0;
+    advance(&pos, sp.num_accepted_tokens_per_pos[i], before);
+  }
+  last_spec_ = sp;
 }
 
 std::string ServingMetrics::Serialize() const {

@@ -72,8 +72,14 @@ class ServingMetrics {
   prometheus::Counter* prefix_hits_;
   prometheus::Counter* preemptions_;
   prometheus::Counter* steps_;
+  // Speculative decoding (vLLM's spec_decode_* names).
+  prometheus::Counter* spec_drafts_;
+  prometheus::Counter* spec_draft_tokens_;
+  prometheus::Counter* spec_accepted_tokens_;
+  prometheus::Family<prometheus::Counter>* spec_accepted_per_pos_;
   std::mutex mu_;
-  SchedulerCounters last_;  // guarded by mu_
+  SchedulerCounters last_;       // guarded by mu_
+  SpecDecodeCounters last_spec_;  // guarded by mu_
 };
 
 }  // namespace tessera

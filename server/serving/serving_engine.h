@@ -163,6 +163,11 @@ class ServingEngine {
   // New submissions fail with UNAVAILABLE; running ones continue.
   void BeginDrain() { draining_.store(true); }
   bool draining() const { return draining_.load(); }
+  // Ends every running and queued generation at the next step with finish
+  // reason abort (their streams close normally). Any thread.
+  void AbortAll() {
+    if (loop_) loop_->AbortAll();
+  }
   // Aborts what is left and joins the loop thread.
   void Stop();
 

@@ -124,6 +124,11 @@ StatusOr<std::string> ChatTemplate::Render(const ojson& messages, const ojson& t
   for (const auto& kv : special_tokens_) vars.push_back(kv);
   if (extra_kwargs.is_object()) {
     for (auto it = extra_kwargs.begin(); it != extra_kwargs.end(); ++it) {
+      for (const char* conversation : {"messages", "tools", "documents", "add_generation_prompt"}) {
+        if (it.key() == conversation) {
+          return InvalidArgument("template kwargs must not set '" + it.key() + "' (it is the request's own)");
+        }
+      }
       ASSIGN_OR_RETURN(jinja::Value v, jinja::FromJson(it.value()));
       vars.emplace_back(it.key(), std::move(v));  // later entries override earlier ones
     }
@@ -132,6 +137,17 @@ StatusOr<std::string> ChatTemplate::Render(const ojson& messages, const ojson& t
   ro.limits = options.limits;
   ro.now_unix_seconds = options.now_unix_seconds;
   return tmpl->Render(vars, ro);
+}
+
+bool ChatTemplate::IsReservedVariable(std::string_view name) {
+  static constexpr std::string_view kReserved[] = {
+      "messages",  "tools",     "documents", "add_generation_prompt",     "bos_token",      "eos_token",
+      "unk_token", "sep_token", "pad_token", "cls_token",                 "mask_token",     "additional_special_tokens",
+      "raise_exception", "strftime_now", "range", "namespace"};
+  for (std::string_view r : kReserved) {
+    if (name == r) return true;
+  }
+  return false;
 }
 
 const std::string& ChatTemplate::bos_token() const { return bos_token_; }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,11 +43,18 @@ class ChatTemplate {
 
   // messages: JSON array of {role, content, ...}; tools: JSON array or null;
   // extra_kwargs: JSON object of further template variables (e.g.
-  // enable_thinking), overriding the special tokens.
+  // enable_thinking), overriding the special tokens; INVALID_ARGUMENT if it
+  // names messages, tools, documents or add_generation_prompt.
   StatusOr<std::string> Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                bool add_generation_prompt,
                                const nlohmann::ordered_json& extra_kwargs = nlohmann::ordered_json::object(),
                                const ChatRenderOptions& options = {}) const;
+
+  // Whether `name` is a variable or function the server itself gives the
+  // template (messages, tools, documents, add_generation_prompt, the special
+  // tokens, raise_exception, strftime_now, ...). Client-supplied template
+  // kwargs must not use these names: they would replace the validated request.
+  static bool IsReservedVariable(std::string_view name);
 
   const std::string& bos_token() const;
   const std::string& eos_token() const;

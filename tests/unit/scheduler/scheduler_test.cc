@@ -324,6 +324,63 @@ TEST(SchedulerTest, SpeculativeDraftsAreVerifiedAndRolledBack) {
   EXPECT_TRUE(s->UpdateFromOutput(std::vector<SampledTokens>{{id, {1}}}).ok());
 }
 
+// Drafts count against the step budget but leave half of it to pending
+// prefills; ReserveDraftSlots extends the block table for them first.
+TEST(SchedulerTest, DraftsShareTheBudgetWithPrefills) {
+  SchedulerOptions o = Options(64);
+  o.num_lookahead_tokens = 8;  // 4 seqs x (1 + 8) > 16: drafts are optional tokens
+  o.max_num_batched_tokens = 12;
+  auto s = Make(o);
+  ASSERT_TRUE(s->AddRequest(Req("a", 5, 30)).ok());
+  const SeqId a = Step(*s).plan.seqs[0].seq_id;
+  EXPECT_EQ(s->ReserveDraftSlots(a, 8), 8);
+  EXPECT_EQ(s->kv_cache().blocks(a).size(), 4u);  // positions < 6 + 8, blocks of 4
+  ASSERT_TRUE(s->SetDraftTokens(a, {21, 22, 23, 24, 25, 26, 27, 28}).ok());
+  ASSERT_TRUE(s->AddRequest(Req("b", 40, 3)).ok());
+  SchedulerOutput plan = s->Schedule();
+  const ScheduledSequence* pa = Find(plan, "a");
+  const ScheduledSequence* pb = Find(plan, "b");
+  ASSERT_TRUE(pa && pb);
+  EXPECT_EQ(pa->num_draft_tokens, 6);  // half of 12, minus nothing: b still gets 12 - 7
+  EXPECT_EQ(pa->token_ids.size(), 7u);
+  EXPECT_EQ(pb->token_ids.size(), 5u);
+  auto out = s->UpdateFromOutput(std::vector<SampledTokens>{{a, {21, 22, 23, 24, 25, 26, 99}}});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(s->GetSequence(a)->num_tokens(), 13);
+  EXPECT_EQ(s->GetSequence(a)->num_computed_tokens, 12);
+  // Nothing pending: drafts may use all but one token per running sequence.
+  auto t = Make(o);
+  ASSERT_TRUE(t->AddRequest(Req("c", 5, 30)).ok());
+  const SeqId c = Step(*t).plan.seqs[0].seq_id;
+  ASSERT_EQ(t->ReserveDraftSlots(c, 8), 8);
+  ASSERT_TRUE(t->SetDraftTokens(c, {1, 2, 3, 4, 5, 6, 7, 8}).ok());
+  EXPECT_EQ(t->Schedule().seqs[0].num_draft_tokens, 8);
+}
+
+// A block that holds unverified draft KV is never registered in the prefix
+// cache: a later prompt equal to prompt + drafts hits only verified blocks.
+TEST(SchedulerTest, UnverifiedDraftsNeverReachThePrefixCache) {
+  SchedulerOptions o = Options(64);
+  o.num_lookahead_tokens = 5;
+  auto s = Make(o);
+  Request a = Req("a", 3, 20);
+  ASSERT_TRUE(s->AddRequest(a).ok());
+  const SeqId id = Step(*s).plan.seqs[0].seq_id;  // samples 7 at position 3
+  ASSERT_EQ(s->ReserveDraftSlots(id, 5), 5);
+  ASSERT_TRUE(s->SetDraftTokens(id, {31, 32, 33, 34, 35}).ok());
+  SchedulerOutput plan = s->Schedule();  // computes positions 3..8 (blocks 0-2 of 4)
+  ASSERT_EQ(plan.seqs[0].num_draft_tokens, 5);
+  ASSERT_TRUE(s->UpdateFromOutput(std::vector<SampledTokens>{{id, {40}}}).ok());  // every draft rejected
+  EXPECT_EQ(s->GetSequence(id)->num_computed_tokens, 4);
+  Request b = Req("b", 0, 2);
+  b.prompt_token_ids = a.prompt_token_ids;
+  for (int32_t t : {7, 31, 32, 33, 34, 35, 36}) b.prompt_token_ids.push_back(t);
+  ASSERT_TRUE(s->AddRequest(b).ok());
+  const int64_t hits = s->kv_cache().stats().prefix_hits;
+  Step(*s, [](const ScheduledSequence&) { return 50; });
+  EXPECT_EQ(s->kv_cache().stats().prefix_hits - hits, 4);  // block 0 only (3 prompt tokens + the verified 7)
+}
+
 TEST(SchedulerTest, MetricsHooks) {
   SchedulerOptions o = Options(64);
   int64_t now = 1'000'000'000;
@@ -350,6 +407,46 @@ TEST(SchedulerTest, MetricsHooks) {
   EXPECT_EQ(stats[1].num_cached_tokens, 8);
   EXPECT_EQ(stats[1].num_output_tokens, 2);
   EXPECT_TRUE(s->TakeFinishedStats().empty());
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Time-bounded steps: the engine loop's budget caps prefill chunks, but every
+// running decode still gets its token and a prefill still advances.
+TEST(SchedulerStepBudgetTest, CapsPrefillButNeverStarvesDecodes) {
+  SchedulerOptions o = Options(/*blocks=*/256);
+  o.max_num_batched_tokens = 512;
+  o.max_num_seqs = 8;
+  auto s = Make(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->AddRequest(Req("d" + std::to_string(i), 4, 100, i * 50)).ok());
+  Step(*s);  // three short prompts prefill together
+  ASSERT_TRUE(s->AddRequest(Req("long", 300, 4, 500)).ok());
+  s->SetStepTokenBudget(1);  // far below what the running decodes need
+  StepResult r = Step(*s);
+  int64_t prefill = 0, decodes = 0;
+  for (const ScheduledSequence& ss : r.plan.seqs) {
+    if (ss.request_id == "long") {
+      prefill += static_cast<int64_t>(ss.token_ids.size());
+    } else {
+      ++decodes;
+    }
+  }
+  EXPECT_EQ(decodes, 3);  // all decodes, whatever the budget
+  EXPECT_EQ(prefill, Scheduler::kMinStepPrefillTokens);
+  s->SetStepTokenBudget(40);
+  r = Step(*s);
+  const ScheduledSequence* ss = Find(r.plan, "long");
+  ASSERT_NE(ss, nullptr);
+  EXPECT_EQ(static_cast<int64_t>(ss->token_ids.size()), 40 - 3);
+  s->SetStepTokenBudget(0);  // no cap: the rest of the prompt in one step
+  r = Step(*s);
+  ss = Find(r.plan, "long");
+  ASSERT_NE(ss, nullptr);
+  EXPECT_EQ(static_cast<int64_t>(ss->token_ids.size()), 300 - 16 - 37);
 }
 
 }  // namespace

@@ -162,10 +162,18 @@ TEST(CompletionRequestTest, NullsMeanDefaultsAndNullMaxTokensIsUnbounded) {
   CompletionRequest out;
   ASSERT_FALSE(ParseCompletionRequest(
       R"({"prompt":"x","model":null,"max_tokens":null,"temperature":null,"stop":null,"n":null,"suffix":null,
-          "logprobs":null,"stream_options":null,"suffix":""})",
+          "logprobs":null,"stream_options":null})",
       Limits(), &out));
   EXPECT_FALSE(out.params.max_tokens.has_value());
   EXPECT_EQ(out.model, "m");
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt":"x","suffix":""})", Limits(), &out));
+}
+
+TEST(CompletionRequestTest, DuplicateKeysAreRefusedNamingTheKey) {
+  CompletionRequest out;
+  auto err = ParseCompletionRequest(R"({"prompt":"x","suffix":null,"suffix":"y"})", Limits(), &out);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("Duplicate key \"suffix\""), std::string::npos) << err->message;
 }
 
 TEST(CompletionRequestTest, PromptForms) {
