@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -36,118 +37,182 @@ Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const 
   return Status::Ok();
 }
 
-StatusOr<std::vector<int32_t>> EncodeText(const ServingEngine& engine, const v1::TextPrompt& text) {
-  return engine.tokenizer().Encode(text.text(), !text.has_add_special_tokens() || text.add_special_tokens());
-}
-
-StatusOr<std::vector<int32_t>> EncodeChat(const ServingEngine& engine, const v1::ChatPrompt& chat) {
-  if (chat.messages().empty()) return InvalidArgument("'messages' must not be empty");
-  if (static_cast<size_t>(chat.messages().size()) > kMaxMessages) {
-    return InvalidArgument("'messages' holds more than " + std::to_string(kMaxMessages) + " messages");
+Status StatusFromApiError(const ApiError& error, const std::string& grpc_field) {
+  std::string message = error.message;
+  if (!error.param.empty() && message.find("'" + error.param + "'") == std::string::npos) {
+    message += " (param '" + error.param + "')";
   }
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const v1::ChatMessage& m : chat.messages()) {
-    if (m.role().empty() || m.role().size() > kMaxRoleBytes) {
-      return InvalidArgument("'messages.role' must be a non-empty string of at most " +
-                             std::to_string(kMaxRoleBytes) + " bytes");
-    }
-    messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  if (!grpc_field.empty() && grpc_field != error.param) message += " (gRPC field '" + grpc_field + "')";
+  switch (error.status) {
+    case HttpStatus::bad_request:
+      if (error.code == "context_length_exceeded") return OutOfRange(std::move(message));
+      if (error.code == "unsupported") return FailedPrecondition(std::move(message));
+      return InvalidArgument(std::move(message));
+    case HttpStatus::payload_too_large: return InvalidArgument(std::move(message));
+    case HttpStatus::not_found: return Status(StatusCode::kNotFound, std::move(message));
+    case HttpStatus::too_many_requests: return Status(StatusCode::kResourceExhausted, std::move(message));
+    case HttpStatus::service_unavailable: return Status(StatusCode::kUnavailable, std::move(message));
+    case HttpStatus::gateway_timeout: return Status(StatusCode::kDeadlineExceeded, std::move(message));
+    default: return Status(StatusCode::kInternal, std::move(message));
   }
-  const bool add_generation_prompt = !chat.has_add_generation_prompt() || chat.add_generation_prompt();
-  ASSIGN_OR_RETURN(std::string text, engine.RenderChat(messages, nlohmann::ordered_json(), add_generation_prompt,
-                                                       nlohmann::ordered_json::object()));
-  return engine.tokenizer().Encode(text, /*add_special_tokens=*/false);
 }
 
 namespace {
 
-Status FillSamplingParams(const v1::SamplingParams& p, const ModelLimits& limits, SamplingParams* out) {
-  if (p.has_max_tokens()) out->max_tokens = p.max_tokens();
-  if (p.has_min_tokens()) out->min_tokens = p.min_tokens();
-  if (p.has_temperature()) out->temperature = p.temperature();
-  if (p.has_top_p()) out->top_p = p.top_p();
-  if (p.has_top_k()) out->top_k = p.top_k();
-  if (p.has_min_p()) out->min_p = p.min_p();
-  if (p.has_presence_penalty()) out->presence_penalty = p.presence_penalty();
-  if (p.has_frequency_penalty()) out->frequency_penalty = p.frequency_penalty();
-  if (p.has_repetition_penalty()) out->repetition_penalty = p.repetition_penalty();
-  if (p.has_seed()) out->seed = p.seed();
-  if (static_cast<size_t>(p.stop().size()) > kMaxStopStrings) {
-    return InvalidArgument("'stop' holds more than " + std::to_string(kMaxStopStrings) + " strings");
+using Json = nlohmann::json;  // std::map objects: building a large logit_bias stays O(n log n)
+
+// JSON has no NaN or infinity (nlohmann would write null, i.e. "unset").
+Status PutFloat(const char* key, float v, Json* body) {
+  if (!std::isfinite(v)) return InvalidArgument(std::string("'") + key + "' must be a finite number");
+  (*body)[key] = static_cast<double>(v);
+  return Status::Ok();
+}
+
+// Dumps `body`; strings that are not UTF-8 (protobuf normally refuses them
+// already) are refused as HTTP refuses such bytes in a body.
+StatusOr<std::string> Dump(const Json& body) {
+  try {
+    return body.dump(-1, ' ', false, Json::error_handler_t::strict);
+  } catch (const Json::exception&) {
+    return InvalidArgument("the request holds a string that is not valid UTF-8");
   }
-  for (const std::string& s : p.stop()) {
-    if (s.size() > kMaxStopStringBytes) {
-      return InvalidArgument("'stop' strings must be at most " + std::to_string(kMaxStopStringBytes) + " bytes");
+}
+
+Status PutSamplingParams(const v1::SamplingParams& p, bool chat, Json* body) {
+  if (p.has_max_tokens()) (*body)["max_tokens"] = p.max_tokens();
+  if (p.has_min_tokens()) (*body)["min_tokens"] = p.min_tokens();
+  if (p.has_temperature()) RETURN_IF_ERROR(PutFloat("temperature", p.temperature(), body));
+  if (p.has_top_p()) RETURN_IF_ERROR(PutFloat("top_p", p.top_p(), body));
+  if (p.has_top_k()) (*body)["top_k"] = p.top_k();
+  if (p.has_min_p()) RETURN_IF_ERROR(PutFloat("min_p", p.min_p(), body));
+  if (p.has_presence_penalty()) RETURN_IF_ERROR(PutFloat("presence_penalty", p.presence_penalty(), body));
+  if (p.has_frequency_penalty()) RETURN_IF_ERROR(PutFloat("frequency_penalty", p.frequency_penalty(), body));
+  if (p.has_repetition_penalty()) RETURN_IF_ERROR(PutFloat("repetition_penalty", p.repetition_penalty(), body));
+  // HTTP's seed is an int64 reinterpreted as the uint64 the engine uses: same bits both ways.
+  if (p.has_seed()) (*body)["seed"] = static_cast<int64_t>(p.seed());
+  if (!p.stop().empty()) (*body)["stop"] = Json(std::vector<std::string>(p.stop().begin(), p.stop().end()));
+  if (!p.stop_token_ids().empty()) {
+    (*body)["stop_token_ids"] = Json(std::vector<int32_t>(p.stop_token_ids().begin(), p.stop_token_ids().end()));
+  }
+  if (p.has_ignore_eos()) (*body)["ignore_eos"] = p.ignore_eos();
+  if (p.has_n()) (*body)["n"] = p.n();
+  // Proto: logprobs unset + top_logprobs set means logprobs on.
+  const bool logprobs = p.has_logprobs() ? p.logprobs() : p.has_top_logprobs();
+  if (chat) {
+    if (p.has_logprobs() || p.has_top_logprobs()) (*body)["logprobs"] = logprobs;
+    if (p.has_top_logprobs()) (*body)["top_logprobs"] = p.top_logprobs();
+  } else if (logprobs) {
+    (*body)["logprobs"] = p.has_top_logprobs() ? p.top_logprobs() : 0;
+  } else if (p.has_top_logprobs()) {
+    return InvalidArgument("'top_logprobs' requires 'logprobs' to be true");
+  }
+  if (!p.logit_bias().empty()) {
+    // At most one entry past the path's limit: the verdict ("too many") is the
+    // same, and the parser never pays for a huge object.
+    Json bias = Json::object();
+    for (const auto& [token, value] : p.logit_bias()) {
+      if (bias.size() > openai::kMaxLogitBias) break;
+      if (!std::isfinite(value)) return InvalidArgument("'logit_bias' values must be finite numbers");
+      bias[std::to_string(token)] = static_cast<double>(value);
     }
-    out->stop.push_back(s);
+    (*body)["logit_bias"] = std::move(bias);
   }
-  if (static_cast<size_t>(p.stop_token_ids().size()) > kMaxStopTokenIds) {
-    return InvalidArgument("'stop_token_ids' holds more than " + std::to_string(kMaxStopTokenIds) + " ids");
-  }
-  out->stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
-  if (p.has_ignore_eos()) out->ignore_eos = p.ignore_eos();
-  if (p.has_n()) out->n = p.n();
-  if (p.has_logprobs()) out->logprobs = p.logprobs();
-  if (p.has_top_logprobs()) {
-    out->top_logprobs = p.top_logprobs();
-    if (p.top_logprobs() > 0 && !p.has_logprobs()) out->logprobs = true;
-  }
-  if (static_cast<size_t>(p.logit_bias().size()) > kMaxLogitBias) {
-    return InvalidArgument("'logit_bias' holds more than " + std::to_string(kMaxLogitBias) + " entries");
-  }
-  for (const auto& [token, bias] : p.logit_bias()) out->logit_bias[token] = bias;
-  return out->Validate(limits);
+  if (p.has_skip_special_tokens()) (*body)["skip_special_tokens"] = p.skip_special_tokens();
+  if (p.has_include_stop_str_in_output()) (*body)["include_stop_str_in_output"] = p.include_stop_str_in_output();
+  return Status::Ok();
+}
+
+// The GenerateRequest field an HTTP param stands for, where the names differ.
+std::string GrpcFieldOf(const std::string& param, const v1::GenerateRequest& request) {
+  if (param == "prompt") return request.has_token_ids() ? "token_ids" : "text";
+  if (param == "logprobs" && !request.has_chat()) return "top_logprobs";
+  return "";
+}
+
+Json ChatMessages(const v1::ChatPrompt& chat) {
+  Json messages = Json::array();
+  for (const v1::ChatMessage& m : chat.messages()) messages.push_back({{"role", m.role()}, {"content", m.content()}});
+  return messages;
 }
 
 }  // namespace
 
-StatusOr<GenerateInput> BuildGenerateInput(const ServingEngine& engine, const v1::GenerateRequest& request,
-                                           const std::string& request_id) {
-  const ModelLimits& limits = engine.limits();
-  GenerateInput in;
-  if (request.request_id().size() > kMaxRequestIdBytes) {
-    return InvalidArgument("'request_id' must be at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
-  }
-  in.request_id = request.request_id().empty() ? request_id : request.request_id();
-
-  bool chat = false;
+StatusOr<std::string> GenerateRequestToJson(const v1::GenerateRequest& request, bool* chat) {
+  Json body = Json::object();
+  *chat = false;
   switch (request.prompt_case()) {
-    case v1::GenerateRequest::kText: {
-      ASSIGN_OR_RETURN(in.prompt_token_ids, EncodeText(engine, request.text()));
+    case v1::GenerateRequest::kText:
+      body["prompt"] = request.text().text();
+      if (request.text().has_add_special_tokens()) body["add_special_tokens"] = request.text().add_special_tokens();
       break;
-    }
-    case v1::GenerateRequest::kTokenIds: {
-      const auto& ids = request.token_ids().ids();
-      if (ids.size() > limits.max_model_len) {
-        return OutOfRange("This model's maximum context length is " + std::to_string(limits.max_model_len) +
-                          " tokens. However, the prompt has " + std::to_string(ids.size()) + " tokens.");
+    case v1::GenerateRequest::kTokenIds:
+      body["prompt"] = Json(std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end()));
+      break;
+    case v1::GenerateRequest::kChat:
+      *chat = true;
+      body["messages"] = ChatMessages(request.chat());
+      if (request.chat().has_add_generation_prompt()) {
+        body["add_generation_prompt"] = request.chat().add_generation_prompt();
       }
-      in.prompt_token_ids.assign(ids.begin(), ids.end());
-      RETURN_IF_ERROR(CheckTokenIds(in.prompt_token_ids, limits.vocab_size, "token_ids"));
       break;
-    }
-    case v1::GenerateRequest::kChat: {
-      chat = true;
-      ASSIGN_OR_RETURN(in.prompt_token_ids, EncodeChat(engine, request.chat()));
-      break;
-    }
     case v1::GenerateRequest::PROMPT_NOT_SET:
       return InvalidArgument("'prompt' is required: set one of 'text', 'token_ids' or 'chat'");
   }
-  if (in.prompt_token_ids.empty()) return InvalidArgument("'prompt' is empty (no tokens)");
+  RETURN_IF_ERROR(PutSamplingParams(request.params(), *chat, &body));
+  return Dump(body);
+}
 
-  const v1::SamplingParams& p = request.params();
-  RETURN_IF_ERROR(FillSamplingParams(p, limits, &in.params));
-  const int64_t prompt_len = static_cast<int64_t>(in.prompt_token_ids.size());
-  if (!chat && !in.params.max_tokens) {
-    // The completions default, shortened to fit the context (as HTTP does).
-    const int64_t room = limits.max_model_len - prompt_len;
-    if (room >= 1) in.params.max_tokens = static_cast<int32_t>(std::min<int64_t>(kDefaultMaxTokens, room));
+StatusOr<std::string> TokenizeRequestToJson(const v1::TokenizeRequest& request) {
+  Json body = Json::object();
+  switch (request.prompt_case()) {
+    case v1::TokenizeRequest::kText:
+      body["prompt"] = request.text().text();
+      if (request.text().has_add_special_tokens()) body["add_special_tokens"] = request.text().add_special_tokens();
+      break;
+    case v1::TokenizeRequest::kChat:
+      body["messages"] = ChatMessages(request.chat());
+      if (request.chat().has_add_generation_prompt()) {
+        body["add_generation_prompt"] = request.chat().add_generation_prompt();
+      }
+      break;
+    case v1::TokenizeRequest::PROMPT_NOT_SET:
+      return InvalidArgument("'prompt' is required: set 'text' or 'chat'");
   }
-  RETURN_IF_ERROR(CheckContextLength(prompt_len, in.params, limits));
-  in.skip_special_tokens = !p.has_skip_special_tokens() || p.skip_special_tokens();
-  in.include_stop_str_in_output = p.has_include_stop_str_in_output() && p.include_stop_str_in_output();
+  return Dump(body);
+}
+
+StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, const v1::GenerateRequest& request,
+                                           const std::string& request_id) {
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return InvalidArgument("'request_id' must be at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
+  }
+  bool chat = false;
+  ASSIGN_OR_RETURN(std::string body, GenerateRequestToJson(request, &chat));
+  GenerateInput in;
+  if (chat) {
+    openai::PreparedChat prepared;
+    if (auto err = openai::PrepareChat(model, body, &prepared)) {
+      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
+    }
+    in = std::move(prepared.input);
+  } else {
+    openai::PreparedCompletion prepared;
+    if (auto err = openai::PrepareCompletion(model, body, &prepared)) {
+      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
+    }
+    if (prepared.inputs.size() != 1) return InvalidArgument("'prompt' must be a single prompt");
+    in = std::move(prepared.inputs[0]);
+  }
+  in.request_id = request.request_id().empty() ? request_id : request.request_id();
   return in;
+}
+
+StatusOr<std::vector<int32_t>> TokenizePrompt(const openai::RequestModel& model, const v1::TokenizeRequest& request) {
+  ASSIGN_OR_RETURN(std::string body, TokenizeRequestToJson(request));
+  openai::TokenizeRequest parsed;
+  std::vector<int32_t> ids;
+  if (auto err = openai::PrepareTokenize(model, body, &parsed, &ids)) return StatusFromApiError(*err);
+  return ids;
 }
 
 namespace {

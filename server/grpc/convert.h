@@ -1,6 +1,9 @@
-// Conversions between tessera.v1 messages and the ServingEngine's types, with
-// the validation the gRPC front end does before submitting. Pure functions of
-// their inputs (plus the engine's read-only tokenizer); thread-safe.
+// Conversions between tessera.v1 messages and the ServingEngine's types. A
+// request is validated by the HTTP front end's code (openai/request_path.h):
+// the proto becomes the equivalent OpenAI JSON body first, so gRPC refuses
+// exactly what HTTP refuses, with the same message naming the (HTTP) field.
+// Pure functions of their inputs (plus the model's read-only tokenizer and
+// template); thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -11,37 +14,44 @@
 
 #include "common/status.h"
 #include "proto/tessera.pb.h"
+#include "server/http/responses.h"
+#include "server/openai/request_path.h"
 #include "server/serving/serving_engine.h"
 
 namespace tessera::grpc_api {
 
-// Bounds on what a client may send, besides ModelLimits.
+// Bounds on what a client may send besides the HTTP request path's own.
 inline constexpr size_t kMaxRequestIdBytes = 256;
-inline constexpr size_t kMaxStopStrings = 64;
-inline constexpr size_t kMaxStopStringBytes = 1024;
-inline constexpr size_t kMaxStopTokenIds = 1024;
-inline constexpr size_t kMaxLogitBias = 1024;
-inline constexpr size_t kMaxMessages = 4096;
-inline constexpr size_t kMaxRoleBytes = 64;
-// max_tokens when the request leaves it unset, for text and token-id prompts
-// (OpenAI /v1/completions' default); chat prompts default to the context room.
-inline constexpr int32_t kDefaultMaxTokens = 16;
 
 // Tessera Status -> gRPC status (same message).
 grpc::Status ToGrpc(const Status& status);
 
-// Prompt token ids of a text or chat prompt: Encode(text, add_special_tokens),
-// or RenderChat then Encode(add_special_tokens=false). INVALID_ARGUMENT naming
-// the field on bad input; FAILED_PRECONDITION when the model has no chat template.
-StatusOr<std::vector<int32_t>> EncodeText(const ServingEngine& engine, const v1::TextPrompt& text);
-StatusOr<std::vector<int32_t>> EncodeChat(const ServingEngine& engine, const v1::ChatPrompt& chat);
+// An error of the HTTP request path as a Status with the same message:
+// 400 -> INVALID_ARGUMENT (OUT_OF_RANGE for context_length_exceeded,
+// FAILED_PRECONDITION for "unsupported": no chat template), 404 -> NOT_FOUND,
+// 429 -> RESOURCE_EXHAUSTED, 503 -> UNAVAILABLE, else INTERNAL. A message that
+// does not quote its `param` gets " (param 'P')" appended, and " (gRPC field
+// 'F')" when the proto's name for it differs (e.g. 'prompt' is 'token_ids').
+Status StatusFromApiError(const ApiError& error, const std::string& grpc_field = "");
 
-// Fills a GenerateInput: prompt ids (checked against the vocabulary), sampling
-// parameters with HTTP defaults for unset fields, validated
-// (SamplingParams::Validate), and the context length (OUT_OF_RANGE).
-// `request_id` is used when the request names none.
-StatusOr<GenerateInput> BuildGenerateInput(const ServingEngine& engine, const v1::GenerateRequest& request,
+// The OpenAI request body a GenerateRequest means (JSON text): a text or
+// token-id prompt is a /v1/completions body, a chat prompt a
+// /v1/chat/completions body (*chat = true). Unset proto fields are left out,
+// so the HTTP defaults apply; logprobs/top_logprobs map to the endpoint's
+// spelling (completions: "logprobs": top_logprobs). INVALID_ARGUMENT for
+// what JSON cannot carry (a non-finite float, invalid UTF-8) and for
+// top_logprobs with logprobs false on a text prompt (as chat refuses it).
+StatusOr<std::string> GenerateRequestToJson(const v1::GenerateRequest& request, bool* chat);
+// The /tokenize body a TokenizeRequest means.
+StatusOr<std::string> TokenizeRequestToJson(const v1::TokenizeRequest& request);
+
+// The gRPC request path: GenerateRequestToJson, then the HTTP front end's
+// openai::PrepareCompletion / PrepareChat, so both validate alike. The
+// request's request_id (at most kMaxRequestIdBytes) or else `request_id`.
+StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, const v1::GenerateRequest& request,
                                            const std::string& request_id);
+// Prompt token ids of a Tokenize call, through openai::PrepareTokenize.
+StatusOr<std::vector<int32_t>> TokenizePrompt(const openai::RequestModel& model, const v1::TokenizeRequest& request);
 
 // Checks ids are inside [0, vocab_size); INVALID_ARGUMENT naming `field`.
 Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const char* field);

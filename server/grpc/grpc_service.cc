@@ -179,7 +179,7 @@ Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admit
     call->Fail(admitted);
     return call;
   }
-  StatusOr<GenerateInput> input = grpc_api::BuildGenerateInput(*engine, request, grpc_api::NewRequestId());
+  StatusOr<GenerateInput> input = grpc_api::BuildGenerateInput(openai::RequestModelOf(*engine), request, grpc_api::NewRequestId());
   if (!input.ok()) {
     call->Fail(ToGrpc(input.status()));
     return call;
@@ -244,9 +244,7 @@ grpc::ServerUnaryReactor* GrpcService::Tokenize(grpc::CallbackServerContext* ctx
                                                 v1::TokenizeResponse* response) {
   ServingEngine* engine = nullptr;
   if (grpc::Status s = Admit(ctx, false, &engine); !s.ok()) return Done(ctx, s);
-  StatusOr<std::vector<int32_t>> ids = InvalidArgument("'prompt' is required: set 'text' or 'chat'");
-  if (request->has_text()) ids = grpc_api::EncodeText(*engine, request->text());
-  if (request->has_chat()) ids = grpc_api::EncodeChat(*engine, request->chat());
+  StatusOr<std::vector<int32_t>> ids = grpc_api::TokenizePrompt(openai::RequestModelOf(*engine), *request);
   if (!ids.ok()) return Done(ctx, ToGrpc(ids.status()));
   for (int32_t id : *ids) {
     response->add_token_ids(id);

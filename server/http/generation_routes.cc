@@ -16,6 +16,7 @@
 #include "server/openai/completion_request.h"
 #include "server/openai/completion_response.h"
 #include "server/openai/request_common.h"
+#include "server/openai/request_path.h"
 #include "server/openai/sse.h"
 
 namespace tessera {
@@ -213,25 +214,6 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<int64_t> completion_tokens_;  // per generation, running totals
 };
 
-// Prompt + max_tokens against the context length, as OpenAI words the error.
-std::optional<ApiError> CheckFits(const ServingEngine& engine, size_t prompt_tokens, const SamplingParams& params,
-                                  const char* param) {
-  const int64_t n = static_cast<int64_t>(prompt_tokens);
-  Status fits = CheckContextLength(n, params, engine.limits());
-  if (fits.ok()) return std::nullopt;
-  if (!IsContextLengthExceeded(fits)) return ErrorFromStatus(fits);
-  return openai::ContextLengthError(n, params.max_tokens, engine.limits().max_model_len, param);
-}
-
-GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
-  GenerateInput in;
-  in.prompt_token_ids = std::move(ids);
-  in.params = params;
-  in.skip_special_tokens = skip_special;
-  in.include_stop_str_in_output = include_stop;
-  return in;
-}
-
 // The handlers run on a front-end worker; a job lives on its connection's
 // strand from Submit on.
 void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<GenerationJob> job,
@@ -244,30 +226,24 @@ void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<Gen
 void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   ServingEngine* engine = ctx->ready_engine();
   if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
-  openai::CompletionRequest req;
-  if (auto err = openai::ParseCompletionRequest(ex->request().body(), {engine->served_model_name(), engine->limits()},
-                                                &req)) {
+  openai::PreparedCompletion prepared;
+  if (auto err = openai::PrepareCompletion(openai::RequestModelOf(*engine), ex->request().body(), &prepared)) {
     return ex->Send(ErrorResponse(*err));
   }
-  const text::Tokenizer& tok = engine->tokenizer();
-  std::vector<GenerateInput> inputs;
+  const openai::CompletionRequest& req = prepared.request;
+  std::vector<GenerateInput>& inputs = prepared.inputs;
   std::vector<openai::PromptEcho> echoes;
-  for (openai::PromptInput& p : req.prompts) {
-    std::vector<int32_t> ids = p.text ? tok.Encode(*p.text, req.add_special_tokens) : std::move(p.token_ids);
-    if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'prompt' encodes to no tokens", "prompt")));
-    if (auto err = CheckFits(*engine, ids.size(), req.params, "prompt")) return ex->Send(ErrorResponse(*err));
-    if (req.echo) {
-      openai::PromptEcho echo;
-      if (p.text) {
-        echo.text = *p.text;
-      } else {
-        StatusOr<std::string> t = tok.Decode(ids, {.skip_special_tokens = req.skip_special_tokens});
-        echo.text = t.ok() ? *t : std::string();
-      }
-      if (req.logprobs) echo.first_token = engine->MakeLogprobEntry(ids[0], 0.0f);
-      echoes.push_back(std::move(echo));
+  for (size_t i = 0; req.echo && i < inputs.size(); ++i) {
+    const std::vector<int32_t>& ids = inputs[i].prompt_token_ids;
+    openai::PromptEcho echo;
+    if (req.prompts[i].text) {
+      echo.text = *req.prompts[i].text;
+    } else {
+      StatusOr<std::string> t = engine->tokenizer().Decode(ids, {.skip_special_tokens = req.skip_special_tokens});
+      echo.text = t.ok() ? *t : std::string();
     }
-    inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+    if (req.logprobs) echo.first_token = engine->MakeLogprobEntry(ids[0], 0.0f);
+    echoes.push_back(std::move(echo));
   }
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/false, req.stream);
   const int num_prompts = static_cast<int>(inputs.size());
@@ -287,27 +263,11 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
 void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   ServingEngine* engine = ctx->ready_engine();
   if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
-  openai::ChatRequest req;
-  if (auto err =
-          openai::ParseChatRequest(ex->request().body(), {engine->served_model_name(), engine->limits()}, &req)) {
+  openai::PreparedChat prepared;
+  if (auto err = openai::PrepareChat(openai::RequestModelOf(*engine), ex->request().body(), &prepared)) {
     return ex->Send(ErrorResponse(*err));
   }
-  StatusOr<std::string> prompt =
-      engine->RenderChat(req.messages, req.tools, req.add_generation_prompt && !req.continue_final_message,
-                         req.template_kwargs);
-  if (!prompt.ok()) return ex->Send(ErrorResponse(ErrorFromStatus(prompt.status())));
-  if (req.continue_final_message) {
-    // Cut what the template appended after the final message (end-of-turn tokens).
-    const json& last = req.messages.back();
-    const std::string content = last.contains("content") && last["content"].is_string()
-                                    ? last["content"].get<std::string>()
-                                    : std::string();
-    const size_t at = content.empty() ? std::string::npos : prompt->rfind(content);
-    if (at != std::string::npos) prompt->resize(at + content.size());
-  }
-  std::vector<int32_t> ids = engine->tokenizer().Encode(*prompt, req.add_special_tokens);
-  if (ids.empty()) return ex->Send(ErrorResponse(BadRequest("'messages' render to no tokens", "messages")));
-  if (auto err = CheckFits(*engine, ids.size(), req.params, "messages")) return ex->Send(ErrorResponse(*err));
+  const openai::ChatRequest& req = prepared.request;
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/true, req.stream);
   openai::ChatOptions opts{req.logprobs, req.top_logprobs, openai::ChatEchoPrefix(req)};
   if (req.stream) {
@@ -317,7 +277,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   }
   job->include_usage = req.include_usage;
   std::vector<GenerateInput> inputs;
-  inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+  inputs.push_back(std::move(prepared.input));
   SubmitOnStrand(ex, std::move(job), std::move(inputs));
 }
 

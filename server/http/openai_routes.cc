@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/openai/request_common.h"
+#include "server/openai/request_path.h"
 #include "server/openai/sse.h"
 #include "server/openai/tokenize_request.h"
 
@@ -63,17 +64,10 @@ void HandleTokenize(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) 
   ServingEngine* engine = ctx->ready_engine();
   if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
   openai::TokenizeRequest req;
-  if (auto err = openai::ParseTokenizeRequest(ex->request().body(), LimitsOf(*engine), &req)) {
+  std::vector<int32_t> ids;
+  if (auto err = openai::PrepareTokenize(openai::RequestModelOf(*engine), ex->request().body(), &req, &ids)) {
     return ex->Send(ErrorResponse(*err));
   }
-  std::string text = req.prompt;
-  if (req.is_chat) {
-    StatusOr<std::string> rendered =
-        engine->RenderChat(req.messages, req.tools, req.add_generation_prompt, req.template_kwargs);
-    if (!rendered.ok()) return ex->Send(ErrorResponse(ErrorFromStatus(rendered.status())));
-    text = std::move(*rendered);
-  }
-  const std::vector<int32_t> ids = engine->tokenizer().Encode(text, req.add_special_tokens);
   std::vector<std::string> strs;
   if (req.return_token_strs) {
     for (int32_t id : ids) {

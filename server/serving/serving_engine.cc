@@ -269,18 +269,25 @@ void ServingEngine::Stop() {
   if (loop_) loop_->Stop();
 }
 
-StatusOr<std::string> ServingEngine::RenderChat(const nlohmann::ordered_json& messages,
-                                                const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                                                const nlohmann::ordered_json& template_kwargs) const {
-  if (!chat_template_) {
-    return FailedPrecondition("model '" + served_model_name_ +
+StatusOr<std::string> RenderChatPrompt(const text::ChatTemplate* chat_template, const std::string& model_name,
+                                       const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs) {
+  if (chat_template == nullptr) {
+    return FailedPrecondition("model '" + model_name +
                               "' has no chat template (tokenizer_config.json 'chat_template'); use /v1/completions");
   }
-  StatusOr<std::string> text = chat_template_->Render(messages, tools, add_generation_prompt, template_kwargs);
+  StatusOr<std::string> text = chat_template->Render(messages, tools, add_generation_prompt, template_kwargs);
   if (!text.ok()) {
     return InvalidArgument("'messages': the chat template rejected the conversation: " + text.status().message());
   }
   return text;
+}
+
+StatusOr<std::string> ServingEngine::RenderChat(const nlohmann::ordered_json& messages,
+                                                const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                                const nlohmann::ordered_json& template_kwargs) const {
+  return RenderChatPrompt(chat_template(), served_model_name_, messages, tools, add_generation_prompt,
+                          template_kwargs);
 }
 
 LogprobEntry ServingEngine::MakeLogprobEntry(int32_t token_id, float logprob) const {

@@ -35,6 +35,13 @@ namespace tessera {
 
 class ServingMetrics;
 
+// ServingEngine::RenderChat with an explicit template (null: the model has
+// none, FAILED_PRECONDITION naming `model_name`); for callers holding a view
+// of the model rather than the engine (the request path, its fuzz target).
+StatusOr<std::string> RenderChatPrompt(const text::ChatTemplate* chat_template, const std::string& model_name,
+                                       const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs);
+
 struct ServingOptions {
   EngineLoopOptions loop;          // loop.model_dir: the checkpoint
   std::string served_model_name;   // "" : the directory's base name
@@ -141,6 +148,8 @@ class ServingEngine {
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   bool has_chat_template() const { return chat_template_.has_value(); }
+  // Null when the model has none. Immutable; lives as long as the engine.
+  const text::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const ModelLimits& limits() const { return limits_; }
   const std::string& served_model_name() const { return served_model_name_; }
   int64_t created_unix() const { return created_unix_; }

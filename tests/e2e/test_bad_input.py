@@ -28,6 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import (PROMPT, Results, Server, chat, complete, error_check,  # noqa: E402
                         get_metrics, request, synth_model)
+from bad_input_cases import load as load_cases  # noqa: E402
 
 NAME = "bad-input-model"
 VOCAB = 151936            # Qwen3 vocabulary (tokens 0..VOCAB-1)
@@ -35,6 +36,7 @@ BODY_LIMIT = 256 * 1024   # --max-body-bytes of the main server
 MAX_PENDING = 8           # --max-pending-requests of the overload server
 RSS_GROWTH_LIMIT_MB = 150
 IDLE_TIMEOUT = 2          # --idle-timeout of the main server (seconds)
+CASES = load_cases()      # value cases shared with the gRPC suite (bad_input_cases.json)
 
 
 def raw_exchange(port, data, timeout=10.0, half_close=False):
@@ -121,24 +123,28 @@ class Ctx:
         self.res.run(f"healthy after: {group} (/health 200, same greedy completion)", check)
 
 
-def expect_400_table(ctx, label, path, base, field, values, param=None, extra=None):
-    """Each value of `field` (merged over `base`) must give 400 naming `param`."""
-    param = field if param is None else param
+def shared_cases(ctx, group):
+    """The `group` cases of bad_input_cases.json (shared with the gRPC suite): each -> its status, naming its param.
 
-    def check():
-        bad = []
-        for v in values:
-            body = dict(base)
-            if extra:
-                body.update(extra)
-            body[field] = v
-            status, _, resp = request(ctx.port, "POST", path, body)
-            try:
-                error_check(status, resp, 400, param=param)
-            except AssertionError as e:
-                bad.append(f"{json.dumps(v)[:60]} -> {e}")
-        assert not bad, f"{len(bad)}/{len(values)} wrong:\n    " + "\n    ".join(bad)
-    ctx.res.run(f"{label}: {field} wrong type/value x{len(values)} -> 400 param {param!r}", check)
+    One check per table (all values of one field) or per single case."""
+    checks = {}
+    for case in CASES:
+        if case["group"] == group:
+            key = case["table"] or f"{case['endpoint']}: {case['name']}"
+            checks.setdefault(key, []).append(case)
+    for key, cases in checks.items():
+        def check(cases=cases):
+            bad = []
+            for c in cases:
+                status, _, resp = request(ctx.port, "POST", c["path"], c["body"])
+                try:
+                    error_check(status, resp, tuple(c["statuses"]), param=c["param"] if status == 400 else None)
+                except AssertionError as e:
+                    bad.append(f"{c['name']} -> {e}")
+            assert not bad, f"{len(bad)}/{len(cases)} wrong:\n    " + "\n    ".join(bad)
+        params = sorted({c["param"] for c in cases})
+        ctx.res.run(f"{key}" + (f" x{len(cases)}" if len(cases) > 1 else "") +
+                    f" -> {'/'.join(map(str, cases[0]['statuses']))} param {', '.join(map(repr, params))}", check)
 
 
 def malformed_json_group(ctx):
@@ -173,90 +179,13 @@ def malformed_json_group(ctx):
 
 
 def wrong_types_group(ctx):
-    cbase = {"model": NAME, "prompt": PROMPT, "max_tokens": 2}
-    mbase = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    big = 1e30
-    ints = ["x", 1.5, big, [], {}, True]            # integer fields
-    floats = ["x", [], {}, True]                    # number fields (range checked separately)
-    bools = ["x", 1, [], {}]                        # boolean fields
-    common = [
-        ("max_tokens", ints + [-1, 0]),
-        ("temperature", floats + [big, -1]),
-        ("top_p", floats + [big, 0, -0.5]),
-        ("n", ints + [0, -1]),
-        ("stream", bools),
-        ("stop", [5, {}, [1], [[]], True, [""]]),
-        ("seed", ["x", 1.5, [], {}, True, big]),
-        ("presence_penalty", floats + [big, -3]),
-        ("frequency_penalty", floats + [big, 3]),
-        ("logit_bias", ["x", [], 5, True, {"x": 1}, {"1": "x"}, {"1": 1000}, {"1": None}]),
-        ("user", [5, [], {}, True]),
-        ("top_k", ["x", 1.5, [], True, -2]),
-        ("min_p", ["x", [], True, -0.1, 1.5]),
-        ("repetition_penalty", ["x", [], True, 0, -1, 3]),
-        ("min_tokens", ["x", 1.5, [], True, -1]),
-        ("ignore_eos", bools),
-        ("stop_token_ids", ["x", 5, ["x"], [1.5], {}]),
-        ("skip_special_tokens", bools),
-        ("stream_options", ["x", 1, [], True]),
-    ]
-    path_c, path_m = "/v1/completions", "/v1/chat/completions"
-    for field, values in common + [
-        ("model", [5, [], {}, True]),
-        ("prompt", [None, 5, {}, True, [], [[]], [1.5], ["a", 1], [[1], "a"], [True], [None]]),
-        ("echo", bools),
-        ("logprobs", ["x", 1.5, [], {}, True, -1]),
-        ("suffix", ["x", 5, []]),
-        ("prompt_logprobs", ["x", 1.5, [], True, -1]),
-    ]:
-        extra = {"stream": True} if field == "stream_options" else None
-        expect_400_table(ctx, "completions", path_c, cbase, field, values, extra=extra)
-    for field, values in common + [
-        ("model", [5, [], {}, True]),
-        ("messages", [None, "x", 5, {}, True, []]),
-        ("logprobs", ["x", 1, [], {}]),
-        ("max_completion_tokens", ints + [-1, 0]),
-    ]:
-        extra = {"stream": True} if field == "stream_options" else None
-        expect_400_table(ctx, "chat", path_m, mbase, field, values, extra=extra)
-    expect_400_table(ctx, "chat", path_m, mbase, "top_logprobs", ["x", 1.5, [], True, -1], extra={"logprobs": True})
-    expect_400_table(ctx, "completions", path_c, cbase, "stream_options", [{"include_usage": "x"},
-                                                                           {"include_usage": 1}],
-                     param="stream_options.include_usage", extra={"stream": True})
-    expect_400_table(ctx, "completions", path_c, cbase, "stream_options", [{"include_usage": True}],
-                     extra={"stream": False})
+    shared_cases(ctx, "types")
     ctx.healthy_after("wrong types")
 
 
 def out_of_range_group(ctx):
     res, port = ctx.res, ctx.port
-    cb = {"model": NAME, "prompt": PROMPT, "max_tokens": 2}
-    mb = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    cases = [
-        ("completions", cb, {"max_tokens": -5}, "max_tokens"),
-        ("completions", cb, {"temperature": 2.5}, "temperature"),
-        ("completions", cb, {"top_p": 0}, "top_p"),
-        ("completions", cb, {"n": 0}, "n"),
-        ("completions", cb, {"n": 1000}, "n"),
-        ("completions", cb, {"logprobs": 100}, "logprobs"),
-        ("completions", cb, {"presence_penalty": 3}, "presence_penalty"),
-        ("completions", cb, {"frequency_penalty": -2.5}, "frequency_penalty"),
-        ("completions", cb, {"suffix": "tail"}, "suffix"),
-        ("chat", mb, {"max_tokens": -5}, "max_tokens"),
-        ("chat", mb, {"max_completion_tokens": -1}, "max_completion_tokens"),
-        ("chat", mb, {"temperature": 2.5}, "temperature"),
-        ("chat", mb, {"top_p": 0}, "top_p"),
-        ("chat", mb, {"n": 0}, "n"),
-        ("chat", mb, {"n": 1000}, "n"),
-        ("chat", mb, {"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-        ("chat", mb, {"presence_penalty": 3}, "presence_penalty"),
-    ]
-    for kind, base, patch, param in cases:
-        def case(base=base, patch=patch, param=param, kind=kind):
-            path = "/v1/completions" if kind == "completions" else "/v1/chat/completions"
-            status, _, body = request(port, "POST", path, dict(base, **patch))
-            error_check(status, body, 400, param=param)
-        res.run(f"{kind}: {json.dumps(patch)} -> 400 param {param!r}", case)
+    shared_cases(ctx, "range")
 
     def context_length():
         status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=10 ** 6)
@@ -267,24 +196,7 @@ def out_of_range_group(ctx):
 
 def token_ids_group(ctx):
     res, port = ctx.res, ctx.port
-    for prompt in ([-1], [10 ** 9], [VOCAB], [[1, 2], [99999999]], [1, 2 ** 31], [1, 2 ** 63]):
-        def case(prompt=prompt):
-            status, _, body = complete(port, model=NAME, prompt=prompt, max_tokens=1)
-            error_check(status, body, 400, param="prompt")
-        res.run(f"completions: prompt {json.dumps(prompt)[:40]} -> 400 param 'prompt'", case)
-    for bias in ({"-1": 1}, {str(VOCAB): 1}, {"1000000000": 5}, {"abc": 1}, {"1.5": 1}):
-        def case(bias=bias):
-            status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=1, logit_bias=bias)
-            error_check(status, body, 400, param="logit_bias")
-        res.run(f"completions: logit_bias {json.dumps(bias)} -> 400 param 'logit_bias'", case)
-    for ids in ([-1], [VOCAB], [10 ** 9]):
-        def case(ids=ids):
-            status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=1, stop_token_ids=ids)
-            error_check(status, body, 400, param="stop_token_ids")
-            status, _, body = chat(port, model=NAME, messages=[{"role": "user", "content": "x"}], max_tokens=1,
-                                   stop_token_ids=ids)
-            error_check(status, body, 400, param="stop_token_ids")
-        res.run(f"completions+chat: stop_token_ids {ids} -> 400 param 'stop_token_ids'", case)
+    shared_cases(ctx, "tokens")
     for tokens in ([-1], [VOCAB], [10 ** 9], [1, "x"], "x", None, [1.5]):
         def case(tokens=tokens):
             status, _, body = request(port, "POST", "/detokenize", {"model": NAME, "tokens": tokens})
@@ -343,36 +255,7 @@ def utf8_group(ctx):
 
 def messages_group(ctx):
     res, port = ctx.res, ctx.port
-    # param: the offending element, OpenAI style ("messages[0].role").
-    cases = [
-        ("missing role", [{"content": "hi"}], "messages[0].role"),
-        ("unknown role", [{"role": "user", "content": "a"}, {"role": "wizard", "content": "hi"}],
-         "messages[1].role"),
-        ("role is a number", [{"role": 5, "content": "hi"}], "messages[0].role"),
-        ("content is a number", [{"role": "user", "content": 5}], "messages[0].content"),
-        ("content is an object", [{"role": "user", "content": {"text": "hi"}}], "messages[0].content"),
-        ("user content missing", [{"role": "user"}], "messages[0].content"),
-        ("image_url part", [{"role": "user", "content": [
-            {"type": "text", "text": "what is this?"},
-            {"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/cat.png"}}]}],
-         "messages[0].content[1].type"),
-        ("input_audio part", [{"role": "user", "content": [
-            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}],
-         "messages[0].content[0].type"),
-        ("unknown part type", [{"role": "user", "content": [{"type": "video", "text": "x"}]}],
-         "messages[0].content[0].type"),
-        ("text part without text", [{"role": "user", "content": [{"type": "text"}]}],
-         "messages[0].content[0].text"),
-        ("text part with numeric text", [{"role": "user", "content": [{"type": "text", "text": 5}]}],
-         "messages[0].content[0].text"),
-        ("empty list", [], "messages"),
-        ("message is a string", ["hi"], "messages[0]"),
-    ]
-    for name, messages, param in cases:
-        def case(messages=messages, param=param):
-            status, _, body = chat(port, model=NAME, messages=messages, max_tokens=2)
-            error_check(status, body, 400, param=param)
-        res.run(f"chat: messages {name} -> 400 param {param!r}", case)
+    shared_cases(ctx, "messages")  # param: the offending element, OpenAI style ("messages[0].role")
 
     def tokenize_bad_messages():
         status, _, body = request(port, "POST", "/tokenize", {"model": NAME, "messages": [{"content": "x"}]})
@@ -382,37 +265,7 @@ def messages_group(ctx):
 
 
 def huge_lists_group(ctx):
-    res, port = ctx.res, ctx.port
-
-    def stop_10000():
-        status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=2,
-                                   stop=[f"s{i}" for i in range(10000)])
-        error_check(status, body, (400, 413))
-        if status == 400:
-            assert body["error"]["param"] == "stop", body
-    res.run("completions: stop with 10000 strings -> 400 param 'stop' (or 413)", stop_10000)
-
-    def bias_100000():
-        status, _, body = complete(port, model=NAME, prompt=PROMPT, max_tokens=2,
-                                   logit_bias={str(i): 1 for i in range(100000)})
-        error_check(status, body, (400, 413))
-        if status == 400:
-            assert body["error"]["param"] == "logit_bias", body
-    res.run("completions: logit_bias with 100000 entries -> 400 param 'logit_bias' (or 413)", bias_100000)
-
-    def n_million():
-        for path, body in (("/v1/completions", {"prompt": PROMPT}),
-                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
-            status, _, resp = request(port, "POST", path, dict(body, model=NAME, max_tokens=2, n=10 ** 6))
-            error_check(status, resp, 400, param="n")
-    res.run("completions+chat: n=10^6 -> 400 param 'n'", n_million)
-
-    def many_prompts():
-        status, _, body = complete(port, model=NAME, prompt=[[1, 2]] * 5000, max_tokens=2)
-        error_check(status, body, (400, 413))
-        if status == 400:
-            assert body["error"]["param"] == "prompt", body
-    res.run("completions: 5000 prompts in one request -> 400 param 'prompt' (or 413)", many_prompts)
+    shared_cases(ctx, "huge")
     ctx.healthy_after("huge lists")
 
 

@@ -1,0 +1,96 @@
+#include "server/openai/request_path.h"
+
+#include <string>
+#include <utility>
+
+namespace tessera::openai {
+namespace {
+
+// A chat render failure as the error to send (RenderChatPrompt's codes).
+ApiError RenderError(const Status& s) {
+  if (s.code() == StatusCode::kFailedPrecondition) return BadRequest(s.message(), "", "unsupported");
+  if (s.code() == StatusCode::kInvalidArgument) return BadRequest(s.message(), "messages");
+  return {HttpStatus::internal_server_error, "internal error: " + s.message(), "server_error", "", "internal_error"};
+}
+
+// Prompt + max_tokens against the context length, as OpenAI words the error.
+std::optional<ApiError> CheckFits(const RequestModel& model, size_t prompt_tokens, const SamplingParams& params,
+                                  const char* param) {
+  const int64_t n = static_cast<int64_t>(prompt_tokens);
+  const Status fits = CheckContextLength(n, params, model.limits.model);
+  if (fits.ok()) return std::nullopt;
+  if (!IsContextLengthExceeded(fits)) return BadRequest(fits.message(), param);
+  return ContextLengthError(n, params.max_tokens, model.limits.model.max_model_len, param);
+}
+
+GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
+  GenerateInput in;
+  in.prompt_token_ids = std::move(ids);
+  in.params = params;
+  in.skip_special_tokens = skip_special;
+  in.include_stop_str_in_output = include_stop;
+  return in;
+}
+
+}  // namespace
+
+RequestModel RequestModelOf(const ServingEngine& engine) {
+  return {&engine.tokenizer(), engine.chat_template(), {engine.served_model_name(), engine.limits()}};
+}
+
+std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out) {
+  PreparedCompletion p;
+  if (auto err = ParseCompletionRequest(body, model.limits, &p.request)) return err;
+  CompletionRequest& req = p.request;
+  for (PromptInput& prompt : req.prompts) {  // token ids move to the input; text stays (echo)
+    std::vector<int32_t> ids =
+        prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
+    if (ids.empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
+    if (auto err = CheckFits(model, ids.size(), req.params, "prompt")) return err;
+    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+  }
+  *out = std::move(p);
+  return std::nullopt;
+}
+
+std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out) {
+  PreparedChat p;
+  if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
+  const ChatRequest& req = p.request;
+  StatusOr<std::string> prompt =
+      RenderChatPrompt(model.chat_template, model.limits.served_model_name, req.messages, req.tools,
+                       req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
+  if (!prompt.ok()) return RenderError(prompt.status());
+  if (req.continue_final_message) {
+    // Cut what the template appended after the final message (end-of-turn tokens).
+    const Json& last = req.messages.back();
+    auto content_it = last.find("content");
+    const std::string content =
+        content_it != last.end() && content_it->is_string() ? content_it->get<std::string>() : std::string();
+    const size_t at = content.empty() ? std::string::npos : prompt->rfind(content);
+    if (at != std::string::npos) prompt->resize(at + content.size());
+  }
+  std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
+  if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
+  if (auto err = CheckFits(model, ids.size(), req.params, "messages")) return err;
+  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output);
+  *out = std::move(p);
+  return std::nullopt;
+}
+
+std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_view body, TokenizeRequest* request,
+                                        std::vector<int32_t>* ids) {
+  if (auto err = ParseTokenizeRequest(body, model.limits, request)) return err;
+  std::string text = request->prompt;
+  if (request->is_chat) {
+    StatusOr<std::string> rendered =
+        RenderChatPrompt(model.chat_template, model.limits.served_model_name, request->messages, request->tools,
+                         request->add_generation_prompt, request->template_kwargs);
+    if (!rendered.ok()) return RenderError(rendered.status());
+    text = std::move(*rendered);
+  }
+  *ids = model.tokenizer->Encode(text, request->add_special_tokens);
+  return std::nullopt;
+}
+
+}  // namespace tessera::openai

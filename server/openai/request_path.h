@@ -1,0 +1,60 @@
+// The one request path of both front ends: an OpenAI request body (HTTP's
+// own, or the JSON the gRPC service turns its proto into) -> parsed and
+// validated (ParseCompletionRequest / ParseChatRequest), chat-rendered,
+// tokenized and checked against the context length -> GenerateInputs ready
+// for ServingEngine::Submit. Whatever one front end refuses, the other
+// refuses with the same message.
+//
+// Pure functions of their inputs and the read-only model view; thread-safe.
+// Cost: linear in the body, plus the chat template's (bounded) render work and
+// tokenization of the prompt text; run them off the I/O threads.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "server/http/responses.h"
+#include "server/openai/chat_request.h"
+#include "server/openai/completion_request.h"
+#include "server/openai/request_common.h"
+#include "server/openai/tokenize_request.h"
+#include "server/serving/serving_engine.h"
+#include "server/text/chat_template.h"
+#include "server/text/tokenizer.h"
+
+namespace tessera::openai {
+
+// What the request path reads from the loaded model: views whose owner (the
+// ServingEngine, or a fuzz target) outlives every use.
+struct RequestModel {
+  const text::Tokenizer* tokenizer = nullptr;         // required
+  const text::ChatTemplate* chat_template = nullptr;  // null: chat is refused (400 "unsupported")
+  RequestLimits limits;                               // served model name + ModelLimits
+};
+
+RequestModel RequestModelOf(const ServingEngine& engine);
+
+struct PreparedCompletion {
+  CompletionRequest request;  // prompts[i].token_ids moved into inputs[i]
+  // One per request.prompts[i], same order; request_id left empty.
+  std::vector<GenerateInput> inputs;
+};
+
+struct PreparedChat {
+  ChatRequest request;
+  GenerateInput input;  // request_id left empty
+};
+
+// On failure returns the error to send: 400 naming the field (code
+// "context_length_exceeded" for prompt + max_tokens over the context,
+// "unsupported" for chat without a template), 404 model_not_found.
+std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out);
+std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out);
+
+// /tokenize: the prompt's token ids (chat rendered first), or the error.
+std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_view body, TokenizeRequest* request,
+                                        std::vector<int32_t>* ids);
+
+}  // namespace tessera::openai
