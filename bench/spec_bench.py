@@ -266,7 +266,7 @@ def section_d(args):
                 cmd = [args.llama_server, "-m", args.gguf, "-t", str(args.threads), "--host", "127.0.0.1",
                        "--port", str(port), "-np", str(c), "-c", str(4096 * c)]
                 if kind == "draft":
-                    cmd += ["-md", args.gguf_draft, "--draft-max", str(args.k), "--draft-min", "0"]
+                    cmd += ["-md", args.gguf_draft, "--spec-draft-n-max", str(args.k), "--spec-draft-n-min", "0"]
                 srv = Proc(cmd, args.out, f"d_llama_{kind}_{c}", port, "/health").wait_ready()
             try:
                 tps, _ = run_tessera_bench(args, srv.port, f"d_{label}_{kind}_{c}", dargs, c)

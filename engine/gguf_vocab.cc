@@ -63,7 +63,8 @@ const GgufPreTokenizer* FindGgufPreTokenizerByRegex(const std::string& regex) {
 }
 
 StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
-    const std::string& tokenizer_json, const std::string& config_json, const std::string& label) {
+    const std::string& tokenizer_json, const std::string& config_json, const std::string& label,
+    int64_t vocab_size) {
   const json tj = json::parse(tokenizer_json, nullptr, false);
   if (tj.is_discarded() || !tj.is_object()) return InvalidArgument(label + ": tokenizer.json is not a JSON object");
   json cfg = config_json.empty() ? json::object() : json::parse(config_json, nullptr, false);
@@ -110,6 +111,9 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
       RETURN_IF_ERROR(put(a["id"].get<int64_t>(), a["content"].get<std::string>(),
                           a.value("special", false) ? kGgufTokenControl : kGgufTokenUserDefined));
     }
+  }
+  if (vocab_size > static_cast<int64_t>(tokens.size())) {
+    RETURN_IF_ERROR(put(vocab_size - 1, "[PAD" + std::to_string(vocab_size - 1) + "]", kGgufTokenUnused));
   }
   std::vector<std::string> merges;
   merges.reserve(model["merges"].size());

@@ -35,7 +35,11 @@ const GgufPreTokenizer* FindGgufPreTokenizerByRegex(const std::string& regex);
 // tokenizer.* metadata for a byte-level BPE tokenizer.json and its
 // tokenizer_config.json (may be empty). Unsupported shapes (non-BPE models,
 // an unknown pre-tokenizer regex) give InvalidArgument naming the field.
+// With `vocab_size` > 0 the token list is padded with unused "[PADi]" tokens
+// up to the model's vocabulary (the embedding rows), as llama.cpp's converter
+// does: llama.cpp refuses a file whose token count differs from token_embd.
 StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
-    const std::string& tokenizer_json, const std::string& tokenizer_config_json, const std::string& label);
+    const std::string& tokenizer_json, const std::string& tokenizer_config_json, const std::string& label,
+    int64_t vocab_size = 0);
 
 }  // namespace tessera

@@ -237,7 +237,8 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
   if (IsQuantized(o.dtype)) md.emplace_back("general.quantization_version", GgufValue::U32(2));
   ASSIGN_OR_RETURN(std::string tj, ReadText(tok_dir / "tokenizer.json"));
   ASSIGN_OR_RETURN(std::string cj, ReadText(tok_dir / "tokenizer_config.json"));
-  ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tj, cj, (tok_dir / "tokenizer.json").string()));
+  ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tj, cj, (tok_dir / "tokenizer.json").string(),
+                                                      cfg.vocab_size));
   md.insert(md.end(), tok_md.begin(), tok_md.end());
 
   std::vector<WeightSpec> specs = ExpectedWeights(cfg);

@@ -310,6 +310,15 @@ def errors_are_clear(t, tmp):
     p = subprocess.run([t, "synth", "--dtype", "q8_0", "--out", os.path.join(tmp, "x")], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode != 0 and "--format gguf" in p.stderr, p.stderr[-500:]
+    # A well-formed container whose model metadata is invalid: gguf-info lists it but exits non-zero.
+    corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus", "gguf")
+    for flags in ([], ["--json"]):
+        p = subprocess.run([t, "gguf-info", os.path.join(corpus, "bad_moe_used_over_count"), *flags],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and "expert_used_count" in p.stderr, (flags, p.returncode, p.stderr[-500:])
+        p = subprocess.run([t, "gguf-info", os.path.join(corpus, "valid_moe_qwen3moe"), *flags],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, (flags, p.returncode, p.stderr[-500:])
 
 
 def main():
@@ -336,7 +345,8 @@ def main():
         check("a directory holding one .gguf loads it", lambda: dir_with_one_gguf(t, tmp))
         check("tessera serve: chat template and completions from .gguf equal the directory's",
               lambda: serve_gguf_like_dir(t, tmp))
-        check("truncated gguf and bad synth flags give clear errors", lambda: errors_are_clear(t, tmp))
+        check("truncated gguf, bad synth flags and invalid model metadata (gguf-info exit status) give clear errors",
+              lambda: errors_are_clear(t, tmp))
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
 
