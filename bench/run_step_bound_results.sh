@@ -7,6 +7,8 @@
 set -euo pipefail
 model=${1:?usage: bench/run_step_bound_results.sh MODEL [BUILD_DIR]}
 build=${2:-build}
+pid=""
+trap '[[ -n "$pid" ]] && kill "$pid" 2>/dev/null || true' EXIT  # never leave a server behind
 for ms in 250 0 250 0; do
   port_file=$(mktemp)
   "$build/tessera" serve --model "$model" --port 0 --grpc-port -1 --port-file "$port_file" --threads 2 \
