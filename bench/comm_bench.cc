@@ -39,6 +39,7 @@
 
 #include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/inproc.h"
+#include "engine/parallel/store.h"
 #ifdef TESSERA_HAVE_NCCL
 #include <cuda_runtime.h>
 
@@ -179,18 +180,6 @@ Status Sweep(Communicator& c, const Config& cfg, const Memory& mem, const std::s
   return Status::Ok();
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 RendezvousOptions LocalRendezvous(int port, int world, int rank, int timeout_ms) {
   RendezvousOptions o;
   o.leader_host = "127.0.0.1";
@@ -216,7 +205,7 @@ Status RunInProcess(int n, const Config& cfg, std::vector<Row>* rows) {
 // This process is rank 0; ranks 1..n-1 are this binary with the same arguments
 // plus --worker-*. They are always reaped; on failure or a hang, killed by PID.
 Status RunGloo(int n, const Config& cfg, const std::vector<std::string>& args, std::vector<Row>* rows) {
-  const int port = FreePort();
+  ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
   std::vector<pid_t> pids;
   for (int r = 1; r < n; ++r) {
     std::vector<std::string> a = args;
@@ -255,7 +244,7 @@ Status RunGloo(int n, const Config& cfg, const std::vector<std::string>& args, s
 
 #ifdef TESSERA_HAVE_NCCL
 Status RunNccl(int n, const Config& cfg, std::vector<Row>* rows) {
-  const int port = FreePort();
+  ASSIGN_OR_RETURN(const int port, FreeLoopbackPort());
   std::vector<Status> st(n);
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r)

@@ -67,6 +67,21 @@ StatusOr<addrinfo*> Resolve(const std::string& host, int port, bool passive) {
 
 }  // namespace
 
+StatusOr<int> FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Internal(std::string("FreeLoopbackPort: socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return Internal(std::string("FreeLoopbackPort: bind 127.0.0.1:0: ") + std::strerror(err));
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
 Status ParseHostPort(const std::string& addr, std::string* host, int* port) {
   size_t colon = addr.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size())

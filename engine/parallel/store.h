@@ -37,6 +37,11 @@ class Store {
   virtual Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
 };
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0 and
+// released), for tests and benchmarks that start a leader on loopback. Another
+// process may take it before it is reused: callers retry on EADDRINUSE.
+StatusOr<int> FreeLoopbackPort();
+
 // "host:port" -> host, port. IPv6 as "[::1]:port".
 Status ParseHostPort(const std::string& addr, std::string* host, int* port);
 

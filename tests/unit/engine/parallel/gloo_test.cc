@@ -3,6 +3,7 @@
 // per rank; the parent waits for them with a bound and kills leftovers by PID.
 // Children write one result line to a file; the parent checks it.
 #include "engine/parallel/gloo_communicator.h"
+#include "engine/parallel/store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -29,18 +30,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
@@ -60,7 +49,9 @@ struct ChildResult {
 // `limit` for all of them, then SIGKILLs the rest (a hang is a test failure).
 std::vector<ChildResult> RunRanks(const std::string& scenario, int world, const std::vector<int>& ranks,
                                   int timeout_ms, std::chrono::milliseconds limit, bool* hung) {
-  const int port = FreePort();
+  const StatusOr<int> free_port = FreeLoopbackPort();
+  EXPECT_TRUE(free_port.ok()) << free_port.status().ToString();
+  const int port = free_port.ok() ? *free_port : 0;
   const std::string dir = ::testing::TempDir();
   std::vector<pid_t> pids;
   std::vector<ChildResult> res;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "engine/parallel/nccl_communicator.h"
+#include "engine/parallel/store.h"
 #include "tests/unit/engine/parallel/collective_checks.h"
 #endif
 
@@ -21,18 +22,6 @@ namespace tessera::parallel {
 namespace {
 
 #ifdef TESSERA_HAVE_NCCL
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 struct Dev {  // a device buffer of f32 (or any 4-byte type)
   explicit Dev(size_t n) : n(n) { cudaMalloc(&p, n * 4 + 4); }
   ~Dev() { cudaFree(p); }
@@ -129,7 +118,9 @@ TEST(Nccl, EveryCollectiveOnDeviceBuffers) {
   if (gpus == 0) GTEST_SKIP() << "no CUDA device";
   for (int n : {1, gpus}) {
     if (n == 1 && gpus > 1) continue;
-    const int port = FreePort();
+    const StatusOr<int> free_port = FreeLoopbackPort();
+    ASSERT_TRUE(free_port.ok()) << free_port.status().ToString();
+    const int port = *free_port;
     std::vector<std::string> res(n);
     std::vector<std::thread> ts;
     for (int r = 0; r < n; ++r)
