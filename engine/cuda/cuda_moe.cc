@@ -189,6 +189,23 @@ Status CudaMoe::ExpertsChunk(const Env& env, const Table* table, const float* x,
   RETURN_IF_ERROR(Cuda(kc::GatherRows(x, hidden, row_token, n, xy, env.stream), "MoE GatherRows"));
   const kc::ElemType elem = ToElem(table->dtype);
   const bool cublas = env.blas != nullptr && !env.capturing && n >= kCublasRowsPerExpert * experts;
+  // One grouped launch over every expert: `x` [n, k] rows grouped by expert, the
+  // weight table from entry `first` on, `parts` matrices of n_part rows each.
+  auto grouped = [&](const float* x, int64_t k, int64_t first, int64_t parts, int64_t n_part, float* y) {
+    kc::MoeGroupedLinearArgs a;
+    a.x = x;
+    a.k = k;
+    a.weights = static_cast<const void* const*>(table->device) + first;
+    a.w_type = elem;
+    a.parts = parts;
+    a.n_part = n_part;
+    a.num_experts = experts;
+    a.plan = plan;
+    a.max_tiles = kc::MoeMaxTiles(n, experts, kc::kMoeTileRows);
+    a.vector_loads = table->aligned && k % 8 == 0;
+    a.y = y;
+    return a;
+  };
   std::vector<int32_t> offset;
   if (cublas) {
     offset.resize(static_cast<size_t>(experts + 1));
@@ -205,19 +222,8 @@ Status CudaMoe::ExpertsChunk(const Env& env, const Table* table, const float* x,
                                        gate_up + r0 * 2 * inter + inter, 2 * inter));
     }
   } else {
-    kc::MoeGroupedLinearArgs a;
-    a.x = xy;
-    a.k = hidden;
-    a.weights = static_cast<const void* const*>(table->device);
-    a.w_type = elem;
-    a.parts = 2;
-    a.n_part = inter;
-    a.num_experts = experts;
-    a.plan = plan;
-    a.max_tiles = kc::MoeMaxTiles(n, experts, kc::kMoeTileRows);
-    a.vector_loads = table->aligned && hidden % 8 == 0;
-    a.y = gate_up;
-    RETURN_IF_ERROR(Cuda(kc::MoeGroupedLinear(a, env.stream), "MoeGroupedLinear (gate, up)"));
+    RETURN_IF_ERROR(Cuda(kc::MoeGroupedLinear(grouped(xy, hidden, 0, 2, inter, gate_up), env.stream),
+                         "MoeGroupedLinear (gate, up)"));
   }
   RETURN_IF_ERROR(Cuda(kc::SiluMul(gate_up, n, inter, act, env.stream), "MoE SiluMul"));
   if (cublas) {
@@ -228,19 +234,8 @@ Status CudaMoe::ExpertsChunk(const Env& env, const Table* table, const float* x,
                                        xy + r0 * hidden, hidden));
     }
   } else {
-    kc::MoeGroupedLinearArgs a;
-    a.x = act;
-    a.k = inter;
-    a.weights = static_cast<const void* const*>(table->device) + 2 * experts;
-    a.w_type = elem;
-    a.parts = 1;
-    a.n_part = hidden;
-    a.num_experts = experts;
-    a.plan = plan;
-    a.max_tiles = kc::MoeMaxTiles(n, experts, kc::kMoeTileRows);
-    a.vector_loads = table->aligned && inter % 8 == 0;
-    a.y = xy;
-    RETURN_IF_ERROR(Cuda(kc::MoeGroupedLinear(a, env.stream), "MoeGroupedLinear (down)"));
+    RETURN_IF_ERROR(Cuda(kc::MoeGroupedLinear(grouped(act, inter, 2 * experts, 1, hidden, xy), env.stream),
+                         "MoeGroupedLinear (down)"));
   }
   return Cuda(kc::MoeCombine(xy, hidden, pair_row, topk_weights, tokens, top_k, out, env.stream), "MoeCombine");
 }
