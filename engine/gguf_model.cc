@@ -1,5 +1,6 @@
 #include "engine/gguf_model.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -140,9 +141,23 @@ Status GgufMoeConfig(const GgufContents& g, const Meta& m, const std::string& ar
     }
     (*c)["shared_expert_intermediate_size"] = shared;
   }
+  // One pass over the tensors (not a name search per layer: that is layers x tensors).
+  std::vector<bool> routed(layers, false);
+  constexpr std::string_view kPre = "blk.", kSuf = ".ffn_gate_inp.weight";
+  for (const GgufTensor& t : g.tensors) {
+    const std::string_view n = t.name;
+    if (n.size() <= kPre.size() + kSuf.size() || !n.starts_with(kPre) || !n.ends_with(kSuf)) continue;
+    const std::string_view num = n.substr(kPre.size(), n.size() - kPre.size() - kSuf.size());
+    int64_t i = 0;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), i);
+    if (ec == std::errc() && end == num.data() + num.size() && i >= 0 && i < layers &&
+        std::to_string(i) == num) {
+      routed[i] = true;
+    }
+  }
   json dense = json::array();
   for (int64_t i = 0; i < layers; ++i) {
-    if (!g.FindTensor("blk." + std::to_string(i) + ".ffn_gate_inp.weight")) dense.push_back(i);
+    if (!routed[i]) dense.push_back(i);
   }
   if (static_cast<int64_t>(dense.size()) == layers) {
     return NotFound(m.label() + ": missing tensor 'blk.0.ffn_gate_inp.weight' (an MoE model needs a router)");
@@ -212,6 +227,10 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     if (v <= 0 || v > (1 << 24)) {
       return InvalidArgument(label + ": metadata '" + p + key + "' must be in [1, 2^24], got " + std::to_string(v));
     }
+  }
+  if (layers > 4096) {  // the same bound ParseModelConfig puts on num_hidden_layers
+    return InvalidArgument(label + ": metadata '" + p + "block_count' must be in [1, 4096], got " +
+                           std::to_string(layers));
   }
   ASSIGN_OR_RETURN(int64_t head_dim, m.Int(p + "attention.key_length", 0));
   ASSIGN_OR_RETURN(int64_t value_dim, m.Int(p + "attention.value_length", head_dim));

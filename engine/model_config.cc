@@ -174,16 +174,16 @@ Status ParseMoe(const json& root, const std::string& label, ModelConfig* c) {
     RETURN_IF_ERROR(r.Int("decoder_sparse_step", &step, false));
     std::vector<int64_t> mlp_only;
     RETURN_IF_ERROR(r.IntList("mlp_only_layers", &mlp_only));
+    // Linear in the list and the layer count (a hostile file may list millions of entries).
+    std::vector<bool> dense(c->num_layers, false);
     for (int64_t l : mlp_only) {
       if (l < 0 || l >= c->num_layers) {
         return InvalidArgument(label + ": field 'mlp_only_layers' names layer " + std::to_string(l) +
                                ", outside [0, num_hidden_layers = " + std::to_string(c->num_layers) + ")");
       }
+      dense[l] = true;
     }
-    for (int64_t i = 0; i < c->num_layers; ++i) {
-      const bool dense = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
-      c->layer_moe[i] = !dense && (i + 1) % step == 0;
-    }
+    for (int64_t i = 0; i < c->num_layers; ++i) c->layer_moe[i] = !dense[i] && (i + 1) % step == 0;
     if (a == "Qwen2MoeForCausalLM") {
       RETURN_IF_ERROR(r.Int("shared_expert_intermediate_size", &m.shared_inter, true));
       m.shared_gate = true;
@@ -284,6 +284,12 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   RETURN_IF_ERROR(r.Int("hidden_size", &c.hidden_size, true));
   RETURN_IF_ERROR(r.Int("intermediate_size", &c.intermediate_size, true));
   RETURN_IF_ERROR(r.Int("num_hidden_layers", &c.num_layers, true));
+  // Per-layer tables are sized from this; the deepest released models have ~130 layers.
+  constexpr int64_t kMaxLayers = 4096;
+  if (c.num_layers > kMaxLayers) {
+    return InvalidArgument(label + ": field 'num_hidden_layers' must be <= " + std::to_string(kMaxLayers) +
+                           ", got " + std::to_string(c.num_layers));
+  }
   RETURN_IF_ERROR(r.Int("num_attention_heads", &c.num_q_heads, true));
   c.num_kv_heads = c.num_q_heads;
   RETURN_IF_ERROR(r.Int("num_key_value_heads", &c.num_kv_heads, false));

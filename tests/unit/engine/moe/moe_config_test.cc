@@ -133,6 +133,22 @@ TEST(MoeConfigTest, ErrorsNameTheField) {
   j = Mixtral();
   j["num_local_experts"] = 100000;
   EXPECT_NE(Error(j).find("'num_local_experts' must be <= 65536"), std::string::npos) << Error(j);
+  j = Qwen2Moe();
+  j["num_hidden_layers"] = 100000;
+  EXPECT_NE(Error(j).find("'num_hidden_layers' must be <= 4096"), std::string::npos) << Error(j);
+}
+
+// A fuzzed GGUF listed ~10^5 dense layers against 4096 layers and spun for minutes:
+// the list is applied in one pass, so a long one costs milliseconds.
+TEST(MoeConfigTest, LongMlpOnlyListIsLinear) {
+  json j = Qwen2Moe();
+  j["num_hidden_layers"] = 4096;
+  json dense = json::array();
+  for (int i = 0; i < 200000; ++i) dense.push_back(i % 4095);
+  j["mlp_only_layers"] = dense;
+  auto c = ParseModelConfig(j.dump(), "c");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->num_moe_layers(), 1);  // only layer 4095 is left sparse
 }
 
 TEST(MoeConfigTest, WeightSpecsUseHfNames) {
