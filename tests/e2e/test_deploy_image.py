@@ -15,7 +15,7 @@ Also lints both Dockerfiles (a small checker: hadolint is not in Debian) and che
 Dockerfile's CUDA packages against ldd of a CUDA build of tessera when one is at hand.
 
 Exits 77 (ctest: skipped) with the reason when the image part cannot run here: no
-mmdebstrap/buildah, not root, or a tessera that links libraries no Debian package owns (a
+mmdebstrap/buildah, not root, no Debian mirror, or a tessera that links libraries no Debian package owns (a
 CUDA build without the tessera-cpu beside it: set TESSERA_CPU_BINARY to a CPU build). The Debian base is cached in
 $TESSERA_IMAGE_CACHE (default ~/.cache/tessera/deploy-image) for a week.
 
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import Results, free_port, request, synth_model  # noqa: E402
@@ -40,6 +41,7 @@ from serve_util import Results, free_port, request, synth_model  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCKER = os.path.join(REPO, "deploy", "docker")
 SKIP = 77
+MIRROR = "http://deb.debian.org/debian"
 BASE_MAX_AGE_S = 7 * 86400
 # NVIDIA's package for each CUDA library soname a CUDA build may load ({v}: 13-0 style).
 CUDA_LIB_PACKAGES = {r"libcublas\.so\.(\d+)": "libcublas", r"libcublasLt\.so\.(\d+)": "libcublas",
@@ -178,13 +180,21 @@ class Buildah:
         return p.stdout.decode().strip()
 
 
+def mirror_reachable():
+    try:
+        with urllib.request.urlopen(MIRROR + "/dists/bookworm/InRelease", timeout=15) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def debian_base(cache):
     os.makedirs(cache, exist_ok=True)
     tar = os.path.join(cache, "debian12-minbase.tar")
     if os.path.exists(tar) and time.time() - os.path.getmtime(tar) < BASE_MAX_AGE_S:
         return tar
     tmp = tar + ".tmp"
-    p = sh(["mmdebstrap", "--variant=minbase", "bookworm", tmp, "http://deb.debian.org/debian"], timeout=600)
+    p = sh(["mmdebstrap", "--variant=minbase", "bookworm", tmp, MIRROR], timeout=600)
     if p.returncode != 0:
         raise AssertionError(f"mmdebstrap: {p.stderr.decode(errors='replace')[-2000:]}")
     os.replace(tmp, tar)
@@ -276,6 +286,8 @@ def main():
     elif os.geteuid() != 0:
         why = ("not root: mmdebstrap needs root (or unshare mode with subuid maps) and buildah's vfs store "
                "here was only tried as root")
+    elif not mirror_reachable():
+        why = f"the Debian mirror ({MIRROR}) does not answer: mmdebstrap and apt inside the build need it"
     elif owned.returncode != 0:
         why = (f"{cpu_bin} loads libraries no Debian package owns ({owned.stderr.decode().strip()}): it is a "
                "CUDA build, which the CPU image cannot run, and no tessera-cpu is beside it; set TESSERA_CPU_BINARY "
