@@ -35,7 +35,11 @@ GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, 
 }  // namespace
 
 RequestModel RequestModelOf(const ServingEngine& engine) {
-  return {&engine.tokenizer(), engine.chat_template(), {engine.served_model_name(), engine.limits()}};
+  RequestModel m;
+  m.tokenizer = &engine.tokenizer();
+  m.chat_template = engine.chat_template();
+  m.limits = {engine.served_model_name(), engine.limits()};
+  return m;
 }
 
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out) {
@@ -73,7 +77,16 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
   if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
   if (auto err = CheckFits(model, ids.size(), req.params, "messages")) return err;
-  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output);
+  p.output.tool_choice = req.tool_choice;
+  p.output.tool_parser = model.output.tool_parser;
+  p.output.parallel_tool_calls = req.parallel_tool_calls;
+  p.output.reasoning_parser = model.output.reasoning_parser;
+  p.output.prompt_opened_think = tools::PromptOpensThink(*prompt);
+  const bool mistral_tools =
+      p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
+      model.output.tool_parser == tools::ToolParserKind::kMistral;
+  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens && !mistral_tools,
+                      req.include_stop_str_in_output);
   *out = std::move(p);
   return std::nullopt;
 }
