@@ -165,6 +165,7 @@ class Llama3JsonParser : public ToolCallParser {
 
 constexpr std::string_view kToolCallsTag = "[TOOL_CALLS]";
 constexpr std::string_view kArgsTag = "[ARGS]";
+constexpr size_t kMaxNameBytes = 256;  // longer "names" are text
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
@@ -225,9 +226,11 @@ class MistralParser : public ToolCallParser {
         valid = ParseCalls(std::string_view(buf_).substr(0, end), &calls);
       } else {
         size_t n = start;
-        while (n < buf_.size() && IsNameChar(buf_[n])) ++n;
+        while (n < buf_.size() && n - start <= kMaxNameBytes && IsNameChar(buf_[n])) ++n;
         std::string_view after = std::string_view(buf_).substr(n);
-        if (n > start && after.starts_with(kArgsTag)) {
+        if (n - start > kMaxNameBytes) {
+          // not a function name: fall through as text (and no rescans of a long run)
+        } else if (n > start && after.starts_with(kArgsTag)) {
           const size_t obj = SkipSpace(buf_, n + kArgsTag.size());
           if (obj == buf_.size()) return;
           if (buf_[obj] == '{') {
@@ -292,17 +295,15 @@ class ForcedParser : public ToolCallParser {
 
   void Feed(std::string_view text, ParsedText* out) override {
     if (done_) return sink_.Text(text, out);
-    buf_.append(text);
-    const size_t start = SkipSpace(buf_);
-    if (start == buf_.size()) return;
+    if (buf_.empty()) text.remove_prefix(SkipSpace(text));  // whitespace before the value is dropped
+    if (text.empty()) return;
     const char open = function_name_.empty() ? '[' : '{';
-    if (buf_[start] != open) {
+    if (buf_.empty() && text[0] != open) {
       done_ = true;
-      sink_.Text(buf_, out);
-      buf_.clear();
+      sink_.Text(text, out);
       return;
     }
-    if (start > 0) buf_.erase(0, start);
+    buf_.append(text);
     const size_t end = scanner_.Advance(buf_);
     if (end == npos) return;
     done_ = true;

@@ -147,6 +147,28 @@ TEST(ChatStreamToolsTest, OpenAiDeltaShapeAndAccumulation) {
   EXPECT_EQ(call_deltas[3], json::parse(R"({"index":1,"function":{"arguments":"{}"}})"));
 }
 
+TEST(ChatStreamToolsTest, EachChoiceHasItsOwnParser) {
+  ChatStream s("c", 1, "m", 2, Opts(Hermes()), false);
+  s.Start();
+  std::vector<json> chunks = s.OnUpdate(U({D(0, "<tool_call>{\"name\":\"a\"}"), D(1, "plain <tool")}, 3, 2));
+  for (json& c : s.OnUpdate(U({D(0, "</tool_call>", {}, FinishReason::kStop), D(1, "s>", {}, FinishReason::kStop)}, 3, 4,
+                              true))) {
+    chunks.push_back(std::move(c));
+  }
+  std::string content1;
+  json finish = json::array({nullptr, nullptr});
+  int calls0 = 0;
+  for (const json& c : chunks) {
+    const json& ch = c["choices"][0];
+    if (ch["index"] == 1) content1 += ch["delta"].value("content", "");
+    if (ch["index"] == 0 && ch["delta"].contains("tool_calls")) ++calls0;
+    if (!ch["finish_reason"].is_null()) finish[ch["index"].get<size_t>()] = ch["finish_reason"];
+  }
+  EXPECT_EQ(content1, "plain <tools>");
+  EXPECT_EQ(calls0, 2);  // the naming delta and the arguments delta
+  EXPECT_EQ(finish, json::parse(R"(["tool_calls","stop"])"));
+}
+
 TEST(ChatStreamToolsTest, InactiveParsingKeepsTheOldChunks) {
   std::vector<json> chunks = StreamBytes(ChatOptions{}, "<tool_call>", FinishReason::kStop);
   std::string content;

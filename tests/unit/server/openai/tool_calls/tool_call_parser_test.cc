@@ -139,6 +139,8 @@ TEST(MistralParserTest, TextAndInvalid) {
   ExpectParses(Mistral, "[TOOL_CALLS][{\"name\": 1}] x", {"[TOOL_CALLS][{\"name\": 1}] x", {}});
   ExpectParses(Mistral, "[TOOL_CALLS]f[ARGS]{\"a\":", {"[TOOL_CALLS]f[ARGS]{\"a\":", {}});
   ExpectParses(Mistral, "[TOOL_CALLS]f[AR", {"[TOOL_CALLS]f[AR", {}});
+  const std::string long_name = "[TOOL_CALLS]" + std::string(300, 'a') + "[ARGS]{}";
+  ExpectParses(Mistral, long_name, {long_name, {}});
 }
 
 TEST(ForcedParserTest, RequiredArrayAndNamedObject) {
@@ -148,6 +150,8 @@ TEST(ForcedParserTest, RequiredArrayAndNamedObject) {
   ExpectParses(Required, "[{\"name\": \"a\"", {"[{\"name\": \"a\"", {}});  // cut at max_tokens
   ExpectParses(Required, "[]", {"[]", {}});
   ExpectParses(NamedF, "[1]", {"[1]", {}});
+  ExpectParses(Required, " \n ", {"", {}});
+  ExpectParses(NamedF, "{\"x\": 1} trailing", {"trailing", {{"f", R"({"x":1})"}}});
 }
 
 TEST(ToolParserNamesTest, NamesAndDetection) {
