@@ -1,6 +1,5 @@
 #include "server/openai/chat_messages.h"
 
-#include "server/openai/json_body.h"
 #include "server/text/chat_template.h"
 
 #include <array>
@@ -20,8 +19,7 @@ std::optional<ApiError> NormalizeContent(const Json& msg, const std::string& rol
   if (it == msg.end() || it->is_null()) {
     const bool ok = (role == "assistant" && msg.contains("tool_calls")) || role == "tool";
     if (!ok) return BadRequest("'" + param + "' is required for role '" + role + "'", param);
-    // As vLLM: templates get "" (Qwen3's tests `'</think>' in message.content`).
-    *content = "";
+    *content = nullptr;
     return std::nullopt;
   }
   if (it->is_string()) {
@@ -82,23 +80,7 @@ std::optional<ApiError> ParseMessage(const Json& msg, size_t i, Json* out) {
   }
   if (auto it = msg.find("tool_calls"); it != msg.end() && !it->is_null()) {
     if (!it->is_array()) return TypeError(at + ".tool_calls", "an array", *it);
-    Json calls = *it;
-    // OpenAI sends function.arguments as JSON text; HF templates expect the
-    // object (Llama 3.1: `arguments | tojson`), so it is parsed as vLLM does.
-    // Text that is not a JSON object stays as it was.
-    for (Json& call : calls) {
-      if (!call.is_object()) continue;
-      auto fn = call.find("function");
-      if (fn == call.end() || !fn->is_object()) continue;
-      auto args = fn->find("arguments");
-      if (args == fn->end() || !args->is_string()) continue;
-      Json parsed;
-      if (!ParseJsonBounded(args->get_ref<const std::string&>(), JsonLimits{.max_depth = 32}, &parsed) &&
-          parsed.is_object()) {
-        *args = std::move(parsed);
-      }
-    }
-    norm["tool_calls"] = std::move(calls);
+    norm["tool_calls"] = *it;
   }
   if (auto it = msg.find("reasoning_content"); it != msg.end() && !it->is_null()) {
     if (!it->is_string()) return TypeError(at + ".reasoning_content", "a string", *it);

@@ -14,9 +14,7 @@ namespace tessera::openai {
 // developer, user, assistant, tool} and `content` a string, an array of text
 // parts (joined with "\n"), or null/absent (assistant with `tool_calls`, or
 // tool). Output: [{"role", "content", + name, tool_calls, tool_call_id,
-// reasoning_content when given}], null content as "" and tool_calls'
-// function.arguments JSON text as the object it holds (what HF templates
-// expect; vLLM does the same). Errors name e.g. "messages[2].role".
+// reasoning_content when given}]. Errors name e.g. "messages[2].role".
 std::optional<ApiError> ParseMessages(const Json& body, Json* messages);
 
 // `tools`: null/absent -> null; else an array of {"type":"function",

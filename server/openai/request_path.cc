@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "server/openai/tool_calls/template_messages.h"
+
 namespace tessera::openai {
 namespace {
 
@@ -21,6 +23,11 @@ std::optional<ApiError> CheckFits(const RequestModel& model, size_t prompt_token
   if (fits.ok()) return std::nullopt;
   if (!IsContextLengthExceeded(fits)) return BadRequest(fits.message(), param);
   return ContextLengthError(n, params.max_tokens, model.limits.model.max_model_len, param);
+}
+
+// The conversation the template renders (tool-call turns in its convention).
+Json TemplateMessages(const RequestModel& model, const Json& messages) {
+  return model.chat_template ? tools::MessagesForTemplate(messages, *model.chat_template) : messages;
 }
 
 GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
@@ -62,8 +69,8 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
   const ChatRequest& req = p.request;
   StatusOr<std::string> prompt =
-      RenderChatPrompt(model.chat_template, model.limits.served_model_name, req.messages, req.tools,
-                       req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
+      RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, req.messages),
+                       req.tools, req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
   if (!prompt.ok()) return RenderError(prompt.status());
   if (req.continue_final_message) {
     // Cut what the template appended after the final message (end-of-turn tokens).
@@ -97,8 +104,8 @@ std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_v
   std::string text = request->prompt;
   if (request->is_chat) {
     StatusOr<std::string> rendered =
-        RenderChatPrompt(model.chat_template, model.limits.served_model_name, request->messages, request->tools,
-                         request->add_generation_prompt, request->template_kwargs);
+        RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, request->messages),
+                         request->tools, request->add_generation_prompt, request->template_kwargs);
     if (!rendered.ok()) return RenderError(rendered.status());
     text = std::move(*rendered);
   }

