@@ -68,6 +68,13 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   PreparedChat p;
   if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
   const ChatRequest& req = p.request;
+  if (req.tool_choice.mode == tools::ToolChoiceMode::kAuto && model.output.tool_parser == tools::ToolParserKind::kNone) {
+    // As vLLM: tools the server could not parse calls for are refused, not left to chance.
+    return BadRequest("tool_choice \"auto\" needs a tool-call parser, and this model's chat template shows no "
+                      "tool-call format: start the server with --tool-call-parser hermes|llama3_json|mistral, or "
+                      "send tool_choice \"none\"",
+                      "tool_choice");
+  }
   StatusOr<std::string> prompt =
       RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, req.messages),
                        req.tools, req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);

@@ -51,6 +51,12 @@ TEST_F(PrepareChatOutputTest, ToolsParsedUnderAutoOnlyWithTheTemplatesParser) {
   EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"tool_choice":"none")").output.parses_tools());
   EXPECT_FALSE(Prepare("").output.parses_tools());  // no tools
   EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"parallel_tool_calls":false)").output.parallel_tool_calls);
+  model_.output.tool_parser = tools::ToolParserKind::kNone;  // no parser: "auto" is refused, "none" is not
+  PreparedChat refused;
+  auto err = PrepareChat(model_, R"({"messages":[{"role":"user","content":"hi"}])" + std::string(kTools) + "}", &refused);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tool_choice");
+  EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"tool_choice":"none")").output.parses_tools());
   model_.output.tool_parser = tools::ToolParserKind::kMistral;
   EXPECT_FALSE(Prepare(kTools).input.skip_special_tokens);  // [TOOL_CALLS] is a special token
   EXPECT_TRUE(Prepare("").input.skip_special_tokens);
