@@ -88,7 +88,7 @@ class Llama3JsonParser : public ToolCallParser {
  public:
   void Feed(std::string_view text, ParsedText* out) override {
     buf_.append(text);
-    if (state_ == State::kStart) Decide(/*final=*/false, out);
+    if (state_ == State::kStart) Decide(/*final=*/false);
     if (state_ == State::kCalls) ScanCalls(out);
     if (state_ == State::kText) {
       sink_.Text(buf_, out);
@@ -97,7 +97,7 @@ class Llama3JsonParser : public ToolCallParser {
   }
 
   void Finish(ParsedText* out) override {
-    if (state_ == State::kStart) Decide(/*final=*/true, out);
+    if (state_ == State::kStart) Decide(/*final=*/true);
     if (state_ == State::kCalls) ScanCalls(out);
     sink_.Text(buf_, out);  // an unfinished object, or text
     buf_.clear();
@@ -108,7 +108,8 @@ class Llama3JsonParser : public ToolCallParser {
  private:
   enum class State { kStart, kCalls, kText };
 
-  void Decide(bool final, ParsedText* out) {
+  // Calls or text? Decided by the first non-whitespace bytes.
+  void Decide(bool final) {
     const size_t at = SkipSpace(buf_);
     if (at == buf_.size() && !final) return;
     std::string_view rest = std::string_view(buf_).substr(at);
@@ -123,7 +124,6 @@ class Llama3JsonParser : public ToolCallParser {
     } else {
       state_ = State::kText;
     }
-    (void)out;
   }
 
   void ScanCalls(ParsedText* out) {
