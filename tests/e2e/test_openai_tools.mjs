@@ -16,7 +16,9 @@
 //     whole assistant message;
 //   * logit_bias: +100 on <|im_end|> (the model's end-of-turn token) ends the
 //     continuation at once, or +100 on an ordinary token makes it generate that.
-// Prints one line per check and ends with `N passed, M failed`; exit 1 on failure.
+// Then the llama3_json and mistral formats, each on a server started with
+// --tool-call-parser. Prints one line per check and ends with `N passed,
+// M failed`; exit 1 on failure.
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
@@ -81,6 +83,7 @@ async function check(name, fn) {
 function startServer(model, workdir, extra) {
   const logPath = path.join(workdir, 'serve.log');
   const portFile = path.join(workdir, 'port.json');
+  fs.rmSync(portFile, { force: true });  // a previous server's
   const log = fs.openSync(logPath, 'w');
   const proc = spawn(tessera, ['serve', '--model', model, '--served-model-name', NAME, '--host', '127.0.0.1',
     '--port', '0', '--grpc-port', '-1', '--port-file', portFile, '--api-key', API_KEY, ...extra],
@@ -272,6 +275,38 @@ async function main() {
           () => logTail());
       });
       await runChecks(client);
+    }
+    await stopServer(server);
+    // The other formats, chosen by --tool-call-parser over the template's hermes.
+    for (const [parser, prefix] of [
+      ['llama3_json', '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}; ' +
+        '{"name": "get_time", "parameters": {}}'],
+      ['mistral', 'Let me check both. [TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", ' +
+        '"days": 2}}, {"name": "get_time", "arguments": {}}]'],
+    ]) {
+      server = startServer(model, workdir, ['--tool-call-parser', parser]);
+      if (!(await check(`--tool-call-parser ${parser}: server becomes ready`, () => waitReady(server)))) {
+        await stopServer(server);
+        continue;
+      }
+      const client = new OpenAI({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${server.port}/v1`, maxRetries: 0,
+        timeout: 30_000 });
+      await check(`--tool-call-parser ${parser}: non-stream and stream tool calls`, async () => {
+        const imEnd = await tokenId('<|im_end|>');
+        const req = {
+          model: NAME, tools: TOOLS, temperature: 0, max_tokens: 4, echo: true, logit_bias: { [imEnd]: 100 },
+          messages: [{ role: 'user', content: 'Weather and time in Paris?' }, { role: 'assistant', content: prefix }],
+          continue_final_message: true, add_generation_prompt: false,
+        };
+        const r = await client.chat.completions.create(req);
+        expectCalls(r.choices[0].message, `${parser} non-stream`);
+        assertEq(r.choices[0].finish_reason, 'tool_calls', 'finish_reason');
+        const final = await client.chat.completions.stream({ ...req, stream: true }).finalChatCompletion();
+        expectCalls(final.choices[0].message, `${parser} stream`);
+        // The role chunk carries content "" (as vLLM's), so the accumulated content is "" where the message has null.
+        assertEq(final.choices[0].message.content || null, r.choices[0].message.content, 'content');
+      });
+      await stopServer(server);
     }
   } finally {
     await stopServer(server);
