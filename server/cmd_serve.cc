@@ -57,6 +57,18 @@ constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 // final chunks to be written (an engine step, then the sockets) before exit.
 constexpr auto kAbortGrace = std::chrono::seconds(5);
 
+// --tool-call-parser, or the format the chat template teaches; --reasoning-parser.
+openai::tools::ChatOutputConfig ResolveChatOutput(const ServeFlags& f, const text::ChatTemplate* chat_template) {
+  openai::tools::ChatOutputConfig c;
+  if (!f.tool_call_parser.empty()) {
+    c.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);  // checked at startup
+  } else if (chat_template != nullptr) {
+    c.tool_parser = openai::tools::DetectToolParser(*chat_template);
+  }
+  if (!f.reasoning_parser.empty()) c.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
+  return c;
+}
+
 int Fail(const Status& s) {
   spdlog::error("{}", s.ToString());
   return 1;
@@ -339,6 +351,17 @@ int RunServe(ServeFlags f) {
       return;
     }
     engine = std::move(*e);
+    ctx.chat_output = ResolveChatOutput(f, engine->chat_template());
+    spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
+                 ctx.chat_output.tool_parser == openai::tools::ToolParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ToolParserName(ctx.chat_output.tool_parser)),
+                 f.tool_call_parser.empty() && ctx.chat_output.tool_parser != openai::tools::ToolParserKind::kNone
+                     ? " (from the chat template)"
+                     : "",
+                 ctx.chat_output.reasoning_parser == openai::tools::ReasoningParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ReasoningParserName(ctx.chat_output.reasoning_parser)));
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();
     ctx.state.store(ModelState::kReady, std::memory_order_release);
@@ -453,6 +476,18 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--tool-call-parser", f->tool_call_parser,
+                  "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "
+                  "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral; default: the format the model's chat "
+                  "template teaches, else none")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "split <think>...</think> off chat output into reasoning_content: qwen3, deepseek_r1 "
+                  "(default: off)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
+                "known");
   auto check_scope = std::make_shared<std::string>();
   CLI::Option* check = cmd->add_option("--check-config", *check_scope,
                   "validate every flag and the --config file, then exit 0 (valid) or 1 (the error names the flag) "

@@ -12,6 +12,8 @@
 #include "engine/gguf_model.h"
 #include "engine/model_config.h"
 #include "scheduler/engine_loop.h"
+#include "server/openai/tool_calls/reasoning_parser.h"
+#include "server/openai/tool_calls/tool_call_parser.h"
 
 namespace tessera {
 namespace {
@@ -54,6 +56,16 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (f.host.empty()) return InvalidArgument("serve: --host must not be empty");
   if (f.port > 0 && f.port == f.grpc_port) {
     return InvalidArgument(fmt::format("serve: --port and --grpc-port are both {}; they need different ports", f.port));
+  }
+  if (!f.tool_call_parser.empty()) {
+    if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
+      return InvalidArgument("serve: --tool-call-parser: " + k.status().message());
+    }
+  }
+  if (!f.reasoning_parser.empty()) {
+    if (auto k = openai::tools::ReasoningParserFromName(f.reasoning_parser); !k.ok()) {
+      return InvalidArgument("serve: --reasoning-parser: " + k.status().message());
+    }
   }
   std::optional<SpeculativeConfig> speculative;
   if (!f.speculative_config.empty()) {

@@ -42,6 +42,9 @@ struct ServeFlags {
   std::string served_model_name;
   std::string default_model_size = "0.5b";
   std::string speculative_config;  // JSON, vLLM's fields
+  std::string tool_call_parser;    // "" : from the chat template
+  std::string reasoning_parser;    // "" : none
+  bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
 };
 
 // Checks that need no files, network or devices: values and combinations of

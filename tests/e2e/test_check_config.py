@@ -73,6 +73,9 @@ def main():
         res.run("ngram speculative config", expect(
             t, ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'], 0, "OK",
             stream="stdout"))
+        res.run("chat output parsers", expect(t, ["--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
+                                                  "--enable-auto-tool-choice"], 0, "OK", stream="stdout"))
+        res.run("unknown tool-call parser", expect(t, ["--tool-call-parser", "bogus"], 1, "--tool-call-parser"))
         res.run("flags scope skips the model", expect(t, ["--model", "/nonexistent/model"], 0, "OK",
                                                       stream="stdout", scope="flags"))
 
