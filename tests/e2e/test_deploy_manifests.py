@@ -195,14 +195,17 @@ def check_references(objs):
             assert tp in names or tp in numbers, f"Service {svc['metadata']['name']}: targetPort {tp} not in the pods"
     for pdb in find(objs, "PodDisruptionBudget"):
         sel = pdb["spec"]["selector"]["matchLabels"]
-        assert any(matches(sel, t["metadata"]["labels"]) for _, t in pods), f"PDB {pdb['metadata']['name']} selects nothing"
+        assert any(matches(sel, t["metadata"]["labels"]) for _, t in pods), \
+            f"PDB {pdb['metadata']['name']} selects nothing"
     for hpa in find(objs, "HorizontalPodAutoscaler"):
         ref = hpa["spec"]["scaleTargetRef"]
         assert find(objs, ref["kind"], ref["name"]), f"HPA targets missing {ref}"
     for so in find(objs, "ScaledObject"):
-        assert find(objs, "Deployment", so["spec"]["scaleTargetRef"]["name"]), "ScaledObject targets a missing Deployment"
+        assert find(objs, "Deployment", so["spec"]["scaleTargetRef"]["name"]), \
+            "ScaledObject targets a missing Deployment"
     for sm in find(objs, "ServiceMonitor"):
-        svcs = [s for s in find(objs, "Service") if matches(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))]
+        svcs = [s for s in find(objs, "Service")
+                if matches(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))]
         assert svcs, "ServiceMonitor selects no Service"
         for ep in sm["spec"]["endpoints"]:
             assert any(ep["port"] in [p["name"] for p in s["spec"]["ports"]] for s in svcs), f"no Service port {ep['port']}"
@@ -230,6 +233,7 @@ def exported_metrics(tessera, workdir):
                        capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-1500:]
     srv = Server(tessera, ["--model", model, "--max-model-len", "512", "--max-pending-requests", "1",
+                           "--drain-timeout", "1",
                            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
                            '"prompt_lookup_min": 1, "prompt_lookup_max": 2}'], workdir, "metrics")
     long_req = None
