@@ -35,6 +35,7 @@
 #include "server/http/http_server.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
+#include "server/router/router.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
 
@@ -82,6 +83,13 @@ struct ServeFlags {
   std::string served_model_name;
   std::string default_model_size = "0.5b";
   std::string speculative_config;  // JSON, vLLM's fields
+  // Disaggregation (DESIGN §6).
+  std::string role = "unified";  // unified | prefill | decode | router
+  int kv_transfer_port = 0;      // prefill/decode: KV transfer control plane (gRPC); 0: any
+  std::string kv_ucx_tls;        // UCX transports for KV bytes
+  double kv_pin_timeout_s = 60;
+  std::string kv_transfer_fault;  // hidden: fault injection for tests
+  RouterFlags router;
 };
 
 int Fail(const Status& s) {
@@ -202,12 +210,14 @@ Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
   return Status::Ok();
 }
 
-Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
+Status WritePortFile(const std::string& path, int http_port, int grpc_port, int kv_port = -1) {
   if (path.empty()) return Status::Ok();
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"http", http_port}, {"grpc", grpc_port}}.dump() << "\n";
+    nlohmann::json j{{"http", http_port}, {"grpc", grpc_port}};
+    if (kv_port >= 0) j["kv_transfer"] = kv_port;
+    out << j.dump() << "\n";
     if (!out) return FailedPrecondition("serve: cannot write --port-file " + path);
   }
   std::error_code ec;
@@ -217,6 +227,24 @@ Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
 }
 
 int RunServe(ServeFlags f) {
+  if (f.role == "router") {
+    RouterServeOptions ro;
+    ro.host = f.host;
+    ro.port = f.port;
+    ro.port_file = f.port_file;
+    ro.api_keys = f.api_keys;
+    ro.max_body_bytes = f.max_body_bytes;
+    ro.idle_timeout_s = f.idle_timeout_s;
+    ro.drain_timeout_s = f.drain_timeout_s;
+    ro.flags = f.router;
+    return RunRouter(ro);
+  }
+  if (f.role != "prefill" && f.role != "decode" &&
+      (!f.router.prefill_instances.empty() || !f.router.decode_instances.empty() ||
+       !f.router.instances_file.empty())) {
+    return Fail(InvalidArgument("serve: --prefill-instances, --decode-instances and --instances-file need "
+                                "--role router"));
+  }
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
   for (const std::string& k : f.api_keys) {
     if (k.empty()) return Fail(InvalidArgument("serve: --api-key must not be empty"));
@@ -335,6 +363,15 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
+      if (f.role == "prefill" || f.role == "decode") {
+        KvTransportOptions kt;
+        kt.host = f.host;
+        kt.port = f.kv_transfer_port;
+        kt.ucx_tls = f.kv_ucx_tls;
+        kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
+        kt.fault = f.kv_transfer_fault;
+        o.loop.kv_transfer = kt;
+      }
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -347,6 +384,13 @@ int RunServe(ServeFlags f) {
       return;
     }
     engine = std::move(*e);
+    if (const KvTransport* kt = engine->kv_transport()) {
+      // The KV port is known only now; the file is rewritten with it.
+      if (Status s = WritePortFile(f.port_file, server.port(), grpc ? grpc->port() : -1, kt->port()); !s.ok()) {
+        spdlog::error("{}", s.ToString());
+      }
+      spdlog::info("serve: role {}: KV transfer on {}:{}", f.role, kt->host(), kt->port());
+    }
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();
     ctx.state.store(ModelState::kReady, std::memory_order_release);
@@ -461,6 +505,27 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--role", f->role,
+                  "unified: one instance does everything; prefill / decode: an engine with a KV transfer agent "
+                  "(disaggregation); router: a front with no model that sends prompts to prefill instances and "
+                  "streams from decode instances")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"unified", "prefill", "decode", "router"}));
+  cmd->add_option("--kv-transfer-port", f->kv_transfer_port,
+                  "prefill/decode: port of the KV transfer control plane (gRPC; 0: any free port, written to "
+                  "--port-file as \"kv_transfer\")")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-ucx-tls", f->kv_ucx_tls,
+                  "prefill/decode: UCX transports for KV bytes, as UCX_TLS (e.g. sm,self on one host; tcp,self "
+                  "across hosts; default: UCX's choice)");
+  cmd->add_option("--kv-pin-timeout", f->kv_pin_timeout_s,
+                  "prefill: seconds exported KV blocks stay pinned waiting for a decode instance to pull them")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 86400.0));
+  cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
+      ->group("");
+  AddRouterFlags(cmd, &f->router);
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests

@@ -49,6 +49,10 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
   if (auto e = ReadToolChoice(body)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
+  if (auto k = body.find("kv_transfer_params"); k != body.end() && !k->is_null()) {
+    return BadRequest("'kv_transfer_params' is accepted on /v1/completions only (send token ids there)",
+                      "kv_transfer_params", "unsupported_parameter");
+  }
   bool ignored = false;  // parallel_tool_calls: type-checked, otherwise ignored
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &ignored)) return e;
 
