@@ -225,6 +225,9 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     options.loop.on_finished = [m](const FinishedSequenceStats& st) {
       if (st.index == 0) m->ObserveQueueTime(st.queue_time_s);
     };
+    options.loop.on_kv_pull = [m](const KvPullEvent& ev) {
+      if (ev.ok) m->ObserveKvPull(ev.bytes, ev.seconds);
+    };
   }
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;
