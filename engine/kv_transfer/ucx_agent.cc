@@ -102,11 +102,22 @@ StatusOr<UcxRegion> UcxAgent::Register(void* ptr, uint64_t bytes) {
   return r;
 }
 
+namespace {
+
+// A peer's failure is reported by the operations on its endpoint (Get fails
+// and drops it); this only keeps UCX from treating the error as unhandled.
+void OnEndpointError(void* /*arg*/, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {}
+
+}  // namespace
+
 StatusOr<ucp_ep*> UcxAgent::Endpoint(const std::string& peer_address) {
   std::lock_guard lock(eps_mu_);
   if (auto it = eps_.find(peer_address); it != eps_.end()) return it->second;
   ucp_ep_params_t ep{};
-  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.err_handler.cb = OnEndpointError;
+  ep.err_handler.arg = nullptr;
   ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ucp_ep_h h = nullptr;

@@ -8,19 +8,19 @@ namespace tessera {
 
 RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   requests_ = &prometheus::BuildCounter()
-                   .Name("tessera:router_requests")
+                   .Name("tessera:router_requests_total")
                    .Help("Client requests received by the router, by route.")
                    .Register(*registry_);
   decisions_ = &prometheus::BuildCounter()
-                    .Name("tessera:router_decisions")
+                    .Name("tessera:router_decisions_total")
                     .Help("Calls the router sent to each instance, by role and outcome.")
                     .Register(*registry_);
   skipped_ = &prometheus::BuildCounter()
-                  .Name("tessera:router_prefill_skipped")
+                  .Name("tessera:router_prefill_skipped_total")
                   .Help("Requests decoded without a remote prefill, by reason.")
                   .Register(*registry_);
   migrations_ = &prometheus::BuildCounter()
-                     .Name("tessera:router_migrations")
+                     .Name("tessera:router_migrations_total")
                      .Help("Choices resubmitted to another decode instance after one failed mid-stream.")
                      .Register(*registry_)
                      .Add({});
