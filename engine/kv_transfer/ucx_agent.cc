@@ -15,6 +15,13 @@ Status UcxError(const std::string& what, ucs_status_t s) {
 
 StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxAgentOptions& options) {
   auto agent = std::unique_ptr<UcxAgent>(new UcxAgent());
+  // Only network transports detect a dead peer; asking for it with shared
+  // memory alone fails endpoint creation (and logs a UCX error).
+  const std::string& tls = options.tls;
+  agent->peer_error_handling_ = tls.empty();
+  for (const char* net : {"tcp", "rc", "ud", "dc", "ib", "all"}) {
+    if (tls.find(net) != std::string::npos) agent->peer_error_handling_ = true;
+  }
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("reading the configuration", s);
@@ -121,8 +128,9 @@ StatusOr<ucp_ep*> UcxAgent::Endpoint(const std::string& peer_address) {
   ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ucp_ep_h h = nullptr;
+  if (!peer_error_handling_) ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
   ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
-  if (s == UCS_ERR_UNREACHABLE) {
+  if (s == UCS_ERR_UNREACHABLE && ep.err_mode != UCP_ERR_HANDLING_MODE_NONE) {
     // Shared-memory transports have no peer-failure handling; a dead peer then
     // shows as a failed read (CMA) or the pull's timeout.
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;

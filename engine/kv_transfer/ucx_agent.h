@@ -79,6 +79,7 @@ class UcxAgent {
   std::mutex eps_mu_;  // endpoints are created and dropped by the pulling thread
   std::map<std::string, ucp_ep*> eps_;
   int efd_ = -1;
+  bool peer_error_handling_ = true;  // endpoints ask UCX to report a peer's failure
   std::atomic<bool> stop_{false};
   std::thread progress_;
 };
