@@ -41,7 +41,7 @@ struct KvTransportOptions {
   std::chrono::milliseconds pull_timeout{10000};  // one Pull, handshake to ack
   // Fault injection for tests (hidden flag): "corrupt" flips a byte of the
   // first pulled block after the read (the checksum must catch it); "drop"
-  // fails every data-plane read after the handshake, as a dead link would.
+  // reads half of the bytes, then fails as a link dying mid-transfer would.
   std::string fault;
   // Runs (any thread) when an export ends, so the engine loop wakes to free it.
   std::function<void()> notify;
