@@ -402,7 +402,6 @@ Status EngineLoop::Step() {
   StatusOr<ExpertLoad> load = ran && s.ok() && model_->config().is_moe() ? model_->ReadExpertLoad()
                                                                          : StatusOr<ExpertLoad>(ExpertLoad{});
   std::lock_guard lock(mu_);
-  kv_wake_ = false;
   if (load.ok() && !load->empty()) expert_load_ = std::move(*load);
   metrics_ = scheduler_->metrics();
   metrics_.spec = spec_counters_;
@@ -565,6 +564,12 @@ void EngineLoop::EndRequest(const std::string& request_id) {
 }
 
 void EngineLoop::RunKvTransfers() {
+  {
+    // Cleared before taking the released handles: a release arriving after
+    // this wakes the loop again.
+    std::lock_guard lock(mu_);
+    kv_wake_ = false;
+  }
   for (const std::string& handle : kv_transport_->TakeReleased()) scheduler_->ReleaseExport(handle);
   for (const KvLoad& load : scheduler_->PlanKvLoads()) {
     KvPullSpec spec;
