@@ -1,5 +1,6 @@
 #include "server/router/proxy_job.h"
 
+#include <chrono>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
@@ -202,12 +203,17 @@ class Proxy {
       HttpCallOptions o;
       o.idle_timeout = std::chrono::milliseconds(120000);
       HttpCallResult r;
+      const auto t0 = std::chrono::steady_clock::now();
       Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ctx_.registry->AddOutstanding(p->address, -tokens);
       const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
       const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
       ctx_.metrics->Decision(p->address, "prefill", ok);
-      if (ok) return j["kv_transfer_params"];
+      if (ok) {
+        ctx_.metrics->ObservePrefill(took);
+        return j["kv_transfer_params"];
+      }
       spdlog::warn("router: {}: prefill {} failed ({}); {}", id_, p->address,
                    s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
                    attempt == 0 ? "trying another" : "the decode instance computes the prompt");
@@ -299,6 +305,11 @@ class Proxy {
     Json finish = ch.contains("finish_reason") ? ch["finish_reason"] : Json(nullptr);
     // An aborted choice (the instance drained or stopped) is not finished: it migrates.
     if (finish.is_string() && finish.get<std::string>() == "abort") finish = nullptr;
+    if (!first_token_seen_ && !ids.empty()) {
+      first_token_seen_ = true;
+      ctx_.metrics->ObserveTimeToFirstToken(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival_).count());
+    }
     c.ids.insert(c.ids.end(), ids.begin(), ids.end());
     c.text += text;
     if (!finish.is_null()) {
@@ -429,6 +440,8 @@ class Proxy {
   bool include_usage_ = false;
   bool return_token_ids_ = false;
   bool stream_started_ = false;
+  bool first_token_seen_ = false;
+  const std::chrono::steady_clock::time_point arrival_ = std::chrono::steady_clock::now();
   int n_ = 1;
   std::optional<int64_t> max_tokens_;
   int64_t min_tokens_ = 0;

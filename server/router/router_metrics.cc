@@ -1,6 +1,7 @@
 #include "server/router/router_metrics.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
@@ -24,7 +25,22 @@ RouterMetrics::RouterMetrics() : registry_(std::make_shared<prometheus::Registry
                      .Help("Choices resubmitted to another decode instance after one failed mid-stream.")
                      .Register(*registry_)
                      .Add({});
+  const prometheus::Histogram::BucketBoundaries buckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                                           0.5,   0.75,  1.0,  2.5,  5.0,  10.0, 20.0, 40.0, 80.0};
+  prefill_seconds_ = &prometheus::BuildHistogram()
+                          .Name("tessera:router_prefill_seconds")
+                          .Help("Time of the call to a prefill instance (prompt KV + first token), successful ones.")
+                          .Register(*registry_)
+                          .Add({}, buckets);
+  ttft_ = &prometheus::BuildHistogram()
+               .Name("tessera:router_time_to_first_token_seconds")
+               .Help("Time from a client request's arrival at the router to its first relayed token.")
+               .Register(*registry_)
+               .Add({}, buckets);
 }
+
+void RouterMetrics::ObservePrefill(double s) { prefill_seconds_->Observe(s); }
+void RouterMetrics::ObserveTimeToFirstToken(double s) { ttft_->Observe(s); }
 
 RouterMetrics::~RouterMetrics() = default;
 

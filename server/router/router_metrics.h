@@ -3,6 +3,10 @@
 //   tessera:router_decisions_total{instance, role, outcome}   outcome: ok | failed
 //   tessera:router_prefill_skipped_total{reason}             short_prompt | no_prefill | prefill_failed
 //   tessera:router_migrations_total                          decode replaced mid-request
+//   tessera:router_prefill_seconds                           the prefill call (prompt KV + first token)
+//   tessera:router_time_to_first_token_seconds               client request -> first token relayed
+// With the decode's tessera:kv_transfer_seconds and request_queue_time_seconds
+// these split TTFT into prefill, transfer and decode queueing.
 // Thread-safe.
 #pragma once
 
@@ -12,6 +16,7 @@
 namespace prometheus {
 class Registry;
 class Counter;
+class Histogram;
 template <typename T>
 class Family;
 }  // namespace prometheus
@@ -26,6 +31,8 @@ class RouterMetrics {
   void Decision(const std::string& instance, const std::string& role, bool ok);
   void PrefillSkipped(const std::string& reason);
   void Migration();
+  void ObservePrefill(double seconds);
+  void ObserveTimeToFirstToken(double seconds);
   std::string Serialize() const;
 
  private:
@@ -34,6 +41,8 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>* decisions_;
   prometheus::Family<prometheus::Counter>* skipped_;
   prometheus::Counter* migrations_;
+  prometheus::Histogram* prefill_seconds_;
+  prometheus::Histogram* ttft_;
 };
 
 }  // namespace tessera

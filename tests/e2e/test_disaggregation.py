@@ -162,7 +162,11 @@ def main():
             assert pulled() >= before + len(LONG) // BLOCK - 0, "the decode pulled no blocks"
             skipped = get_metrics(R).get("tessera:router_prefill_skipped_total", 0)
             assert completion_ids(R, LONG[:10]) == ref["short"]  # short: straight to decode
-            assert get_metrics(R)["tessera:router_prefill_skipped_total"] == skipped + 1
+            m = get_metrics(R)
+            assert m["tessera:router_prefill_skipped_total"] == skipped + 1
+            assert m["tessera:router_prefill_seconds_count"] >= 1 and m["tessera:router_time_to_first_token_seconds_count"] >= 2, m
+            d = get_metrics(D1 if metric(D1, "tessera:kv_transfer_seconds_count") else D2)
+            assert d["tessera:kv_transfer_seconds_count"] >= 1 and d["tessera:kv_transfer_bytes_total"] > 0, d
         res.run("router: greedy completions == unified (9 blocks pulled; short prompt skips prefill)",
                 exact_completions)
         res.run("router: streamed completion == unified",
