@@ -88,6 +88,7 @@ struct ServeFlags {
   int kv_transfer_port = 0;      // prefill/decode: KV transfer control plane (gRPC); 0: any
   std::string kv_ucx_tls;        // UCX transports for KV bytes
   double kv_pin_timeout_s = 60;
+  double kv_pull_timeout_s = 5;
   std::string kv_transfer_fault;  // hidden: fault injection for tests
   RouterFlags router;
 };
@@ -370,6 +371,7 @@ int RunServe(ServeFlags f) {
         kt.ucx_tls = f.kv_ucx_tls;
         kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
         kt.fault = f.kv_transfer_fault;
+        kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
         o.loop.kv_transfer = kt;
       }
       o.served_model_name = served;
@@ -523,6 +525,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "prefill: seconds exported KV blocks stay pinned waiting for a decode instance to pull them")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 86400.0));
+  cmd->add_option("--kv-pull-timeout", f->kv_pull_timeout_s,
+                  "decode: seconds one KV pull may take (handshake to ack) before the prompt is computed here "
+                  "instead; the engine step waits for the pull")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 600.0));
   cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
       ->group("");
   AddRouterFlags(cmd, &f->router);
