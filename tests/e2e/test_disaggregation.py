@@ -17,7 +17,8 @@ prompt itself: same output). Faults: a prefill killed (-9) while it holds the
 request (the router retries on the other prefill, then lets decode
 recompute); a transfer that fails mid-way (recompute); a decode killed (-9)
 mid-stream (the router resumes the choice on the other decode: one unbroken
-stream, every token once). Survivors end with no KV blocks in use.
+stream, every token once). Survivors end with no KV blocks in use. A router
+fed by --instances-file follows the file as it changes.
 """
 import argparse
 import http.client
@@ -185,6 +186,29 @@ def main():
             s = streamed(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
             assert s[0][1] == want["choices"][0]["message"]["content"], (s, want)
         res.run("router: chat (plain and streamed) == unified", chat_same)
+
+        def instances_file():
+            path = os.path.join(workdir, "instances.json")
+
+            def write(decodes):
+                with open(path + ".tmp", "w") as f:
+                    json.dump({"prefill": [], "decode": [f"127.0.0.1:{p}" for p in decodes]}, f)
+                os.replace(path + ".tmp", path)
+            write([D1])
+            r2 = Server(tessera, ["--role", "router", "--instances-file", path, "--router-poll-interval", "0.1"],
+                        workdir, "router-file")
+            servers.append(r2)
+            r2.wait_ready(timeout=30)
+            for target, other in ((D1, D2), (D2, D1)):
+                if target == D2:
+                    write([D2])
+                    time.sleep(0.6)  # a few polls: the file is re-read when it changes
+                g0, o0 = metric(target, "tessera:generation_tokens_total"), metric(other, "tessera:generation_tokens_total")
+                assert completion_ids(r2.port, LONG[:10]) == ref["short"]
+                assert metric(target, "tessera:generation_tokens_total") > g0, f"not served by {target}"
+                assert metric(other, "tessera:generation_tokens_total") == o0
+            r2.stop()
+        res.run("router --instances-file: the decode pool follows the file as it changes", instances_file)
 
         def partial_prefix_hit():
             # D1 computes LONG2 itself; then LONG[:64] + LONG2 shares nothing... so warm LONG[:64] first.
