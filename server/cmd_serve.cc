@@ -91,7 +91,22 @@ struct ServeFlags {
   double kv_pull_timeout_s = 5;
   std::string kv_transfer_fault;  // hidden: fault injection for tests
   RouterFlags router;
+  std::string tool_call_parser;    // "" : from the chat template
+  std::string reasoning_parser;    // "" : none
+  bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
 };
+
+// --tool-call-parser, or the format the chat template teaches; --reasoning-parser.
+openai::tools::ChatOutputConfig ResolveChatOutput(const ServeFlags& f, const text::ChatTemplate* chat_template) {
+  openai::tools::ChatOutputConfig c;
+  if (!f.tool_call_parser.empty()) {
+    c.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);  // checked at startup
+  } else if (chat_template != nullptr) {
+    c.tool_parser = openai::tools::DetectToolParser(*chat_template);
+  }
+  if (!f.reasoning_parser.empty()) c.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
+  return c;
+}
 
 int Fail(const Status& s) {
   spdlog::error("{}", s.ToString());
@@ -253,6 +268,16 @@ int RunServe(ServeFlags f) {
   if (f.device == "cuda" && !HaveCudaBackend()) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
+  if (!f.tool_call_parser.empty()) {
+    if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
+      return Fail(InvalidArgument("serve: --tool-call-parser: " + k.status().message()));
+    }
+  }
+  if (!f.reasoning_parser.empty()) {
+    if (auto k = openai::tools::ReasoningParserFromName(f.reasoning_parser); !k.ok()) {
+      return Fail(InvalidArgument("serve: --reasoning-parser: " + k.status().message()));
+    }
+  }
   // Where the model is (or will be) and what clients call it, known up front.
   std::optional<SpeculativeConfig> speculative;
   if (!f.speculative_config.empty()) {
@@ -393,6 +418,17 @@ int RunServe(ServeFlags f) {
       }
       spdlog::info("serve: role {}: KV transfer on {}:{}", f.role, kt->host(), kt->port());
     }
+    ctx.chat_output = ResolveChatOutput(f, engine->chat_template());
+    spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
+                 ctx.chat_output.tool_parser == openai::tools::ToolParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ToolParserName(ctx.chat_output.tool_parser)),
+                 f.tool_call_parser.empty() && ctx.chat_output.tool_parser != openai::tools::ToolParserKind::kNone
+                     ? " (from the chat template)"
+                     : "",
+                 ctx.chat_output.reasoning_parser == openai::tools::ReasoningParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ReasoningParserName(ctx.chat_output.reasoning_parser)));
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();
     ctx.state.store(ModelState::kReady, std::memory_order_release);
@@ -533,6 +569,18 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
       ->group("");
   AddRouterFlags(cmd, &f->router);
+  cmd->add_option("--tool-call-parser", f->tool_call_parser,
+                  "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "
+                  "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral; default: the format the model's chat "
+                  "template teaches, else none")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "split <think>...</think> off chat output into reasoning_content: qwen3, deepseek_r1 "
+                  "(default: off)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
+                "known");
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests

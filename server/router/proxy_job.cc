@@ -17,7 +17,7 @@ namespace http = boost::beast::http;
 
 // Fields a client may send that the router cannot carry through migration
 // and prefill yet: refused, never silently dropped.
-constexpr const char* kUnsupported[] = {"logprobs", "top_logprobs", "prompt_logprobs", "echo", "suffix"};
+constexpr const char* kUnsupported[] = {"logprobs", "top_logprobs", "prompt_logprobs", "echo", "suffix", "tools"};
 // Chat-only fields, replaced by token ids when the router talks to instances.
 constexpr const char* kChatOnly[] = {"messages", "tools", "tool_choice", "chat_template", "chat_template_kwargs",
                                      "add_generation_prompt", "continue_final_message", "documents",
