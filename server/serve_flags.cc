@@ -57,6 +57,10 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (f.port > 0 && f.port == f.grpc_port) {
     return InvalidArgument(fmt::format("serve: --port and --grpc-port are both {}; they need different ports", f.port));
   }
+  if (f.role != "router" &&
+      (!f.router.prefill_instances.empty() || !f.router.decode_instances.empty() || !f.router.instances_file.empty())) {
+    return InvalidArgument("serve: --prefill-instances, --decode-instances and --instances-file need --role router");
+  }
   if (!f.tool_call_parser.empty()) {
     if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
       return InvalidArgument("serve: --tool-call-parser: " + k.status().message());
