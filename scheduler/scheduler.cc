@@ -171,7 +171,8 @@ void Scheduler::EraseRunning(Sequence* seq) {
 
 void Scheduler::UpdateHashes(Sequence* seq) {
   if (!kv_->caching_enabled()) return;
-  ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), &seq->block_hashes);
+  const BlockHash root = seq->block_hashes.empty() ? CacheSaltRoot(seq->request->cache_salt) : kRootBlockHash;
+  ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), &seq->block_hashes, root);
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -446,7 +447,7 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       outputs.push_back(std::move(o));
     }
     UpdateHashes(s);
-    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()));
+    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids);
     if (reason != FinishReason::kNone) Finish(s, reason);
   }
   plan_.clear();
