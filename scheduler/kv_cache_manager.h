@@ -27,7 +27,7 @@ struct KvCacheOptions {
   bool enable_prefix_caching = true;
   // Receives the prefix cache's stores, evictions and resets (KV events);
   // null: none. Shared so the publisher outlives the manager.
-  std::shared_ptr<KvCacheEventSink> event_sink;
+  std::shared_ptr<KvCacheEventSink> event_sink = nullptr;
 };
 
 // Copy block `src` into `dst` (all layers, K and V) before the step's forward

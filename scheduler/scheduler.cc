@@ -435,7 +435,7 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       // next step overwrites.
       s->num_computed_tokens -= e.num_drafts - static_cast<int64_t>(toks.size() - 1);
       s->draft_token_ids.clear();
-      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone};
+      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone, s->num_cached_tokens};
       for (int32_t t : toks) {
         s->token_ids.push_back(t);
         o.new_token_ids.push_back(t);

@@ -23,8 +23,10 @@ std::optional<ApiError> CheckFits(const RequestModel& model, size_t prompt_token
   return ContextLengthError(n, params.max_tokens, model.limits.model.max_model_len, param);
 }
 
-GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
+GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop,
+                        const std::string& cache_salt) {
   GenerateInput in;
+  in.cache_salt = cache_salt;
   in.prompt_token_ids = std::move(ids);
   in.params = params;
   in.skip_special_tokens = skip_special;
@@ -47,7 +49,8 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
     if (ids.empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
     if (auto err = CheckFits(model, ids.size(), req.params, "prompt")) return err;
-    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output,
+                                req.cache_salt));
   }
   *out = std::move(p);
   return std::nullopt;
@@ -73,7 +76,8 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
   if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
   if (auto err = CheckFits(model, ids.size(), req.params, "messages")) return err;
-  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output);
+  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output,
+                      req.cache_salt);
   *out = std::move(p);
   return std::nullopt;
 }

@@ -89,6 +89,7 @@ struct GenerateInput {
   bool skip_special_tokens = true;      // in the returned text
   bool include_stop_str_in_output = false;
   std::vector<uint64_t> cache_keys;     // see Request::cache_keys
+  std::string cache_salt;               // see Request::cache_salt
 };
 
 // One submitted request. Shared by the front end and the engine's callback.
