@@ -55,6 +55,67 @@ class Packer {
 
 Status Bad(const std::string& what) { return InvalidArgument("KV event batch: " + what); }
 
+// True when `s` is exactly one structurally valid msgpack value whose
+// containers never claim more elements than there are bytes left. msgpack-c
+// allocates a container's elements before reading them, so without this a
+// 10-byte batch claiming 2^32 elements would ask for ~100 GB. O(bytes).
+bool Plausible(std::string_view s) {
+  const size_t n = s.size();
+  size_t i = 0;
+  uint64_t pending = 1;  // values still to read
+  auto be = [&](size_t bytes, uint64_t* v) {
+    if (bytes > n - i) return false;
+    *v = 0;
+    for (size_t k = 0; k < bytes; ++k) *v = (*v << 8) | static_cast<unsigned char>(s[i + k]);
+    i += bytes;
+    return true;
+  };
+  while (pending > 0) {
+    if (i >= n) return false;
+    --pending;
+    const auto b = static_cast<unsigned char>(s[i++]);
+    uint64_t skip = 0, add = 0, len = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+    } else if ((b & 0xf0) == 0x80) {
+      add = 2u * (b & 0x0f);
+    } else if ((b & 0xf0) == 0x90) {
+      add = b & 0x0f;
+    } else if ((b & 0xe0) == 0xa0) {
+      skip = b & 0x1f;
+    } else {
+      switch (b) {
+        case 0xc4: case 0xd9: if (!be(1, &len)) return false; skip = len; break;
+        case 0xc5: case 0xda: if (!be(2, &len)) return false; skip = len; break;
+        case 0xc6: case 0xdb: if (!be(4, &len)) return false; skip = len; break;
+        case 0xc7: if (!be(1, &len)) return false; skip = len + 1; break;
+        case 0xc8: if (!be(2, &len)) return false; skip = len + 1; break;
+        case 0xc9: if (!be(4, &len)) return false; skip = len + 1; break;
+        case 0xca: skip = 4; break;
+        case 0xcb: skip = 8; break;
+        case 0xcc: case 0xd0: skip = 1; break;
+        case 0xcd: case 0xd1: skip = 2; break;
+        case 0xce: case 0xd2: skip = 4; break;
+        case 0xcf: case 0xd3: skip = 8; break;
+        case 0xd4: skip = 2; break;
+        case 0xd5: skip = 3; break;
+        case 0xd6: skip = 5; break;
+        case 0xd7: skip = 9; break;
+        case 0xd8: skip = 17; break;
+        case 0xdc: if (!be(2, &add)) return false; break;
+        case 0xdd: if (!be(4, &add)) return false; break;
+        case 0xde: if (!be(2, &add)) return false; add *= 2; break;
+        case 0xdf: if (!be(4, &add)) return false; add *= 2; break;
+        default: return false;  // 0xc1: never used
+      }
+    }
+    if (skip > n - i) return false;
+    i += skip;
+    pending += add;
+    if (pending > n - i) return false;  // every value takes at least one byte
+  }
+  return i == n;
+}
+
 std::string_view StrOf(const msgpack_object& o) { return {o.via.str.ptr, o.via.str.size}; }
 
 StatusOr<HashKey> ReadHash(const msgpack_object& o) {
@@ -191,6 +252,7 @@ std::string EncodeEventBatch(const EventBatch& batch) {
 
 StatusOr<EventBatch> DecodeEventBatch(std::string_view payload) {
   if (payload.size() > kMaxEventBatchBytes) return Bad("payload over " + std::to_string(kMaxEventBatchBytes) + " bytes");
+  if (!Plausible(payload)) return Bad("not one well-formed msgpack value");
   msgpack_unpacked msg;
   msgpack_unpacked_init(&msg);
   std::unique_ptr<msgpack_unpacked, void (*)(msgpack_unpacked*)> guard(&msg, msgpack_unpacked_destroy);

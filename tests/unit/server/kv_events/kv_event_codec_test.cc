@@ -84,6 +84,12 @@ TEST(KvEventCodec, RefusesMalformedBatches) {
   // Truncated.
   const std::string full = FromHex(kPythonBatch);
   EXPECT_FALSE(DecodeEventBatch(full.substr(0, full.size() - 3)).ok());
+  // Containers claiming more elements than there are bytes (msgpack-c would
+  // allocate them up front): array32 of 2^32-1, map32, a str32 past the end.
+  EXPECT_FALSE(DecodeEventBatch(FromHex("92cb3ff0000000000000ddffffffff")).ok());
+  EXPECT_FALSE(DecodeEventBatch(FromHex("92cb3ff0000000000000dfffffffff")).ok());
+  EXPECT_FALSE(DecodeEventBatch(FromHex("92cb3ff000000000000091dbffffffff41")).ok());
+  EXPECT_FALSE(DecodeEventBatch(FromHex("c1")).ok());
   // BlockStored with a negative token id: [1.0, [["BlockStored", [5], nil, [-1], 1]]]
   EXPECT_FALSE(DecodeEventBatch(FromHex("92cb3ff00000000000009195ab426c6f636b53746f72656491" "05c091ff01")).ok());
 }
