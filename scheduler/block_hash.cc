@@ -60,12 +60,29 @@ BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> tokens,
   return h.Finish((static_cast<uint64_t>(tokens.size()) << 32) | extra_keys.size());
 }
 
+BlockHash CacheSaltRoot(std::string_view salt) {
+  if (salt.empty()) return kRootBlockHash;
+  Hasher128 h(kRootBlockHash);
+  h.Add(0x73616c7400000000ULL);  // domain tag "salt": never a token pair's encoding alone
+  uint64_t word = 0;
+  size_t i = 0;
+  for (; i < salt.size(); ++i) {
+    word |= static_cast<uint64_t>(static_cast<unsigned char>(salt[i])) << (8 * (i % 8));
+    if (i % 8 == 7) {
+      h.Add(word);
+      word = 0;
+    }
+  }
+  if (i % 8 != 0) h.Add(word);
+  return h.Finish(~static_cast<uint64_t>(salt.size()));
+}
+
 void ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
-                       std::span<const uint64_t> extra_keys, std::vector<BlockHash>* hashes) {
+                       std::span<const uint64_t> extra_keys, std::vector<BlockHash>* hashes, const BlockHash& root) {
   const size_t full = tokens.size() / static_cast<size_t>(block_size);
   while (hashes->size() < full) {
     const size_t b = hashes->size();
-    const BlockHash parent = b == 0 ? kRootBlockHash : (*hashes)[b - 1];
+    const BlockHash parent = b == 0 ? root : (*hashes)[b - 1];
     hashes->push_back(HashBlock(parent, tokens.subspan(b * block_size, block_size), extra_keys));
   }
 }

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
@@ -31,13 +32,20 @@ struct BlockHashHasher {
 // The parent of a sequence's first block.
 inline constexpr BlockHash kRootBlockHash{0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL};
 
+// The parent of a first block salted with `salt` (vLLM's cache_salt):
+// kRootBlockHash for "", else a hash of the salt's bytes. Different salts give
+// different chains, so tenants never share (or probe) each other's blocks. O(salt).
+BlockHash CacheSaltRoot(std::string_view salt);
+
 // Hash of one full block. O(tokens + extra keys).
 BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> tokens,
                     std::span<const uint64_t> extra_keys);
 
 // Extends `hashes` (the chain for tokens[0, hashes->size() * block_size)) to
 // cover every full block of `tokens`. Incremental: O(newly full blocks).
+// `root` is the first block's parent (CacheSaltRoot for a salted request).
 void ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
-                       std::span<const uint64_t> extra_keys, std::vector<BlockHash>* hashes);
+                       std::span<const uint64_t> extra_keys, std::vector<BlockHash>* hashes,
+                       const BlockHash& root = kRootBlockHash);
 
 }  // namespace tessera

@@ -39,6 +39,7 @@ void BlockPool::Evict(BlockId b) {
   by_hash_.erase(m.hash);
   m.cached = false;
   ++num_evictions_;
+  if (sink_) sink_->OnBlocksRemoved(std::span<const BlockHash>(&m.hash, 1));
 }
 
 std::vector<BlockId> BlockPool::Allocate(int32_t n) {
@@ -83,11 +84,19 @@ bool BlockPool::Cache(BlockId b, const BlockHash& hash) {
 }
 
 void BlockPool::ResetPrefixCache() {
+  std::vector<BlockHash> dropped;
   for (BlockId b = 0; b < num_blocks_; ++b) {
     if (blocks_[b].cached && blocks_[b].ref_count == 0) {
       by_hash_.erase(blocks_[b].hash);
       blocks_[b].cached = false;
+      if (sink_) dropped.push_back(blocks_[b].hash);
     }
+  }
+  if (!sink_) return;
+  if (by_hash_.empty()) {
+    sink_->OnAllBlocksCleared();
+  } else if (!dropped.empty()) {
+    sink_->OnBlocksRemoved(dropped);
   }
 }
 

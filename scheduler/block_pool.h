@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "scheduler/block_hash.h"
+#include "scheduler/kv_cache_events.h"
 
 namespace tessera {
 
@@ -50,7 +51,14 @@ class BlockPool {
   bool Cache(BlockId block, const BlockHash& hash);
 
   // Forgets every cached hash of a free block (e.g. after weights change).
+  // Reported as AllBlocksCleared when no cached block was in use, else as
+  // BlockRemoved of the hashes dropped.
   void ResetPrefixCache();
+
+  // Evictions and resets are reported here (stores by KvCacheManager, which
+  // knows the tokens). Not owned; null: none. Must outlive the pool.
+  void set_event_sink(KvCacheEventSink* sink) { sink_ = sink; }
+  KvCacheEventSink* event_sink() const { return sink_; }
 
   int32_t ref_count(BlockId block) const { return blocks_[block].ref_count; }
   bool is_cached(BlockId block) const { return blocks_[block].cached; }
@@ -81,6 +89,7 @@ class BlockPool {
   int64_t num_evictions_ = 0;
   std::vector<Meta> blocks_;  // num_blocks_ + 1 (sentinel last)
   std::unordered_map<BlockHash, BlockId, BlockHashHasher> by_hash_;
+  KvCacheEventSink* sink_ = nullptr;
 };
 
 }  // namespace tessera

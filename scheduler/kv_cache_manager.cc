@@ -25,7 +25,11 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const KvCacheOp
 }
 
 KvCacheManager::KvCacheManager(const KvCacheOptions& options)
-    : block_size_(options.block_size), pool_(options.num_blocks, options.enable_prefix_caching) {}
+    : block_size_(options.block_size),
+      pool_(options.num_blocks, options.enable_prefix_caching),
+      sink_(options.event_sink) {
+  pool_.set_event_sink(sink_.get());
+}
 
 PrefixHit KvCacheManager::FindCachedPrefix(std::span<const BlockHash> hashes, int64_t num_tokens) const {
   PrefixHit hit;
@@ -90,14 +94,31 @@ bool KvCacheManager::AllocateSlots(SeqId seq, int64_t num_computed, int64_t num_
   return true;
 }
 
-void KvCacheManager::CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed) {
+void KvCacheManager::CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed,
+                                         std::span<const int32_t> token_ids) {
   if (!pool_.caching_enabled()) return;
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   SeqBlocks& s = it->second;
   const int64_t full = std::min<int64_t>({num_computed / block_size_, static_cast<int64_t>(s.blocks.size()),
                                           static_cast<int64_t>(hashes.size())});
-  for (int64_t i = s.num_cached; i < full; ++i) pool_.Cache(s.blocks[i], hashes[i]);
+  const bool report = sink_ && static_cast<int64_t>(token_ids.size()) >= full * block_size_;
+  int64_t run = -1;  // first block of the current run of newly registered blocks
+  auto flush = [&](int64_t end) {
+    if (run < 0) return;
+    std::optional<BlockHash> parent;
+    if (run > 0) parent = hashes[run - 1];
+    sink_->OnBlocksStored(parent, hashes.subspan(run, end - run),
+                          token_ids.subspan(run * block_size_, (end - run) * block_size_), block_size_);
+    run = -1;
+  };
+  for (int64_t i = s.num_cached; i < full; ++i) {
+    const bool stored = pool_.Cache(s.blocks[i], hashes[i]);
+    if (!report) continue;
+    if (stored && run < 0) run = i;
+    if (!stored) flush(i);
+  }
+  if (report) flush(full);
   s.num_cached = std::max(s.num_cached, full);
 }
 

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "scheduler/block_hash.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/kv_cache_events.h"
 
 namespace tessera {
 
@@ -24,6 +25,9 @@ struct KvCacheOptions {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
+  // Receives the prefix cache's stores, evictions and resets (KV events);
+  // null: none. Shared so the publisher outlives the manager.
+  std::shared_ptr<KvCacheEventSink> event_sink = nullptr;
 };
 
 // Copy block `src` into `dst` (all layers, K and V) before the step's forward
@@ -86,7 +90,10 @@ class KvCacheManager {
 
   // Registers `seq`'s full blocks within its first `num_computed` tokens in
   // the prefix cache; `hashes` must cover them. Call after the step computed them.
-  void CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed);
+  // `token_ids` (the sequence's tokens, covering them) feed the event sink's
+  // BlockStored; with an empty span no store is reported.
+  void CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed,
+                           std::span<const int32_t> token_ids = {});
 
   // `child` (new) shares `parent`'s blocks covering its first `num_computed`
   // tokens; a later write into the shared partial block copies it first.
@@ -113,6 +120,7 @@ class KvCacheManager {
 
   int32_t block_size_;
   BlockPool pool_;
+  std::shared_ptr<KvCacheEventSink> sink_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
   KvCacheStats stats_;
 };

@@ -42,6 +42,9 @@ struct Request {
   // Mixed into every prefix-cache block hash, so requests only share KV when
   // these match: LoRA adapter id, a per-tenant cache salt, multimodal ids.
   std::vector<uint64_t> cache_keys;
+  // vLLM's cache_salt (a tenant's secret): mixed into the first block's hash
+  // only (CacheSaltRoot), so the chain carries it; "" : unsalted.
+  std::string cache_salt;
   // Monotonic nanoseconds when the front end received it (queue-time metric);
   // 0: the scheduler stamps it at AddRequest.
   int64_t arrival_time_ns = 0;

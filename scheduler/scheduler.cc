@@ -172,7 +172,8 @@ void Scheduler::EraseRunning(Sequence* seq) {
 
 void Scheduler::UpdateHashes(Sequence* seq) {
   if (!kv_->caching_enabled()) return;
-  ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), &seq->block_hashes);
+  const BlockHash root = seq->block_hashes.empty() ? CacheSaltRoot(seq->request->cache_salt) : kRootBlockHash;
+  ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), &seq->block_hashes, root);
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -435,7 +436,7 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       // next step overwrites.
       s->num_computed_tokens -= e.num_drafts - static_cast<int64_t>(toks.size() - 1);
       s->draft_token_ids.clear();
-      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone};
+      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone, s->num_cached_tokens};
       for (int32_t t : toks) {
         s->token_ids.push_back(t);
         o.new_token_ids.push_back(t);
@@ -447,7 +448,7 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       outputs.push_back(std::move(o));
     }
     UpdateHashes(s);
-    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()));
+    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids);
     if (reason != FinishReason::kNone) Finish(s, reason);
   }
   plan_.clear();
@@ -562,7 +563,7 @@ void Scheduler::FinishKvLoad(const KvLoad& load, bool ok) {
   }
   Sequence* seq = it->second.get();
   if (ok) {
-    kv_->CacheComputedBlocks(seq->id, seq->block_hashes, load.num_tokens);
+    kv_->CacheComputedBlocks(seq->id, seq->block_hashes, load.num_tokens, seq->token_ids);
     counters_.kv_blocks_pulled += static_cast<int64_t>(load.local_blocks.size());
     counters_.kv_blocks_reused += load.reused_blocks;
   } else {

@@ -58,6 +58,7 @@ struct SequenceOutput {
   int32_t index = 0;
   std::vector<int32_t> new_token_ids;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
+  int64_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache on admission
 };
 
 }  // namespace tessera

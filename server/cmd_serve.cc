@@ -36,6 +36,7 @@
 #include "server/http/http_server.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
+#include "server/kv_events/kv_event_publisher.h"
 #include "server/router/router.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
@@ -250,6 +251,21 @@ int RunServe(ServeFlags f) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
   // Where the model is (or will be) and what clients call it, known up front.
+  // KV events: the publisher binds now (a taken port fails the start) and
+  // outlives the engine (the scheduler holds a reference).
+  std::shared_ptr<kv_events::KvEventPublisher> kv_event_publisher;
+  if (!f.kv_events_config.empty()) {
+    auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config);
+    if (!kc.ok()) return Fail(kc.status());
+    if (kc->enabled()) {
+      kv_events::KvEventPublisherOptions po;
+      po.config = *kc;
+      po.medium = f.device == "cuda" ? "GPU" : "CPU";
+      auto p = kv_events::KvEventPublisher::Start(po);
+      if (!p.ok()) return Fail(p.status());
+      kv_event_publisher = std::move(*p);
+    }
+  }
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
   if (use_default) {
@@ -348,6 +364,7 @@ int RunServe(ServeFlags f) {
       o.loop.cuda.cuda_graphs = !f.enforce_eager;
       o.loop.cuda.deterministic = f.deterministic;
       o.loop.scheduler.kv.num_blocks = f.num_kv_blocks;
+      o.loop.scheduler.kv.event_sink = kv_event_publisher;
       o.loop.scheduler.max_num_seqs = f.max_num_seqs;
       o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
       o.loop.max_step_ms = f.max_step_ms;
@@ -487,6 +504,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "speculative decoding, JSON with vLLM's fields, e.g. '{\"method\": \"ngram\", "
                   "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4}' or '{\"method\": \"draft_model\", "
                   "\"model\": \"DIR\", \"num_speculative_tokens\": 4}'");
+  cmd->add_option("--kv-events-config", f->kv_events_config,
+                  "publish KV cache events (vLLM's format: msgpack over ZeroMQ), JSON with vLLM's fields, e.g. "
+                  "'{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:5557\", "
+                  "\"replay_endpoint\": \"tcp://*:5558\", \"topic\": \"kv\"}'");
   cmd->add_option("--max-step-ms", f->max_step_ms,
                   "target duration of one engine step: prefill chunks are cut to fit it, so a cancelled request "
                   "frees the engine within about one step (0: bounded by --max-num-batched-tokens only)")

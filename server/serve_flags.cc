@@ -12,6 +12,7 @@
 #include "engine/gguf_model.h"
 #include "engine/model_config.h"
 #include "scheduler/engine_loop.h"
+#include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
 
@@ -70,6 +71,9 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto k = openai::tools::ReasoningParserFromName(f.reasoning_parser); !k.ok()) {
       return InvalidArgument("serve: --reasoning-parser: " + k.status().message());
     }
+  }
+  if (!f.kv_events_config.empty()) {
+    if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
   }
   std::optional<SpeculativeConfig> speculative;
   if (!f.speculative_config.empty()) {

@@ -51,6 +51,7 @@ struct ServeFlags {
   double kv_pull_timeout_s = 5;
   std::string kv_transfer_fault;  // hidden: fault injection for tests
   RouterFlags router;
+  std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here

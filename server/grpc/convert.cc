@@ -159,6 +159,7 @@ StatusOr<std::string> GenerateRequestToJson(const v1::GenerateRequest& request, 
       return InvalidArgument("'prompt' is required: set one of 'text', 'token_ids' or 'chat'");
   }
   RETURN_IF_ERROR(PutSamplingParams(request.params(), *chat, &body));
+  if (request.has_cache_salt()) body["cache_salt"] = request.cache_salt();
   return Dump(body);
 }
 

@@ -83,6 +83,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   r.continuous_usage = flags.continuous_usage;
   r.skip_special_tokens = flags.skip_special_tokens;
   r.include_stop_str_in_output = flags.include_stop_str_in_output;
+  r.cache_salt = flags.cache_salt;
   *out = std::move(r);
   return std::nullopt;
 }

@@ -34,6 +34,7 @@ struct ChatRequest {
   bool continuous_usage = false;
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  std::string cache_salt;  // "" : none (see StreamFlags)
   bool logprobs = false;
   int32_t top_logprobs = 0;
 };

@@ -113,6 +113,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
   r.continuous_usage = flags.continuous_usage;
   r.skip_special_tokens = flags.skip_special_tokens;
   r.include_stop_str_in_output = flags.include_stop_str_in_output;
+  r.cache_salt = flags.cache_salt;
   *out = std::move(r);
   return std::nullopt;
 }

@@ -227,6 +227,14 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
 
   std::string ignored;
   if (auto e = ReadString(body, "user", "user", &ignored)) return e;
+  if (auto it = body.find("cache_salt"); it != body.end() && !it->is_null()) {
+    if (!it->is_string() || it->get_ref<const std::string&>().empty() ||
+        it->get_ref<const std::string&>().size() > kMaxCacheSaltBytes) {
+      return TypeError("cache_salt", "a non-empty string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes",
+                       *it);
+    }
+    flags->cache_salt = it->get<std::string>();
+  }
   if (auto e = ReadBool(body, "skip_special_tokens", "skip_special_tokens", &flags->skip_special_tokens)) return e;
   if (auto e = ReadBool(body, "include_stop_str_in_output", "include_stop_str_in_output",
                         &flags->include_stop_str_in_output)) {

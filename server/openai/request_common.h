@@ -33,6 +33,7 @@ inline constexpr size_t kMaxStopStringBytes = 1024;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr size_t kMaxPrompts = 64;
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
 inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (400)
 
 // 400 "'<param>' must be <expect>, got <value>" (value abbreviated).
@@ -67,11 +68,14 @@ struct StreamFlags {
   bool continuous_usage = false;
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // vLLM's cache_salt: a non-empty string (at most kMaxCacheSaltBytes) that
+  // keeps this request's prefix-cache blocks apart from other salts'.
+  std::string cache_salt;
 };
 
 // Reads temperature, top_p, top_k, min_p, penalties, seed, stop,
 // stop_token_ids, ignore_eos, min_tokens, n, best_of, logit_bias, priority,
-// user, stream, stream_options, skip_special_tokens,
+// user, cache_salt, stream, stream_options, skip_special_tokens,
 // include_stop_str_in_output. Not max_tokens or logprobs (they differ).
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
                                             SamplingParams* params, StreamFlags* flags);

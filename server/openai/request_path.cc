@@ -30,8 +30,10 @@ Json TemplateMessages(const RequestModel& model, const Json& messages) {
   return model.chat_template ? tools::MessagesForTemplate(messages, *model.chat_template) : messages;
 }
 
-GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
+GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop,
+                        const std::string& cache_salt) {
   GenerateInput in;
+  in.cache_salt = cache_salt;
   in.prompt_token_ids = std::move(ids);
   in.params = params;
   in.skip_special_tokens = skip_special;
@@ -58,7 +60,8 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
     if (ids.empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
     if (auto err = CheckFits(model, ids.size(), req.params, "prompt")) return err;
-    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output,
+                                req.cache_salt));
     p.inputs.back().export_kv = req.kv_transfer.do_remote_decode;
     p.inputs.back().remote_kv = req.kv_transfer.remote;
   }
@@ -102,7 +105,7 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
       p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
       model.output.tool_parser == tools::ToolParserKind::kMistral;
   p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens && !mistral_tools,
-                      req.include_stop_str_in_output);
+                      req.include_stop_str_in_output, req.cache_salt);
   *out = std::move(p);
   return std::nullopt;
 }

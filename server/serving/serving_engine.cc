@@ -46,6 +46,7 @@ struct Generation::State {
   Clock::time_point last_token_at;
   bool first_token_seen = false;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage)
   int64_t next_prompt_position = 1;
   bool done = false;                   // the finished update was returned
   std::atomic<bool> cancelled{false};
@@ -88,6 +89,7 @@ void Generation::State::Apply(RequestOutput& out, GenerationUpdate* u) {
     ++next_prompt_position;
   }
   if (out.kv_export) u->kv_export = std::move(out.kv_export);
+  cached_tokens = std::max(cached_tokens, out.num_cached_tokens);
   if (out.index < 0 || out.index >= static_cast<int32_t>(choices.size())) return;
   Choice& c = choices[static_cast<size_t>(out.index)];
   if (c.ended) return;  // e.g. tokens after a matched stop string
@@ -194,6 +196,7 @@ bool Generation::Poll(GenerationUpdate* update) {
 
   update->prompt_tokens = static_cast<int64_t>(s.prompt.size());
   update->completion_tokens = s.completion_tokens;
+  update->cached_tokens = s.cached_tokens;
   if (s.AllEnded()) {
     update->finished = true;
     s.done = true;
@@ -338,6 +341,7 @@ StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input,
   request.cache_keys = std::move(input.cache_keys);
   request.export_kv = input.export_kv;
   request.remote_kv = std::move(input.remote_kv);
+  request.cache_salt = std::move(input.cache_salt);
   request.arrival_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 state->arrival.time_since_epoch()).count();
   auto notifier = std::make_shared<Generation::Notifier>();

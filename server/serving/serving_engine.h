@@ -92,6 +92,7 @@ struct GenerateInput {
   std::vector<uint64_t> cache_keys;     // see Request::cache_keys
   bool export_kv = false;               // see Request::export_kv (--role prefill)
   std::optional<RemoteKvSource> remote_kv;  // see Request::remote_kv (--role decode)
+  std::string cache_salt;               // see Request::cache_salt
 };
 
 // One submitted request. Shared by the front end and the engine's callback.

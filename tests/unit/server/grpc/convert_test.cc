@@ -45,6 +45,9 @@ TEST(GenerateRequestToJson, TextPromptWithParamsIsACompletionsBody) {
   EXPECT_EQ(j["logit_bias"], json({{"7", -1.5}}));
   EXPECT_EQ(j["seed"], -1);  // HTTP reads int64 and keeps the bits
   EXPECT_FALSE(j.contains("n"));  // unset: the HTTP default applies
+  EXPECT_FALSE(j.contains("cache_salt"));
+  r.set_cache_salt("tenant-a");
+  EXPECT_EQ(ToJson(r, &chat)["cache_salt"], "tenant-a");
   EXPECT_FALSE(j.contains("top_p"));
 }
 

@@ -43,6 +43,7 @@ INSTANTIATE_TEST_SUITE_P(
     Fields, CompletionBadInputTest,
     ::testing::Values(
         BadCase{R"("model":5)", "model"}, BadCase{R"("max_tokens":0)", "max_tokens"},
+        BadCase{R"("cache_salt":"")", "cache_salt"}, BadCase{R"("cache_salt":5)", "cache_salt"},
         BadCase{R"("max_tokens":-1)", "max_tokens"}, BadCase{R"("max_tokens":1e30)", "max_tokens"},
         BadCase{R"("max_tokens":5.0)", "max_tokens"}, BadCase{R"("max_tokens":"5")", "max_tokens"},
         BadCase{R"("max_tokens":9223372036854775808)", "max_tokens"},
@@ -156,6 +157,9 @@ TEST(CompletionRequestTest, Defaults) {
   EXPECT_TRUE(out.skip_special_tokens);
   EXPECT_FALSE(out.include_stop_str_in_output);
   EXPECT_FALSE(out.logprobs.has_value());
+  EXPECT_EQ(out.cache_salt, "");
+  ASSERT_FALSE(ParseCompletionRequest(R"({"prompt":"hello","cache_salt":"tenant-7"})", Limits(), &out));
+  EXPECT_EQ(out.cache_salt, "tenant-7");
 }
 
 TEST(CompletionRequestTest, NullsMeanDefaultsAndNullMaxTokensIsUnbounded) {

@@ -1,0 +1,65 @@
+// DiskKvStore (--kv-offload-disk-dir): blocks as files under one directory,
+// bounded in total bytes with least-recently-used eviction, kept across
+// restarts of the instance.
+//
+// Files: DIR/<2 hex>/<KeyId>.kvb, each a record (kv_block_record.h) written to
+// a temporary name and renamed, so a crash leaves whole files or none. Open()
+// scans DIR and checks every header (magic, version, header checksum, size);
+// a file that fails is deleted. Get checks the whole record (size, payload
+// checksum, key); a bad one is deleted, counted and reported as a miss. LRU
+// order survives a restart through file modification times (Get touches).
+//
+// Thread-safe: one mutex guards the index (never held during file I/O of
+// block bytes). Put/Get cost one file write/read of the block.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "engine/kv_tiers/kv_block_store.h"
+
+namespace tessera::kv_tiers {
+
+struct DiskKvStoreOptions {
+  std::string dir;                    // created if missing
+  int64_t max_bytes = int64_t{1} << 30;  // total record bytes kept
+};
+
+class DiskKvStore final : public KvBlockStore {
+ public:
+  static StatusOr<std::unique_ptr<DiskKvStore>> Open(const DiskKvStoreOptions& options);
+
+  Status Put(const KvBlockKey& key, std::string_view bytes) override;
+  StatusOr<std::string> Get(const KvBlockKey& key) override;
+  StatusOr<bool> Contains(const KvBlockKey& key) override;
+  Status Delete(const KvBlockKey& key) override;
+  KvStoreStats stats() const override;
+  const char* name() const override { return "disk"; }
+
+  // The file a key's record lives in (tests corrupt it).
+  std::string PathOf(const KvBlockKey& key) const;
+
+ private:
+  explicit DiskKvStore(const DiskKvStoreOptions& options) : options_(options) {}
+  Status Scan();
+  void EraseLocked(const std::string& id);  // index only
+  void EvictLocked(int64_t incoming);
+  std::string PathOfId(const std::string& id) const;
+
+  DiskKvStoreOptions options_;
+  mutable std::mutex mu_;
+  struct Entry {
+    int64_t bytes = 0;
+    std::list<std::string>::iterator lru;
+  };
+  std::unordered_map<std::string, Entry> entries_;  // KeyId -> file
+  std::list<std::string> lru_;                      // least recently used first
+  KvStoreStats stats_;
+  uint64_t tmp_counter_ = 0;
+};
+
+}  // namespace tessera::kv_tiers

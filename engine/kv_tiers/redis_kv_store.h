@@ -1,0 +1,73 @@
+// RedisKvStore: the shared remote tier in Redis or Valkey (hiredis), as
+// LMCache's remote backend: one string value per block, a record
+// (kv_block_record.h) under "PREFIX<KeyId>", so keys carry no prompt text,
+// model name or salt, and every Get re-checks size, checksum and key (model
+// fingerprint, layout, hash, tenant); a bad value is deleted and is a miss.
+//
+// Connections: a small pool, each used by one thread at a time. Every command
+// runs under connect_timeout / op_timeout, so a stopped or hung server costs a
+// caller at most those (UNAVAILABLE), never a hang. After a failure the store
+// fails fast (UNAVAILABLE, no connection attempt) for retry_interval, then
+// reconnects on the next call: a Redis that comes back is used again.
+//
+// Thread-safe. Call from AsyncKvStore's workers, not the engine loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/kv_tiers/kv_block_store.h"
+
+struct redisContext;
+
+namespace tessera::kv_tiers {
+
+struct RedisKvStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string password;  // "" : no AUTH
+  int db = 0;
+  std::string key_prefix = "tessera:kv:";
+  int64_t ttl_s = 0;     // 0: no expiry (rely on Redis' maxmemory policy)
+  int connect_timeout_ms = 200;
+  int op_timeout_ms = 500;
+  int retry_interval_ms = 1000;
+  int max_connections = 4;
+};
+
+class RedisKvStore final : public KvBlockStore {
+ public:
+  // Does not connect: an unreachable server is not an error until used.
+  static StatusOr<std::unique_ptr<RedisKvStore>> Create(const RedisKvStoreOptions& options);
+  ~RedisKvStore() override;
+
+  Status Put(const KvBlockKey& key, std::string_view bytes) override;
+  StatusOr<std::string> Get(const KvBlockKey& key) override;
+  StatusOr<bool> Contains(const KvBlockKey& key) override;
+  Status Delete(const KvBlockKey& key) override;
+  KvStoreStats stats() const override;
+  const char* name() const override { return "redis"; }
+
+  std::string RedisKeyOf(const KvBlockKey& key) const { return options_.key_prefix + KeyId(key); }
+
+ private:
+  struct Reply;
+  explicit RedisKvStore(const RedisKvStoreOptions& options) : options_(options) {}
+  // A connected context (pooled or new), or UNAVAILABLE.
+  StatusOr<redisContext*> Acquire();
+  void Release(redisContext* c, bool healthy);
+  // Runs one command; UNAVAILABLE on any I/O failure (the connection is dropped).
+  StatusOr<Reply> Command(const std::vector<std::string_view>& argv);
+
+  RedisKvStoreOptions options_;
+  mutable std::mutex mu_;
+  std::vector<redisContext*> idle_;                  // guarded by mu_
+  std::chrono::steady_clock::time_point down_until_; // guarded by mu_
+  KvStoreStats stats_;                               // guarded by mu_
+};
+
+}  // namespace tessera::kv_tiers
