@@ -82,6 +82,8 @@ struct ServeFlags {
   std::string served_model_name;
   std::string default_model_size = "0.5b";
   std::string speculative_config;  // JSON, vLLM's fields
+  parallel::GroupOptions parallel;  // --tensor-parallel-size, --nnodes, ...
+  double parallel_timeout_s = 60;
 };
 
 int Fail(const Status& s) {
@@ -221,6 +223,18 @@ int RunServe(ServeFlags f) {
   for (const std::string& k : f.api_keys) {
     if (k.empty()) return Fail(InvalidArgument("serve: --api-key must not be empty"));
   }
+  f.parallel.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
+  f.parallel.launch.timeout = f.parallel.timeout;
+  if (StatusOr<bool> worker = parallel::IsWorkerProcess(f.parallel); !worker.ok()) {
+    return Fail(worker.status());
+  } else if (*worker) {
+    // A rank of a multi-process group other than 0: no API, runs the leader's plans.
+    if (f.model.empty()) return Fail(InvalidArgument("serve: worker ranks (--node-rank > 0) need --model"));
+    Status s = parallel::RunWorkerProcess(f.parallel, f.model, f.threads);
+    if (!s.ok()) return Fail(s);
+    spdlog::info("serve: worker rank stopped by the leader");
+    return 0;
+  }
   if (f.device == "cuda" && !HaveCudaBackend()) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
@@ -335,6 +349,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
+      o.loop.parallel = f.parallel;
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -461,6 +476,32 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--tensor-parallel-size", f->parallel.tensor_parallel_size,
+                  "ranks splitting attention heads, FFN columns and the vocabulary (also -tp); CPU ranks are "
+                  "threads of this process, or one process per rank with --nnodes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--data-parallel-size", f->parallel.data_parallel_size,
+                  "with --enable-expert-parallel: ranks each running attention for their share of the "
+                  "sequences, experts spread over all of them (also -dp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--enable-expert-parallel", f->parallel.enable_expert_parallel,
+                "MoE models: place the routed experts on the ranks and move tokens to them with all-to-all");
+  cmd->add_option("--nnodes", f->parallel.launch.nnodes,
+                  "processes in the group, one rank each, joined over Gloo/TCP (default: $LWS_GROUP_SIZE or 1)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--node-rank", f->parallel.launch.node_rank,
+                  "this process in the group; 0 serves the API, others only compute (default: "
+                  "$LWS_WORKER_INDEX or 0)")
+      ->check(CLI::Range(0, 63));
+  cmd->add_option("--leader-addr", f->parallel.launch.leader_addr,
+                  "host[:port] of rank 0's rendezvous store (default: $LWS_LEADER_ADDRESS, port 29500)");
+  cmd->add_option("--parallel-timeout", f->parallel_timeout_s,
+                  "seconds a rank may be missing or silent before the group fails (startup join and every "
+                  "collective)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 3600.0));
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests

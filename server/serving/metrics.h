@@ -53,6 +53,10 @@ class ServingMetrics {
   // experts) the counts are summed over layers and exported with layer="all".
   void UpdateExpertLoad(const ExpertLoad& load);
   static constexpr int64_t kMaxExpertSeries = 4096;
+  // Parallel groups: tessera:parallel_step_seconds_total{rank} and
+  // tessera:parallel_collective_seconds_total{rank} advance to each rank's
+  // cumulative step and collective (communication) seconds.
+  void UpdateRankTimes(const std::vector<double>& step_seconds, const std::vector<double>& collective_seconds);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Serialize() const;
@@ -90,6 +94,9 @@ class ServingMetrics {
   SchedulerCounters last_;       // guarded by mu_
   SpecDecodeCounters last_spec_;  // guarded by mu_
   std::vector<int64_t> last_expert_;               // guarded by mu_: counts exported so far
+  prometheus::Family<prometheus::Counter>* rank_step_;
+  prometheus::Family<prometheus::Counter>* rank_collective_;
+  std::vector<double> last_step_, last_collective_;  // guarded by mu_
   std::vector<prometheus::Counter*> expert_series_;  // guarded by mu_: one per exported count
 };
 

@@ -158,6 +158,9 @@ class ServingEngine {
 
   SchedulerMetrics scheduler_metrics() const { return loop_->metrics(); }
   ExpertLoad expert_load() const { return loop_->expert_load(); }
+  // Parallel groups: non-OK once a rank failed (/ready answers 503).
+  Status group_error() const { return loop_->group_error(); }
+  std::vector<parallel::RankTimes> rank_times() const { return loop_->rank_times(); }
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
