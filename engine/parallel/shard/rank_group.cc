@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/thread_pool.h"
 #include "engine/parallel/gloo_communicator.h"
 #include "engine/parallel/inproc.h"
 #include "engine/parallel/shard/sharded_forward.h"
@@ -136,8 +137,16 @@ StatusOr<bool> IsWorkerProcess(const GroupOptions& o) {
   return rv.node_rank != 0;
 }
 
+int ThreadsPerRank(const GroupOptions& o, int num_threads) {
+  if (num_threads > 0) return num_threads;
+  StatusOr<RendezvousOptions> rv = ResolveRendezvous(o.launch);
+  const bool threads = rv.ok() && rv->nnodes <= 1;  // ranks share this process's cores
+  return threads ? std::max(1, ThreadPool::HardwareThreads() / o.world_size()) : 0;
+}
+
 StatusOr<std::unique_ptr<RankGroup>> RankGroup::Create(const GroupOptions& o, const std::string& model_dir,
                                                        int num_threads) {
+  num_threads = ThreadsPerRank(o, num_threads);
   auto g = std::unique_ptr<RankGroup>(new RankGroup());
   g->options_ = o;
   g->times_.resize(o.world_size());

@@ -47,6 +47,9 @@ struct GroupOptions {
 // The shard layout of `rank` for these flags (DP > 1 means data-parallel
 // attention with expert parallelism; TP and DP together are not supported).
 StatusOr<ShardOptions> ShardOptionsFor(const GroupOptions& options, int rank);
+// CPU threads of each rank: `num_threads` when set, else the cores divided
+// among the in-process ranks (0 = all, for one rank per process).
+int ThreadsPerRank(const GroupOptions& options, int num_threads);
 // Whether this process is a worker (a rank other than 0 under --nnodes).
 StatusOr<bool> IsWorkerProcess(const GroupOptions& options);
 

@@ -167,6 +167,33 @@ INSTANTIATE_TEST_SUITE_P(Dense, TensorParallel,
 INSTANTIATE_TEST_SUITE_P(Moe, TensorParallel,
                          ::testing::Combine(::testing::Values("mixtral", "qwen2_moe"), ::testing::Values(2)));
 
+// GGUF with Q8_0 matrices: column slices on quantization-block boundaries.
+TEST(TensorParallelGguf, Q8LogitsWithinToleranceOfOneRank) {
+  TempDir dir;
+  SynthOptions o;
+  o.arch = "qwen3";
+  o.dtype = DType::kQ8_0;
+  o.format = "gguf";
+  o.out_dir = dir.path() + "/m.gguf";
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  ModelConfig c;
+  {
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(o.out_dir, backend.get());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    c = (*m)->config();
+  }
+  const auto steps = BatchedSteps(static_cast<int>(c.vocab_size), false);
+  RunResult one = RunRanks(o.out_dir, 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  RunResult tp = RunRanks(o.out_dir, 2, {}, steps);
+  ASSERT_EQ(tp.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double scale = 1;
+    EXPECT_LE(MaxAbsDiff(one.logits[s], tp.logits[s], &scale), 1e-4 * scale) << "step " << s;
+  }
+}
+
 class ExpertParallel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(ExpertParallel, DataParallelAttentionLogitsBitwiseEqualOneRank) {
