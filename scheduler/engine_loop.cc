@@ -155,7 +155,9 @@ StatusOr<int32_t> BlocksFromDeviceMemory(Model* model, Backend* backend, const S
 
 StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions options) {
   auto loop = std::unique_ptr<EngineLoop>(new EngineLoop());
-  if (options.parallel.parallel()) options.num_threads = parallel::ThreadsPerRank(options.parallel, options.num_threads);
+  if (options.parallel.parallel()) {
+    options.num_threads = parallel::ThreadsPerRank(options.parallel, options.num_threads);
+  }
   ASSIGN_OR_RETURN(loop->backend_, MakeBackend(options.device, options.num_threads, options.cuda));
   if (options.parallel.parallel()) {
     if (options.device != "cpu") {

@@ -207,7 +207,9 @@ void ModelShard::DispatchCombine(const float* x, int64_t t, const int32_t* ids, 
   recv_x_.resize(static_cast<size_t>(std::max<int64_t>(in * h, 1)));
   recv_e_.resize(static_cast<size_t>(std::max<int64_t>(in, 1)));
   if (!Collective([&] { return comm_->AllToAllV(send_x_.data(), sx, recv_x_.data(), rx, DType::kF32); })) return;
-  if (!Collective([&] { return comm_->AllToAllV(send_e_.data(), send_counts_, recv_e_.data(), recv_counts_, DType::kI32); })) {
+  if (!Collective([&] {
+        return comm_->AllToAllV(send_e_.data(), send_counts_, recv_e_.data(), recv_counts_, DType::kI32);
+      })) {
     return;
   }
   // Unweighted expert outputs: top_k 1 with weight 1 makes MoeExperts write

@@ -5,7 +5,9 @@
 namespace tessera::parallel {
 namespace {
 
-Range Slice(int64_t count, int world, int rank) { return {SliceBegin(count, world, rank), SliceCount(count, world, rank)}; }
+Range Slice(int64_t count, int world, int rank) {
+  return {SliceBegin(count, world, rank), SliceCount(count, world, rank)};
+}
 Range All(int64_t count) { return {0, count}; }
 
 }  // namespace

@@ -50,7 +50,9 @@ std::vector<ForwardBatch> BatchedSteps(int vocab, bool only_first) {
   steps.push_back(*bb.Build(chunks));
   for (int step = 0; step < 2; ++step) {
     chunks.clear();
-    for (int i = 0; i < nseq; ++i) chunks.push_back({seqs[i], {static_cast<int32_t>((101 * step + 13 * i) % vocab)}, {0}});
+    for (int i = 0; i < nseq; ++i) {
+      chunks.push_back({seqs[i], {static_cast<int32_t>((101 * step + 13 * i) % vocab)}, {0}});
+    }
     steps.push_back(*bb.Build(chunks));
   }
   return steps;
