@@ -220,6 +220,7 @@ TEST_P(ExpertParallel, TensorParallelAttentionWithExpertsOnRanksWithinTolerance)
   MakeTinyModel(dir.path(), arch, DType::kBF16);
   const auto steps = BatchedSteps(VocabOf(dir.path()), false);
   RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
   ShardOptions ep;
   ep.expert_parallel = true;
   RunResult par = RunRanks(dir.path(), world, ep, steps);
