@@ -221,20 +221,24 @@ def section_c(args):
     if args.sharegpt:
         datasets.append(("sharegpt", ["--dataset", "sharegpt", "--dataset-path", args.sharegpt,
                                       "--sharegpt-output-len", out_len]))
+    datasets = [d for d in datasets if d[0] in args.datasets.split(",") or d[0] == "sharegpt"]
     draft = args.draft or args.model
     configs = [("off", None), ("ngram", {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
                                          "prompt_lookup_max": 4}),
                ("draft", {"method": "draft_model", "model": draft, "num_speculative_tokens": args.k})]
+    if args.fixed_k:  # the per-sequence k policy off: every step drafts k
+        configs += [(name + " fixed k", dict(spec, min_draft_acceptance=0)) for name, spec in configs if spec]
     rows = ["| dataset | concurrency | proposer | output tok/s | speed-up | acceptance rate | acceptance length |",
             "|---|---|---|---|---|---|---|"]
-    concurrencies = [1, 4]
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
     results = {}
     for cname, spec in configs:
-        srv = tessera_server(args, "c_" + cname, args.model, spec)
+        srv = tessera_server(args, "c_" + cname.replace(" ", "_"), args.model, spec)
         try:
             for dname, dargs in datasets:
                 for c in concurrencies:
-                    results[(dname, c, cname)] = run_tessera_bench(args, srv.port, f"c_{cname}_{dname}_{c}", dargs, c)
+                    results[(dname, c, cname)] = run_tessera_bench(args, srv.port, f"c_{cname.replace(' ', '_')}_{dname}_{c}",
+                                                               dargs, c)
         finally:
             srv.stop()
     for dname, _ in datasets:
@@ -285,6 +289,10 @@ def main():
     ap.add_argument("--gguf-draft", default="", help="(d) draft GGUF (same vocabulary)")
     ap.add_argument("--llama-server", default="", help="(d) llama-server binary")
     ap.add_argument("--sharegpt", default="", help="(c) ShareGPT JSON file")
+    ap.add_argument("--datasets", default="random,shared-prefix", help="(c) which tessera-bench datasets")
+    ap.add_argument("--concurrency", default="1,4", help="(c) concurrencies")
+    ap.add_argument("--fixed-k", action="store_true",
+                    help="(c) also run each proposer with min_draft_acceptance 0 (k fixed), same minute")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--sections", default="a,b,c,d")

@@ -434,6 +434,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
         draft_probs_.erase(id);
       }
     }
+    for (SeqId id : plan.finished) acceptance_.erase(id);
     if (!proposer_->CopyBlocks(plan.copies).ok()) {
       // The draft KV of these blocks is stale: worse proposals, same output.
       spdlog::warn("speculative decoding: draft KV block copy failed");

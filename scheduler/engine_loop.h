@@ -35,6 +35,7 @@
 #include "scheduler/spec/acceptance.h"
 #include "scheduler/spec/proposer.h"
 #include "scheduler/spec/spec_config.h"
+#include "scheduler/spec/spec_policy.h"
 
 namespace tessera {
 
@@ -227,6 +228,7 @@ class EngineLoop {
   SpeculativeConfig spec_config_;
   std::unordered_map<SeqId, std::vector<std::vector<float>>> draft_probs_;  // q of the pending drafts
   SpecDecodeCounters spec_counters_;
+  std::unordered_map<SeqId, AcceptanceEstimate> acceptance_;  // per speculating sequence, for its k
   bool spec_failure_logged_ = false;
 
   // Loop-thread state.

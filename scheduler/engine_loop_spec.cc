@@ -54,6 +54,7 @@ VerifyResult EngineLoop::VerifySequenceDrafts(const ScheduledSequence& s, const 
   in.choice_index = s.index;
   VerifyResult v = VerifyDrafts(sampler_, in);
   if (q != draft_probs_.end()) draft_probs_.erase(q);
+  acceptance_[s.seq_id].Record(v.num_accepted, static_cast<int32_t>(k));
   ++spec_counters_.num_drafts;
   spec_counters_.num_draft_tokens += k;
   spec_counters_.num_accepted_tokens += v.num_accepted;
@@ -85,6 +86,7 @@ void EngineLoop::ProposeDrafts(const SchedulerOutput& plan) {
     // Never propose past max_tokens: the last token is always the target's own.
     const int64_t room = seq->max_output_tokens - seq->num_output_tokens() - 1;
     int32_t k = decoding ? static_cast<int32_t>(std::min<int64_t>(k_step, std::max<int64_t>(0, room))) : 0;
+    if (k > 0) k = acceptance_[s.seq_id].Tokens(k, spec_config_.min_draft_acceptance);
     if (k > 0) k = scheduler_->ReserveDraftSlots(s.seq_id, k);
     in.k = k;
     in.block_ids = scheduler_->kv_cache().blocks(s.seq_id);

@@ -447,7 +447,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code) {
                 "CUDA: batch-invariant kernels (a sequence's logits do not depend on its batch; slower)");
   cmd->add_option("--speculative-config", a->speculative_config,
                   "Speculative decoding, JSON with vLLM's fields (method ngram|draft_model, "
-                  "num_speculative_tokens, prompt_lookup_min/max, model, disable_by_batch_size, max_verify_tokens)");
+                  "num_speculative_tokens, prompt_lookup_min/max, model, disable_by_batch_size, max_verify_tokens, "
+                  "min_draft_acceptance)");
   cmd->add_option("--bench", a->bench_batches, "Measure decode throughput at these batch sizes, e.g. 1,16")
       ->delimiter(',');
   cmd->add_option("--bench-prompt-len", a->bench_prompt_len, "Bench prompt length")->capture_default_str();

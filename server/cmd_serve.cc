@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -37,6 +38,7 @@
 #include "server/http/openai_routes.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
+#include "server/serve_flags.h"
 
 namespace tessera {
 namespace {
@@ -55,36 +57,30 @@ constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 // final chunks to be written (an engine step, then the sockets) before exit.
 constexpr auto kAbortGrace = std::chrono::seconds(5);
 
-struct ServeFlags {
-  std::string model;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  int grpc_port = 50051;
-  std::string port_file;
-  std::vector<std::string> api_keys;
-  int threads = 0;
-  int64_t num_kv_blocks = 0;
-  int64_t kv_cache_mb = 1024;
-  bool kv_cache_mb_set = false;
-  std::string device = "cpu";
-  double gpu_memory_utilization = 0.9;
-  bool enforce_eager = false;
-  bool deterministic = false;
-  int64_t max_model_len = 0;
-  int32_t max_num_seqs = 64;
-  int64_t max_num_batched_tokens = 2048;
-  double max_step_ms = 250;
-  int64_t max_pending_requests = 1024;
-  int64_t request_timeout_s = 600;
-  int64_t drain_timeout_s = 30;
-  uint64_t max_body_bytes = 8u << 20;
-  int64_t idle_timeout_s = 60;
-  std::string served_model_name;
-  std::string default_model_size = "0.5b";
-  std::string speculative_config;  // JSON, vLLM's fields
-  parallel::GroupOptions parallel;  // --tensor-parallel-size, --nnodes, ...
-  double parallel_timeout_s = 60;
-};
+// --tool-call-parser, or the format the chat template teaches; --reasoning-parser.
+openai::tools::ChatOutputConfig ResolveChatOutput(const ServeFlags& f, const text::ChatTemplate* chat_template) {
+  openai::tools::ChatOutputConfig c;
+  if (!f.tool_call_parser.empty()) {
+    c.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);  // checked at startup
+  } else if (chat_template != nullptr) {
+    c.tool_parser = openai::tools::DetectToolParser(*chat_template);
+  }
+  if (!f.reasoning_parser.empty()) c.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
+  return c;
+}
+
+parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
+  parallel::GroupOptions g;
+  g.tensor_parallel_size = f.tensor_parallel_size;
+  g.data_parallel_size = f.data_parallel_size;
+  g.enable_expert_parallel = f.enable_expert_parallel;
+  g.launch.nnodes = f.nnodes;
+  g.launch.node_rank = f.node_rank;
+  g.launch.leader_addr = f.leader_addr;
+  g.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
+  g.launch.timeout = g.timeout;
+  return g;
+}
 
 int Fail(const Status& s) {
   spdlog::error("{}", s.ToString());
@@ -187,6 +183,9 @@ Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
     if (item.name == "++" || item.name == "--") continue;  // section markers
     const std::string key = item.fullname();
     if (key == "config") return InvalidArgument("serve: --config " + path + ": 'config' cannot nest");
+    if (key == "check-config") {
+      return InvalidArgument("serve: --config " + path + ": 'check-config' is a command-line action, not a setting");
+    }
     CLI::Option* opt = nullptr;
     try {
       opt = cmd->get_option("--" + key);
@@ -218,19 +217,40 @@ Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
   return Status::Ok();
 }
 
-int RunServe(ServeFlags f) {
+void AddEnvApiKey(ServeFlags& f) {
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
-  for (const std::string& k : f.api_keys) {
-    if (k.empty()) return Fail(InvalidArgument("serve: --api-key must not be empty"));
+}
+
+// `--check-config[=flags]`: the checks RunServe makes before binding (all
+// scopes), plus the host, port file, device and model metadata (full scope),
+// then exit 0 (report on stdout) or 1 (the error, naming the flag, on stderr).
+int CheckConfig(ServeFlags f, const std::string& scope) {
+  AddEnvApiKey(f);
+  StatusOr<std::optional<SpeculativeConfig>> speculative = ValidateServeFlags(f);
+  if (!speculative.ok()) return Fail(speculative.status());
+  std::vector<std::string> facts = {"flags and config values are valid"};
+  if (scope == "full") {
+    StatusOr<std::vector<std::string>> env = CheckServeEnvironment(f, *speculative);
+    if (!env.ok()) return Fail(env.status());
+    facts.insert(facts.end(), env->begin(), env->end());
   }
-  f.parallel.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
-  f.parallel.launch.timeout = f.parallel.timeout;
-  if (StatusOr<bool> worker = parallel::IsWorkerProcess(f.parallel); !worker.ok()) {
+  std::printf("serve --check-config=%s: OK\n", scope.c_str());
+  for (const std::string& line : facts) std::printf("  %s\n", line.c_str());
+  return 0;
+}
+
+int RunServe(ServeFlags f) {
+  AddEnvApiKey(f);
+  StatusOr<std::optional<SpeculativeConfig>> checked = ValidateServeFlags(f);
+  if (!checked.ok()) return Fail(checked.status());
+  const std::optional<SpeculativeConfig> speculative = *checked;
+  const parallel::GroupOptions group = GroupFromFlags(f);
+  if (StatusOr<bool> worker = parallel::IsWorkerProcess(group); !worker.ok()) {
     return Fail(worker.status());
   } else if (*worker) {
     // A rank of a multi-process group other than 0: no API, runs the leader's plans.
     if (f.model.empty()) return Fail(InvalidArgument("serve: worker ranks (--node-rank > 0) need --model"));
-    Status s = parallel::RunWorkerProcess(f.parallel, f.model, f.threads);
+    Status s = parallel::RunWorkerProcess(group, f.model, f.threads);
     if (!s.ok()) return Fail(s);
     spdlog::info("serve: worker rank stopped by the leader");
     return 0;
@@ -239,12 +259,6 @@ int RunServe(ServeFlags f) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
   // Where the model is (or will be) and what clients call it, known up front.
-  std::optional<SpeculativeConfig> speculative;
-  if (!f.speculative_config.empty()) {
-    auto sc = ParseSpeculativeConfig(f.speculative_config);
-    if (!sc.ok()) return Fail(sc.status());
-    speculative = *sc;
-  }
   const bool use_default = f.model.empty();
   std::string planned_dir = f.model;
   if (use_default) {
@@ -349,7 +363,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
-      o.loop.parallel = f.parallel;
+      o.loop.parallel = group;
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -362,6 +376,17 @@ int RunServe(ServeFlags f) {
       return;
     }
     engine = std::move(*e);
+    ctx.chat_output = ResolveChatOutput(f, engine->chat_template());
+    spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
+                 ctx.chat_output.tool_parser == openai::tools::ToolParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ToolParserName(ctx.chat_output.tool_parser)),
+                 f.tool_call_parser.empty() && ctx.chat_output.tool_parser != openai::tools::ToolParserKind::kNone
+                     ? " (from the chat template)"
+                     : "",
+                 ctx.chat_output.reasoning_parser == openai::tools::ReasoningParserKind::kNone
+                     ? "off"
+                     : std::string(openai::tools::ReasoningParserName(ctx.chat_output.reasoning_parser)));
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();
     ctx.state.store(ModelState::kReady, std::memory_order_release);
@@ -476,36 +501,55 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
-  cmd->add_option("--tensor-parallel-size", f->parallel.tensor_parallel_size,
+  cmd->add_option("--tensor-parallel-size", f->tensor_parallel_size,
                   "ranks splitting attention heads, FFN columns and the vocabulary (also -tp); CPU ranks are "
                   "threads of this process, or one process per rank with --nnodes")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--data-parallel-size", f->parallel.data_parallel_size,
+  cmd->add_option("--data-parallel-size", f->data_parallel_size,
                   "with --enable-expert-parallel: ranks each running attention for their share of the "
                   "sequences, experts spread over all of them (also -dp)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_flag("--enable-expert-parallel", f->parallel.enable_expert_parallel,
+  cmd->add_flag("--enable-expert-parallel", f->enable_expert_parallel,
                 "MoE models: place the routed experts on the ranks and move tokens to them with all-to-all");
-  cmd->add_option("--nnodes", f->parallel.launch.nnodes,
+  cmd->add_option("--nnodes", f->nnodes,
                   "processes in the group, one rank each, joined over Gloo/TCP (default: $LWS_GROUP_SIZE or 1)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--node-rank", f->parallel.launch.node_rank,
+  cmd->add_option("--node-rank", f->node_rank,
                   "this process in the group; 0 serves the API, others only compute (default: "
                   "$LWS_WORKER_INDEX or 0)")
       ->check(CLI::Range(0, 63));
-  cmd->add_option("--leader-addr", f->parallel.launch.leader_addr,
+  cmd->add_option("--leader-addr", f->leader_addr,
                   "host[:port] of rank 0's rendezvous store (default: $LWS_LEADER_ADDRESS, port 29500)");
   cmd->add_option("--parallel-timeout", f->parallel_timeout_s,
                   "seconds a rank may be missing or silent before the group fails (startup join and every "
                   "collective)")
       ->capture_default_str()
       ->check(CLI::Range(0.5, 3600.0));
+  cmd->add_option("--tool-call-parser", f->tool_call_parser,
+                  "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "
+                  "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral; default: the format the model's chat "
+                  "template teaches, else none")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  cmd->add_option("--reasoning-parser", f->reasoning_parser,
+                  "split <think>...</think> off chat output into reasoning_content: qwen3, deepseek_r1 "
+                  "(default: off)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
+                "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
+                "known");
+  auto check_scope = std::make_shared<std::string>();
+  CLI::Option* check = cmd->add_option("--check-config", *check_scope,
+                  "validate every flag and the --config file, then exit 0 (valid) or 1 (the error names the flag) "
+                  "without binding or loading; 'full' (the default) also resolves --host and reads the model's "
+                  "metadata, 'flags' checks values only (for a machine without the model)")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"full", "flags"}));
   cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
       ->check(CLI::IsMember({"tiny", "0.5b"}))
       ->group("");  // hidden: for tests
-  cmd->callback([cmd, f, config, exit_code, kv_mb] {
+  cmd->callback([cmd, f, config, exit_code, kv_mb, check, check_scope] {
     if (!config->empty()) {
       if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
         *exit_code = Fail(s);
@@ -513,6 +557,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       }
     }
     f->kv_cache_mb_set = kv_mb->count() > 0;
+    if (check->count() > 0) {
+      *exit_code = CheckConfig(*f, check_scope->empty() ? "full" : *check_scope);
+      return;
+    }
     *exit_code = RunServe(*f);
   });
 }

@@ -1,5 +1,6 @@
 // tessera: LLM inference serving daemon. `tessera --help` lists subcommands.
 #include <string_view>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -30,6 +31,15 @@ int main(int argc, char** argv) {
     if (std::string_view(argv[i]) == "-tp") argv[i] = const_cast<char*>("--tensor-parallel-size");
     if (std::string_view(argv[i]) == "-dp") argv[i] = const_cast<char*>("--data-parallel-size");
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);  // prints the error naming the flag (or --help)
+    // `serve --check-config` promises 0 (valid) or 1 (invalid), whatever failed.
+    for (int i = 1; rc != 0 && i < argc; ++i) {
+      if (std::string_view(argv[i]).starts_with("--check-config")) return 1;
+    }
+    return rc;
+  }
   return exit_code;
 }

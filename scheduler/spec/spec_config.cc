@@ -32,12 +32,12 @@ StatusOr<SpeculativeConfig> ParseSpeculativeConfig(const std::string& text) {
   if (!j.is_object()) return Bad("expected a JSON object, e.g. {\"method\": \"ngram\", \"num_speculative_tokens\": 4}");
   static const std::set<std::string> kKnown = {"method", "num_speculative_tokens", "prompt_lookup_min",
                                                "prompt_lookup_max", "model", "disable_by_batch_size",
-                                               "max_verify_tokens"};
+                                               "max_verify_tokens", "min_draft_acceptance"};
   for (const auto& [key, value] : j.items()) {
     if (!kKnown.count(key)) {
       return Bad("unknown or unsupported field '" + key +
                  "' (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, model, "
-                 "disable_by_batch_size, max_verify_tokens)");
+                 "disable_by_batch_size, max_verify_tokens, min_draft_acceptance)");
     }
   }
   SpeculativeConfig c;
@@ -100,6 +100,13 @@ StatusOr<SpeculativeConfig> ParseSpeculativeConfig(const std::string& text) {
   }
   if (j.contains("max_verify_tokens")) {
     ASSIGN_OR_RETURN(c.max_verify_tokens, IntField(j, "max_verify_tokens", 2, 1 << 20));
+  }
+  if (j.contains("min_draft_acceptance")) {
+    const json& v = j["min_draft_acceptance"];
+    if (!v.is_number() || v.get<double>() < 0.0 || v.get<double>() >= 1.0) {
+      return Bad("min_draft_acceptance must be a number in [0, 1) (got " + v.dump() + ")");
+    }
+    c.min_draft_acceptance = v.get<double>();
   }
   return c;
 }

@@ -11,4 +11,28 @@ int32_t SpeculativeTokensForBatch(const SpeculativeConfig& c, int64_t num_decodi
   return static_cast<int32_t>(std::max<int64_t>(0, k));
 }
 
+void AcceptanceEstimate::Record(int32_t num_accepted, int32_t num_drafted) {
+  if (num_drafted <= 0) return;
+  // Decay 0.8 per verify: about the last five verifies count.
+  accepted_ = 0.8 * accepted_ + num_accepted;
+  rejected_ = 0.8 * rejected_ + (num_accepted < num_drafted ? 1.0 : 0.0);
+}
+
+int32_t AcceptanceEstimate::Tokens(int32_t k_max, double min_draft_acceptance) {
+  if (k_max <= 0) return 0;
+  if (min_draft_acceptance <= 0) return k_max;
+  const double alpha = Rate();
+  int32_t k = 0;
+  for (double p = alpha; k < k_max && p >= min_draft_acceptance; p *= alpha) ++k;
+  if (k > 0) {
+    steps_without_drafts_ = 0;
+    return k;
+  }
+  if (++steps_without_drafts_ >= kAcceptanceProbeSteps) {
+    steps_without_drafts_ = 0;
+    return 1;  // re-measure: the text may have turned repetitive
+  }
+  return 0;
+}
+
 }  // namespace tessera

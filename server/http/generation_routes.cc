@@ -264,12 +264,18 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   ServingEngine* engine = ctx->ready_engine();
   if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
   openai::PreparedChat prepared;
-  if (auto err = openai::PrepareChat(openai::RequestModelOf(*engine), ex->request().body(), &prepared)) {
+  openai::RequestModel model = openai::RequestModelOf(*engine);
+  model.output = ctx->chat_output;
+  if (auto err = openai::PrepareChat(model, ex->request().body(), &prepared)) {
     return ex->Send(ErrorResponse(*err));
   }
   const openai::ChatRequest& req = prepared.request;
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/true, req.stream);
-  openai::ChatOptions opts{req.logprobs, req.top_logprobs, openai::ChatEchoPrefix(req)};
+  openai::ChatOptions opts;
+  opts.logprobs = req.logprobs;
+  opts.top_logprobs = req.top_logprobs;
+  opts.echo_prefix = openai::ChatEchoPrefix(req);
+  opts.output = prepared.output;
   if (req.stream) {
     job->chat_stream.emplace(job->id(), job->created(), job->model(), req.params.n, opts, req.continuous_usage);
   } else {

@@ -16,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "server/http/http_server.h"
+#include "server/openai/tool_calls/chat_output.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
 
@@ -34,6 +35,9 @@ struct ServeContext {
   boost::asio::io_context* workers = nullptr;
   std::string served_model_name;           // known before the model loads
   std::chrono::seconds request_timeout{0};  // 0: none
+  // Reasoning / tool-call output parsing of chat completions; written with
+  // the engine, before state turns kReady (read only by ready handlers).
+  openai::tools::ChatOutputConfig chat_output;
   // Set once by the loader thread (release) before state turns kReady; the
   // engine outlives the io threads.
   std::atomic<ServingEngine*> engine{nullptr};

@@ -23,15 +23,20 @@ std::optional<ApiError> ReadMaxTokens(const Json& body, SamplingParams* params) 
   return std::nullopt;
 }
 
-std::optional<ApiError> ReadToolChoice(const Json& body) {
-  auto it = body.find("tool_choice");
-  if (it == body.end() || it->is_null() || *it == "none" || *it == "auto") return std::nullopt;
-  if (*it == "required" || it->is_object()) {
-    return BadRequest("tool_choice " + (it->is_object() ? std::string("with a named function") : "'required'") +
-                          " is not supported",
-                      "tool_choice");
+// tool_choice "required" and a named function are parsed and checked against
+// `tools`, but need the grammar engine to force the output
+// (tools::ToolCallOutputSchema); until that is wired they are refused, never
+// accepted and left to chance.
+std::optional<ApiError> ReadToolChoice(const Json& body, const Json& tools, tools::ToolChoice* out) {
+  if (auto e = tools::ParseToolChoice(body, tools, out)) return e;
+  if (out->mode == tools::ToolChoiceMode::kRequired || out->mode == tools::ToolChoiceMode::kNamed) {
+    return BadRequest("tool_choice " +
+                          std::string(out->mode == tools::ToolChoiceMode::kNamed ? "with a named function"
+                                                                                 : "\"required\"") +
+                          " is not supported by this server yet (it needs constrained decoding); use \"auto\"",
+                      "tool_choice", "unsupported_parameter");
   }
-  return TypeError("tool_choice", "\"none\", \"auto\" or null", *it);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -47,10 +52,9 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ParseGenerationPromptFlags(body, &r.add_generation_prompt, &r.continue_final_message)) return e;
   if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
-  if (auto e = ReadToolChoice(body)) return e;
+  if (auto e = ReadToolChoice(body, r.tools, &r.tool_choice)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
-  bool ignored = false;  // parallel_tool_calls: type-checked, otherwise ignored
-  if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &ignored)) return e;
+  if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &r.parallel_tool_calls)) return e;
 
   StreamFlags flags;
   if (auto e = ParseSamplingFields(body, limits, &r.params, &flags)) return e;

@@ -11,6 +11,7 @@
 #include "scheduler/sampling_params.h"
 #include "server/http/responses.h"
 #include "server/openai/request_common.h"
+#include "server/openai/tool_calls/tool_choice.h"
 
 namespace tessera::openai {
 
@@ -18,6 +19,8 @@ struct ChatRequest {
   std::string model;
   Json messages;         // normalized, see ParseMessages
   Json tools;            // null if none
+  tools::ToolChoice tool_choice;  // kNone without tools; see ParseToolChoice
+  bool parallel_tool_calls = true;
   Json template_kwargs;  // an object
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -36,7 +39,9 @@ struct ChatRequest {
 };
 
 // On failure returns the error to send (400; 404 model_not_found).
-// Unsupported: tool_choice "required"/named, response_format json_*.
+// Unsupported until the grammar engine enforces them (400
+// unsupported_parameter naming the field): tool_choice "required" / a named
+// function, response_format json_*.
 std::optional<ApiError> ParseChatRequest(std::string_view body, const RequestLimits& limits, ChatRequest* out);
 
 // What `echo` prepends to the generated content: the last message's content

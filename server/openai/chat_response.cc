@@ -18,6 +18,21 @@ json ChatLogprobJson(const LogprobEntry& entry, int32_t top_k) {
           {"top_logprobs", std::move(top)}};
 }
 
+json ChatFinishReasonJson(FinishReason reason, int num_tool_calls) {
+  if (reason == FinishReason::kStop && num_tool_calls > 0) return "tool_calls";
+  return FinishReasonJson(reason);
+}
+
+namespace {
+
+json ToolCallJson(const tools::IndexedToolCall& c) {
+  return {{"id", c.id},
+          {"type", "function"},
+          {"function", {{"name", c.call.name}, {"arguments", c.call.arguments}}}};
+}
+
+}  // namespace
+
 ChatAccumulator::ChatAccumulator(int n, ChatOptions options)
     : options_(std::move(options)), choices_(static_cast<size_t>(n)) {}
 
@@ -41,10 +56,30 @@ json ChatAccumulator::Build(const std::string& id, int64_t created, const std::s
   json choices = json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
+    json message = {{"role", "assistant"}};
+    json finish = FinishReasonJson(c.finish);
+    if (options_.output.active()) {
+      tools::ChatOutputParser parser(options_.output, options_.make_tool_call_id);
+      tools::ChatOutputDelta out = parser.Feed(options_.echo_prefix + c.text);
+      out.Append(parser.Finish());
+      const bool only_other = !out.tool_calls.empty() || !out.reasoning.empty();
+      message["content"] = out.content.empty() && only_other ? json(nullptr) : json(out.content);
+      if (parser.parses_reasoning()) {
+        message["reasoning_content"] = out.reasoning.empty() ? json(nullptr) : json(out.reasoning);
+      }
+      if (!out.tool_calls.empty()) {
+        json calls = json::array();
+        for (const tools::IndexedToolCall& call : out.tool_calls) calls.push_back(ToolCallJson(call));
+        message["tool_calls"] = std::move(calls);
+      }
+      finish = ChatFinishReasonJson(c.finish, parser.num_tool_calls());
+    } else {
+      message["content"] = options_.echo_prefix + c.text;
+    }
     choices.push_back({{"index", i},
-                       {"message", {{"role", "assistant"}, {"content", options_.echo_prefix + c.text}}},
+                       {"message", std::move(message)},
                        {"logprobs", options_.logprobs ? json{{"content", c.logprobs}} : json(nullptr)},
-                       {"finish_reason", FinishReasonJson(c.finish)},
+                       {"finish_reason", std::move(finish)},
                        {"stop_reason", c.stop_reason}});
   }
   return {{"id", id},
@@ -58,7 +93,34 @@ json ChatAccumulator::Build(const std::string& id, int64_t created, const std::s
 ChatStream::ChatStream(std::string id, int64_t created, std::string model, int n, ChatOptions options,
                        bool continuous_usage)
     : id_(std::move(id)), created_(created), model_(std::move(model)), options_(std::move(options)),
-      continuous_usage_(continuous_usage), started_(static_cast<size_t>(n), false) {}
+      continuous_usage_(continuous_usage), started_(static_cast<size_t>(n), false) {
+  if (options_.output.active()) {
+    parsers_.resize(static_cast<size_t>(n));
+    for (auto& p : parsers_) p.emplace(options_.output, options_.make_tool_call_id);
+  }
+}
+
+std::vector<json> ChatStream::Deltas(int index, const std::string& text, bool finished) {
+  std::vector<json> deltas;
+  if (parsers_.empty()) {
+    if (!text.empty()) deltas.push_back({{"content", text}});
+    return deltas;
+  }
+  tools::ChatOutputParser& parser = *parsers_[static_cast<size_t>(index)];
+  tools::ChatOutputDelta out = parser.Feed(text);
+  if (finished) out.Append(parser.Finish());
+  if (!out.reasoning.empty()) deltas.push_back({{"reasoning_content", out.reasoning}});
+  if (!out.content.empty()) deltas.push_back({{"content", out.content}});
+  for (const tools::IndexedToolCall& c : out.tool_calls) {
+    deltas.push_back({{"tool_calls", json::array({{{"index", c.index},
+                                                   {"id", c.id},
+                                                   {"type", "function"},
+                                                   {"function", {{"name", c.call.name}, {"arguments", ""}}}}})}});
+    deltas.push_back(
+        {{"tool_calls", json::array({{{"index", c.index}, {"function", {{"arguments", c.call.arguments}}}}})}});
+  }
+  return deltas;
+}
 
 json ChatStream::Chunk(int index, json delta, json logprobs, json finish, json stop) const {
   json chunk = {{"id", id_},
@@ -81,7 +143,9 @@ void ChatStream::StartChoice(int index, std::vector<json>* out) {
   started_[index] = true;
   out->push_back(Chunk(index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr, nullptr));
   if (!options_.echo_prefix.empty()) {
-    out->push_back(Chunk(index, {{"content", options_.echo_prefix}}, nullptr, nullptr, nullptr));
+    for (json& delta : Deltas(index, options_.echo_prefix, /*finished=*/false)) {
+      out->push_back(Chunk(index, std::move(delta), nullptr, nullptr, nullptr));
+    }
   }
 }
 
@@ -99,17 +163,24 @@ std::vector<json> ChatStream::OnUpdate(const GenerationUpdate& update) {
     StartChoice(d.index, &out);
     const bool finished = d.finish_reason != FinishReason::kNone;
     const bool has_logprobs = options_.logprobs && !d.logprobs.empty();
-    if (d.text.empty() && !has_logprobs && !finished) continue;
-    json delta = json::object();
-    if (!d.text.empty()) delta["content"] = d.text;
-    json logprobs = nullptr;
-    if (options_.logprobs) {
-      json content = json::array();
-      for (const LogprobEntry& e : d.logprobs) content.push_back(ChatLogprobJson(e, options_.top_logprobs));
-      logprobs = {{"content", std::move(content)}};
+    std::vector<json> deltas = Deltas(d.index, d.text, finished);
+    if (deltas.empty() && !has_logprobs && !finished) continue;
+    if (deltas.empty()) deltas.push_back(json::object());
+    for (size_t k = 0; k < deltas.size(); ++k) {
+      json logprobs = nullptr;
+      if (options_.logprobs) {
+        json content = json::array();  // the update's logprobs go on its first chunk
+        if (k == 0) {
+          for (const LogprobEntry& e : d.logprobs) content.push_back(ChatLogprobJson(e, options_.top_logprobs));
+        }
+        logprobs = {{"content", std::move(content)}};
+      }
+      const bool last = k + 1 == deltas.size();
+      const int calls = parsers_.empty() ? 0 : parsers_[static_cast<size_t>(d.index)]->num_tool_calls();
+      out.push_back(Chunk(d.index, std::move(deltas[k]), std::move(logprobs),
+                          last ? ChatFinishReasonJson(d.finish_reason, calls) : json(nullptr),
+                          last ? StopReasonJson(d) : json(nullptr)));
     }
-    out.push_back(Chunk(d.index, std::move(delta), std::move(logprobs), FinishReasonJson(d.finish_reason),
-                        StopReasonJson(d)));
   }
   return out;
 }

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "server/openai/tool_calls/template_messages.h"
+
 namespace tessera::openai {
 namespace {
 
@@ -23,6 +25,11 @@ std::optional<ApiError> CheckFits(const RequestModel& model, size_t prompt_token
   return ContextLengthError(n, params.max_tokens, model.limits.model.max_model_len, param);
 }
 
+// The conversation the template renders (tool-call turns in its convention).
+Json TemplateMessages(const RequestModel& model, const Json& messages) {
+  return model.chat_template ? tools::MessagesForTemplate(messages, *model.chat_template) : messages;
+}
+
 GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop) {
   GenerateInput in;
   in.prompt_token_ids = std::move(ids);
@@ -35,7 +42,11 @@ GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, 
 }  // namespace
 
 RequestModel RequestModelOf(const ServingEngine& engine) {
-  return {&engine.tokenizer(), engine.chat_template(), {engine.served_model_name(), engine.limits()}};
+  RequestModel m;
+  m.tokenizer = &engine.tokenizer();
+  m.chat_template = engine.chat_template();
+  m.limits = {engine.served_model_name(), engine.limits()};
+  return m;
 }
 
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out) {
@@ -57,9 +68,16 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   PreparedChat p;
   if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
   const ChatRequest& req = p.request;
+  if (req.tool_choice.mode == tools::ToolChoiceMode::kAuto && model.output.tool_parser == tools::ToolParserKind::kNone) {
+    // As vLLM: tools the server could not parse calls for are refused, not left to chance.
+    return BadRequest("tool_choice \"auto\" needs a tool-call parser, and this model's chat template shows no "
+                      "tool-call format: start the server with --tool-call-parser hermes|llama3_json|mistral, or "
+                      "send tool_choice \"none\"",
+                      "tool_choice");
+  }
   StatusOr<std::string> prompt =
-      RenderChatPrompt(model.chat_template, model.limits.served_model_name, req.messages, req.tools,
-                       req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
+      RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, req.messages),
+                       req.tools, req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
   if (!prompt.ok()) return RenderError(prompt.status());
   if (req.continue_final_message) {
     // Cut what the template appended after the final message (end-of-turn tokens).
@@ -73,7 +91,16 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
   if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
   if (auto err = CheckFits(model, ids.size(), req.params, "messages")) return err;
-  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output);
+  p.output.tool_choice = req.tool_choice;
+  p.output.tool_parser = model.output.tool_parser;
+  p.output.parallel_tool_calls = req.parallel_tool_calls;
+  p.output.reasoning_parser = model.output.reasoning_parser;
+  p.output.prompt_opened_think = tools::PromptOpensThink(*prompt);
+  const bool mistral_tools =
+      p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
+      model.output.tool_parser == tools::ToolParserKind::kMistral;
+  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens && !mistral_tools,
+                      req.include_stop_str_in_output);
   *out = std::move(p);
   return std::nullopt;
 }
@@ -84,8 +111,8 @@ std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_v
   std::string text = request->prompt;
   if (request->is_chat) {
     StatusOr<std::string> rendered =
-        RenderChatPrompt(model.chat_template, model.limits.served_model_name, request->messages, request->tools,
-                         request->add_generation_prompt, request->template_kwargs);
+        RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, request->messages),
+                         request->tools, request->add_generation_prompt, request->template_kwargs);
     if (!rendered.ok()) return RenderError(rendered.status());
     text = std::move(*rendered);
   }

@@ -20,6 +20,7 @@
 #include "server/openai/completion_request.h"
 #include "server/openai/request_common.h"
 #include "server/openai/tokenize_request.h"
+#include "server/openai/tool_calls/chat_output.h"
 #include "server/serving/serving_engine.h"
 #include "server/text/chat_template.h"
 #include "server/text/tokenizer.h"
@@ -32,6 +33,9 @@ struct RequestModel {
   const text::Tokenizer* tokenizer = nullptr;         // required
   const text::ChatTemplate* chat_template = nullptr;  // null: chat is refused (400 "unsupported")
   RequestLimits limits;                               // served model name + ModelLimits
+  // How chat output is parsed (serve's --tool-call-parser / --reasoning-parser);
+  // RequestModelOf leaves it off.
+  tools::ChatOutputConfig output;
 };
 
 RequestModel RequestModelOf(const ServingEngine& engine);
@@ -45,11 +49,17 @@ struct PreparedCompletion {
 struct PreparedChat {
   ChatRequest request;
   GenerateInput input;  // request_id left empty
+  // This request's reasoning / tool-call parsing: tools parsed under
+  // tool_choice "auto" with model.output's parser; reasoning split when the
+  // server has a reasoning parser. The mistral format's [TOOL_CALLS] is a
+  // special token, so its requests keep special tokens in the text (as vLLM).
+  tools::ChatOutputOptions output;
 };
 
 // On failure returns the error to send: 400 naming the field (code
 // "context_length_exceeded" for prompt + max_tokens over the context,
-// "unsupported" for chat without a template), 404 model_not_found.
+// "unsupported" for chat without a template; "tool_choice" for tools under
+// "auto" when model.output has no tool-call parser), 404 model_not_found.
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out);
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out);
 

@@ -46,6 +46,7 @@ StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const ojson& config, co
   if (it->is_string()) {
     ASSIGN_OR_RETURN(jinja::Template t, ParseOne(it->get<std::string>(), source_name + ": chat_template"));
     ct.templates_.emplace("default", std::move(t));
+    ct.sources_.push_back(it->get<std::string>());
   } else if (it->is_array()) {
     for (size_t i = 0; i < it->size(); ++i) {
       const ojson& e = (*it)[i];
@@ -56,6 +57,7 @@ StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const ojson& config, co
       ASSIGN_OR_RETURN(jinja::Template t,
                        ParseOne(e["template"].get<std::string>(), where + " (" + e["name"].get<std::string>() + ")"));
       ct.templates_.emplace(e["name"].get<std::string>(), std::move(t));
+      ct.sources_.push_back(e["template"].get<std::string>());
     }
     if (ct.templates_.empty()) return InvalidArgument(source_name + ": chat_template is an empty list");
   } else {
@@ -83,6 +85,13 @@ StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const ojson& config, co
     ct.special_tokens_.emplace_back("additional_special_tokens", jinja::Value::List(std::move(list)));
   }
   return ct;
+}
+
+bool ChatTemplate::SourceMentions(std::string_view needle) const {
+  for (const std::string& s : sources_) {
+    if (s.find(needle) != std::string::npos) return true;
+  }
+  return false;
 }
 
 StatusOr<ChatTemplate> ChatTemplate::FromSource(const std::string& source,

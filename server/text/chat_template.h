@@ -56,6 +56,10 @@ class ChatTemplate {
   // kwargs must not use these names: they would replace the validated request.
   static bool IsReservedVariable(std::string_view name);
 
+  // Whether any of the template sources contains `needle` verbatim (e.g.
+  // "<tool_call>": how the server guesses the model's tool-call format).
+  bool SourceMentions(std::string_view needle) const;
+
   const std::string& bos_token() const;
   const std::string& eos_token() const;
   std::vector<std::string> template_names() const;
@@ -63,6 +67,7 @@ class ChatTemplate {
  private:
   // Named templates; a single-string chat_template is stored as "default".
   std::map<std::string, jinja::Template> templates_;
+  std::vector<std::string> sources_;  // the templates' source text, for SourceMentions
   // Special tokens as HF's special_tokens_map passes them to the template.
   std::vector<std::pair<std::string, jinja::Value>> special_tokens_;
   std::string bos_token_;

@@ -67,6 +67,10 @@ TEST(SpecConfigTest, ErrorsNameTheField) {
   ExpectError(R"({"method": "draft_model", "model": "x", "num_speculative_tokens": 2, "prompt_lookup_max": 2})",
               "prompt_lookup_max");
   ExpectError(R"({"method": "ngram", "num_speculative_tokens": 2, "max_verify_tokens": 1})", "max_verify_tokens");
+  ExpectError(R"({"method": "ngram", "num_speculative_tokens": 2, "min_draft_acceptance": 1.5})",
+              "min_draft_acceptance");
+  ExpectError(R"({"method": "ngram", "num_speculative_tokens": 2, "min_draft_acceptance": "x"})",
+              "min_draft_acceptance");
   ExpectError(R"([1, 2])", "JSON object");
   ExpectError(R"({"method": "ngram", )", "JSON");
 }
@@ -83,6 +87,29 @@ TEST(SpecPolicyTest, KShrinksAsTheBatchGrows) {
   c.disable_by_batch_size = 4;
   EXPECT_EQ(SpeculativeTokensForBatch(c, 4), 8);
   EXPECT_EQ(SpeculativeTokensForBatch(c, 5), 0);
+}
+
+TEST(SpecPolicyTest, KFollowsEachSequencesAcceptance) {
+  AcceptanceEstimate fresh;
+  EXPECT_EQ(fresh.Tokens(8, 0.25), 8);  // optimistic until a draft misses
+  AcceptanceEstimate good;
+  for (int i = 0; i < 20; ++i) good.Record(4, 4);
+  EXPECT_GT(good.Rate(), 0.95);
+  EXPECT_EQ(good.Tokens(8, 0.25), 8);
+  AcceptanceEstimate half;  // one draft in two right: alpha^2 >= 0.2 > alpha^3
+  for (int i = 0; i < 40; ++i) half.Record(1, 2);
+  EXPECT_NEAR(half.Rate(), 0.5, 0.01);
+  EXPECT_EQ(half.Tokens(8, 0.2), 2);
+  EXPECT_EQ(half.Tokens(8, 0.0), 8);  // 0: fixed k
+  EXPECT_EQ(half.Tokens(1, 0.2), 1);  // never above the batch policy's k
+  AcceptanceEstimate useless;
+  for (int i = 0; i < 20; ++i) useless.Record(0, 4);
+  EXPECT_LT(useless.Rate(), 0.25);
+  int drafted = 0;
+  for (int step = 0; step < 4 * kAcceptanceProbeSteps; ++step) drafted += useless.Tokens(8, 0.25);
+  EXPECT_EQ(drafted, 4);  // one single-token probe every kAcceptanceProbeSteps steps
+  for (int i = 0; i < 10; ++i) useless.Record(1, 1);  // the probes start to hit
+  EXPECT_GT(useless.Tokens(8, 0.25), 1);
 }
 
 }  // namespace

@@ -13,8 +13,16 @@ using testing::D;
 using testing::E;
 using testing::U;
 
+ChatOptions Options(bool logprobs, int32_t top_logprobs, std::string echo_prefix) {
+  ChatOptions o;
+  o.logprobs = logprobs;
+  o.top_logprobs = top_logprobs;
+  o.echo_prefix = std::move(echo_prefix);
+  return o;
+}
+
 TEST(ChatAccumulatorTest, TwoChoicesWithLogprobsUsageAndStopReason) {
-  ChatAccumulator acc(2, ChatOptions{true, 1, ""});
+  ChatAccumulator acc(2, Options(true, 1, ""));
   acc.Add(U({D(0, "Hi", {E(7, "Hi", -0.5f, {E(8, "Ho", -1.0f), E(7, "Hi", -0.5f)})}),
              D(1, "", {E(9, "<", -0.25f)})},
             5, 2));
@@ -40,7 +48,7 @@ TEST(ChatAccumulatorTest, TwoChoicesWithLogprobsUsageAndStopReason) {
 }
 
 TEST(ChatAccumulatorTest, NoLogprobsAndEchoPrefix) {
-  ChatAccumulator acc(1, ChatOptions{false, 0, "Sure, "});
+  ChatAccumulator acc(1, Options(false, 0, "Sure, "));
   ChoiceDelta d = D(0, "yes", {E(1, "yes", -1.0f)}, FinishReason::kStop);
   d.stop_string = "</s>";
   acc.Add(U({d}, 3, 1, true));
@@ -52,7 +60,7 @@ TEST(ChatAccumulatorTest, NoLogprobsAndEchoPrefix) {
 }
 
 TEST(ChatStreamTest, RoleChunkContentChunksFinalAndUsage) {
-  ChatStream s("chatcmpl-2", 60, "m", 2, ChatOptions{true, 0, ""}, false);
+  ChatStream s("chatcmpl-2", 60, "m", 2, Options(true, 0, ""), false);
   std::vector<json> start = s.Start();
   ASSERT_EQ(start.size(), 2u);
   EXPECT_EQ(start[1], json::parse(R"({"id":"chatcmpl-2","object":"chat.completion.chunk","created":60,"model":"m",
@@ -83,7 +91,7 @@ TEST(ChatStreamTest, RoleChunkContentChunksFinalAndUsage) {
 }
 
 TEST(ChatStreamTest, LazyStartEchoAndContinuousUsage) {
-  ChatStream s("c", 1, "m", 1, ChatOptions{false, 0, "Pre"}, /*continuous_usage=*/true);
+  ChatStream s("c", 1, "m", 1, Options(false, 0, "Pre"), /*continuous_usage=*/true);
   std::vector<json> c = s.OnUpdate(U({D(0, "x")}, 2, 1));
   ASSERT_EQ(c.size(), 3u);
   EXPECT_EQ(c[0]["choices"][0]["delta"], json::parse(R"({"role":"assistant","content":""})"));

@@ -1,0 +1,128 @@
+#include "server/serve_flags.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "engine/gguf.h"
+#include "engine/gguf_model.h"
+#include "engine/model_config.h"
+#include "engine/parallel/shard/rank_group.h"
+#include "scheduler/engine_loop.h"
+#include "server/openai/tool_calls/reasoning_parser.h"
+#include "server/openai/tool_calls/tool_call_parser.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A model path's metadata, parsed without loading weights: config.json (plus
+// the presence of tokenizer.json and weights) or the GGUF header.
+StatusOr<std::string> CheckModelPath(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) && !fs::is_regular_file(path, ec)) {
+    return NotFound(fmt::format("serve: {} {} is not a directory or a .gguf file", flag, path));
+  }
+  StatusOr<std::string> gguf = ResolveGgufPath(path);
+  if (!gguf.ok()) return InvalidArgument(fmt::format("serve: {}: {}", flag, gguf.status().message()));
+  if (!gguf->empty()) {
+    StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(*gguf);
+    if (!file.ok()) return InvalidArgument(fmt::format("serve: {}: {}", flag, file.status().message()));
+    StatusOr<ModelConfig> mc = GgufModelConfig((*file)->contents(), *gguf);
+    if (!mc.ok()) return InvalidArgument(fmt::format("serve: {}: {}", flag, mc.status().message()));
+    return fmt::format("{} {}: GGUF, {}", flag, *gguf, mc->Summary());
+  }
+  StatusOr<ModelConfig> mc = LoadModelConfig(path);
+  if (!mc.ok()) return InvalidArgument(fmt::format("serve: {}: {}", flag, mc.status().message()));
+  if (!fs::is_regular_file(fs::path(path) / "tokenizer.json", ec)) {
+    return NotFound(fmt::format("serve: {} {}: no tokenizer.json", flag, path));
+  }
+  bool weights = false;
+  for (const auto& e : fs::directory_iterator(path, ec)) weights |= e.path().extension() == ".safetensors";
+  if (!weights) return NotFound(fmt::format("serve: {} {}: no *.safetensors weights", flag, path));
+  return fmt::format("{} {}: {}", flag, path, mc->Summary());
+}
+
+}  // namespace
+
+StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& f) {
+  for (const std::string& k : f.api_keys) {
+    if (k.empty()) return InvalidArgument("serve: --api-key must not be empty");
+  }
+  if (f.host.empty()) return InvalidArgument("serve: --host must not be empty");
+  if (f.port > 0 && f.port == f.grpc_port) {
+    return InvalidArgument(fmt::format("serve: --port and --grpc-port are both {}; they need different ports", f.port));
+  }
+  if (!f.tool_call_parser.empty()) {
+    if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
+      return InvalidArgument("serve: --tool-call-parser: " + k.status().message());
+    }
+  }
+  if (!f.reasoning_parser.empty()) {
+    if (auto k = openai::tools::ReasoningParserFromName(f.reasoning_parser); !k.ok()) {
+      return InvalidArgument("serve: --reasoning-parser: " + k.status().message());
+    }
+  }
+  if (f.tensor_parallel_size * f.data_parallel_size > 1) {
+    parallel::GroupOptions g;
+    g.tensor_parallel_size = f.tensor_parallel_size;
+    g.data_parallel_size = f.data_parallel_size;
+    g.enable_expert_parallel = f.enable_expert_parallel;
+    if (auto so = parallel::ShardOptionsFor(g, 0); !so.ok()) return InvalidArgument("serve: " + so.status().message());
+    if (f.device != "cpu") {
+      return InvalidArgument("serve: --tensor-parallel-size / --data-parallel-size > 1 run on --device cpu for now");
+    }
+  }
+  std::optional<SpeculativeConfig> speculative;
+  if (!f.speculative_config.empty()) {
+    StatusOr<SpeculativeConfig> sc = ParseSpeculativeConfig(f.speculative_config);
+    if (!sc.ok()) return sc.status();
+    speculative = *sc;
+  }
+  return speculative;
+}
+
+StatusOr<std::vector<std::string>> CheckServeEnvironment(const ServeFlags& f,
+                                                         const std::optional<SpeculativeConfig>& speculative) {
+  std::vector<std::string> facts;
+  addrinfo hints{};
+  hints.ai_flags = AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(f.host.c_str(), nullptr, &hints, &res); rc != 0) {
+    return InvalidArgument(fmt::format("serve: cannot resolve --host {}: {}", f.host, gai_strerror(rc)));
+  }
+  freeaddrinfo(res);
+  facts.push_back(fmt::format("--host {} resolves", f.host));
+  if (!f.port_file.empty()) {
+    const fs::path dir = fs::absolute(f.port_file).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
+      return NotFound(fmt::format("serve: --port-file {}: directory {} does not exist", f.port_file, dir.string()));
+    }
+  }
+  if (f.device == "cuda" && !HaveCudaBackend()) {
+    return FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu");
+  }
+  facts.push_back("--device " + f.device + " is built in");
+  if (f.model.empty()) {
+    facts.push_back("--model not given: the built-in synthetic default model (" + f.default_model_size + ")");
+  } else {
+    StatusOr<std::string> m = CheckModelPath("--model", f.model);
+    if (!m.ok()) return m.status();
+    facts.push_back(*m);
+  }
+  if (speculative && !speculative->model.empty()) {
+    StatusOr<std::string> m = CheckModelPath("--speculative-config model", speculative->model);
+    if (!m.ok()) return m.status();
+    facts.push_back(*m);
+  }
+  return facts;
+}
+
+}  // namespace tessera

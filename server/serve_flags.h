@@ -1,0 +1,72 @@
+// The settings of `tessera serve` (flags, or keys of its --config TOML file)
+// and the checks run on them before anything binds or loads. `tessera serve
+// --check-config` runs the same checks and exits, so a deployment's arguments
+// and config file can be validated without starting a server (the Kubernetes
+// manifests' tests do this for every flag they pass).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/spec/spec_config.h"
+
+namespace tessera {
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int grpc_port = 50051;
+  std::string port_file;
+  std::vector<std::string> api_keys;
+  int threads = 0;
+  int64_t num_kv_blocks = 0;
+  int64_t kv_cache_mb = 1024;
+  bool kv_cache_mb_set = false;
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
+  bool deterministic = false;
+  int64_t max_model_len = 0;
+  int32_t max_num_seqs = 64;
+  int64_t max_num_batched_tokens = 2048;
+  double max_step_ms = 250;
+  int64_t max_pending_requests = 1024;
+  int64_t request_timeout_s = 600;
+  int64_t drain_timeout_s = 30;
+  uint64_t max_body_bytes = 8u << 20;
+  int64_t idle_timeout_s = 60;
+  std::string served_model_name;
+  std::string default_model_size = "0.5b";
+  std::string speculative_config;  // JSON, vLLM's fields
+  std::string tool_call_parser;    // "" : from the chat template
+  std::string reasoning_parser;    // "" : none
+  bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
+  // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
+  int tensor_parallel_size = 1;
+  int data_parallel_size = 1;
+  bool enable_expert_parallel = false;
+  int nnodes = 0;              // 0: $LWS_GROUP_SIZE or 1
+  int node_rank = -1;          // -1: $LWS_WORKER_INDEX or 0
+  std::string leader_addr;     // host[:port]; empty: $LWS_LEADER_ADDRESS or 127.0.0.1
+  double parallel_timeout_s = 60;
+};
+
+// Checks that need no files, network or devices: values and combinations of
+// flags (single values are already range-checked by the CLI parser). On
+// success returns the parsed --speculative-config (nullopt when not given).
+// Errors name the flag.
+StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& f);
+
+// What `--check-config` (full scope) verifies beyond ValidateServeFlags, cheaply:
+// that --host resolves, --port-file's directory exists, --device cuda is built
+// in, and --model (and a draft model) exists and its metadata (config.json or
+// the GGUF header) parses. Nothing is loaded or bound. Returns one line per
+// fact checked, for the report.
+StatusOr<std::vector<std::string>> CheckServeEnvironment(const ServeFlags& f,
+                                                         const std::optional<SpeculativeConfig>& speculative);
+
+}  // namespace tessera

