@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "engine/kv_transfer/kv_layout.h"
 #include "scheduler/plan_to_batch.h"
 
 namespace tessera {
@@ -229,6 +230,28 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
   loop->max_step_ms_ = options.max_step_ms;
+  loop->on_kv_pull_ = std::move(options.on_kv_pull);
+  if (options.kv_transfer) {
+    if (options.device != "cpu") {
+      return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
+                                "pool is not registered with UCX");
+    }
+    ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(options.model_dir));
+    KvTransportOptions to = *options.kv_transfer;
+    EngineLoop* raw = loop.get();
+    to.notify = [raw] {
+      {
+        std::lock_guard lock(raw->mu_);
+        raw->kv_wake_ = true;
+      }
+      raw->cv_.notify_all();
+    };
+    ASSIGN_OR_RETURN(loop->kv_transport_,
+                     KvTransport::Create(to, loop->cache_.get(),
+                                         MakeKvLayout(mc, loop->backend_->kv_dtype(),
+                                                      loop->scheduler_->options().kv.block_size),
+                                         std::move(fingerprint)));
+  }
   return loop;
 }
 
@@ -237,6 +260,10 @@ EngineLoop::~EngineLoop() { Stop(); }
 StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<void()> notify) {
   RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
   RETURN_IF_ERROR(group_error());
+  if ((request.export_kv || request.remote_kv) && !kv_transport_) {
+    return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "
+                           "or --role decode)");
+  }
   std::lock_guard lock(mu_);
   if (stop_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
   if (!live_ids_.insert(request.id).second) {
@@ -293,7 +320,8 @@ void EngineLoop::ThreadMain() {
       std::unique_lock lock(mu_);
       // scheduler_ is read here only by this (the loop) thread.
       cv_.wait(lock, [&] {
-        return stop_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() || scheduler_->HasUnfinished();
+        return stop_ || kv_wake_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() ||
+               scheduler_->HasUnfinished();
       });
       if (stop_) break;
     }
@@ -387,6 +415,7 @@ void EngineLoop::DrainInbox() {
 
 Status EngineLoop::Step() {
   DrainInbox();
+  if (kv_transport_) RunKvTransfers();
   const bool ran = scheduler_->HasUnfinished();
   Status s = ran ? RunStep() : Status::Ok();
   DeliverFinished();
@@ -495,6 +524,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   }
   prompt_logprobs_.clear();
   ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
+  if (kv_transport_) PublishExports();
   for (SequenceOutput& o : outputs) {
     auto it = active_.find(o.request_id);
     if (it == active_.end()) continue;
@@ -509,6 +539,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
       }
     }
     out.token_ids = std::move(o.new_token_ids);
+    if (out.finish_reason != FinishReason::kNone) AttachExport(o.request_id, &out);
     it->second.stream->Push(std::move(out));
   }
   if (proposer_) ProposeDrafts(plan);
@@ -539,6 +570,7 @@ void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first
 }
 
 void EngineLoop::DeliverFinished() {
+  if (kv_transport_) PublishExports();
   for (const FinishedSequenceStats& st : scheduler_->TakeFinishedStats()) {
     if (on_finished_) on_finished_(st);
     auto it = active_.find(st.request_id);
@@ -546,6 +578,7 @@ void EngineLoop::DeliverFinished() {
     RequestOutput out;
     out.index = st.index;
     out.finish_reason = st.reason;
+    AttachExport(st.request_id, &out);
     it->second.stream->Push(std::move(out));  // ignored when the choice already ended
     if (it->second.stream->finished()) EndRequest(st.request_id);
   }
@@ -553,8 +586,69 @@ void EngineLoop::DeliverFinished() {
 
 void EngineLoop::EndRequest(const std::string& request_id) {
   active_.erase(request_id);
+  pending_exports_.erase(request_id);
   std::lock_guard lock(mu_);
   live_ids_.erase(request_id);
+}
+
+void EngineLoop::RunKvTransfers() {
+  {
+    // Cleared before taking the released handles: a release arriving after
+    // this wakes the loop again.
+    std::lock_guard lock(mu_);
+    kv_wake_ = false;
+  }
+  for (const std::string& handle : kv_transport_->TakeReleased()) scheduler_->ReleaseExport(handle);
+  for (const KvLoad& load : scheduler_->PlanKvLoads()) {
+    KvPullSpec spec;
+    spec.host = load.source.host;
+    spec.port = load.source.port;
+    spec.handle = load.source.handle;
+    spec.remote_blocks = load.remote_blocks;
+    spec.local_blocks.assign(load.local_blocks.begin(), load.local_blocks.end());
+    for (const BlockHash& h : load.hashes) spec.keys.push_back({h.hi, h.lo});
+    // Blocking on the loop thread: the step waits for the bytes (a few ms on
+    // one host). Later: pull on a transfer thread while other requests run.
+    StatusOr<KvPullStats> st = kv_transport_->Pull(spec);
+    if (!st.ok()) {
+      spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", load.request_id,
+                   st.status().ToString());
+    }
+    scheduler_->FinishKvLoad(load, st.ok());
+    if (on_kv_pull_) {
+      KvPullEvent e;
+      e.ok = st.ok();
+      e.bytes = st.ok() ? st->bytes : 0;
+      e.seconds = st.ok() ? st->seconds : 0;
+      e.blocks_pulled = st.ok() ? static_cast<int64_t>(load.local_blocks.size()) : 0;
+      e.blocks_reused = load.reused_blocks;
+      e.peer = spec.host + ":" + std::to_string(spec.port);
+      on_kv_pull_(e);
+    }
+  }
+}
+
+void EngineLoop::PublishExports() {
+  for (KvExport& e : scheduler_->TakeExports()) {
+    std::vector<KvBlockKey> keys;
+    for (const BlockHash& h : e.hashes) keys.push_back({h.hi, h.lo});
+    std::vector<int32_t> blocks(e.blocks.begin(), e.blocks.end());
+    kv_transport_->Export(e.request_id, blocks, std::move(keys));
+    KvExportInfo info;
+    info.engine_id = kv_transport_->engine_id();
+    info.host = kv_transport_->host();
+    info.port = kv_transport_->port();
+    info.handle = e.request_id;
+    info.block_ids = std::move(blocks);
+    pending_exports_[e.request_id] = std::move(info);
+  }
+}
+
+void EngineLoop::AttachExport(const std::string& request_id, RequestOutput* out) {
+  auto it = pending_exports_.find(request_id);
+  if (it == pending_exports_.end()) return;
+  out->kv_export = std::move(it->second);
+  pending_exports_.erase(it);
 }
 
 SchedulerMetrics EngineLoop::metrics() const {

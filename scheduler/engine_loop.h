@@ -28,6 +28,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_transfer/kv_transport.h"
 #include "engine/model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
@@ -38,6 +39,16 @@
 #include "scheduler/spec/spec_policy.h"
 
 namespace tessera {
+
+// One pull attempt of a decode instance (metrics).
+struct KvPullEvent {
+  bool ok = false;
+  int64_t bytes = 0;
+  double seconds = 0;
+  int64_t blocks_pulled = 0;
+  int64_t blocks_reused = 0;
+  std::string peer;  // host:port
+};
 
 struct EngineLoopOptions {
   std::string model_dir;
@@ -72,6 +83,24 @@ struct EngineLoopOptions {
   // Tensor/expert parallelism (engine/parallel/shard/rank_group.h): with more
   // than one rank this loop is rank 0 and runs every step on the whole group.
   parallel::GroupOptions parallel;
+  // Prefill/decode disaggregation (--role prefill|decode): a KvTransport over
+  // this loop's KV pool (CPU only). Requests may then carry Request::remote_kv
+  // or Request::export_kv; without it such requests are refused.
+  std::optional<KvTransportOptions> kv_transfer;
+  // Called on the loop thread after each pull attempt (metrics). Cheap.
+  std::function<void(const KvPullEvent&)> on_kv_pull;
+};
+
+
+// Where a decode instance finds an exported request's prompt KV: vLLM's
+// kv_transfer_params of a prefill response (remote_engine_id, remote_host,
+// remote_port, remote_request_id, remote_block_ids).
+struct KvExportInfo {
+  std::string engine_id;
+  std::string host;
+  int32_t port = 0;
+  std::string handle;
+  std::vector<int32_t> block_ids;
 };
 
 struct TokenLogprobs {
@@ -90,6 +119,8 @@ struct RequestOutput {
   std::vector<TokenLogprobs> prompt_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the choice's last output
   Status status;  // non-OK: the request failed (rejected or engine error); terminal for all choices
+  // On the final output of an exported request (Request::export_kv).
+  std::optional<KvExportInfo> kv_export;
 };
 
 // Per-request output queue; thread-safe. The loop pushes, a consumer pops.
@@ -178,6 +209,8 @@ class EngineLoop {
   std::vector<parallel::RankTimes> rank_times() const {
     return group_ ? group_->rank_times() : std::vector<parallel::RankTimes>{};
   }
+  // Null unless options.kv_transfer was given.
+  const KvTransport* kv_transport() const { return kv_transport_.get(); }
 
  private:
   struct Pending {
@@ -204,6 +237,11 @@ class EngineLoop {
   // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
   void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
+  // Disaggregation: frees released exports and runs the scheduler's pulls
+  // (before a step); publishes new exports (after one).
+  void RunKvTransfers();
+  void PublishExports();
+  void AttachExport(const std::string& request_id, RequestOutput* out);
   // Speculative decoding (engine_loop_spec.cc).
   Status InitSpeculation(const EngineLoopOptions& options);
   // Verifies a sequence's drafts against its 1 + k logits rows at `rows`.
@@ -255,7 +293,13 @@ class EngineLoop {
   double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
   bool stop_ = false;
   bool started_ = false;
+  bool kv_wake_ = false;  // the transport released exports; under mu_
   std::thread thread_;
+  // Loop-thread state of exports whose final output is not yet pushed.
+  std::unordered_map<std::string, KvExportInfo> pending_exports_;
+  std::function<void(const KvPullEvent&)> on_kv_pull_;
+  // Last member: destroyed first (it reads cache_ memory and wakes mu_/cv_).
+  std::unique_ptr<KvTransport> kv_transport_;
 };
 
 }  // namespace tessera

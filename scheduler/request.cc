@@ -23,6 +23,10 @@ Status ValidateRequest(const Request& request, const ModelLimits& limits) {
     }
   }
   RETURN_IF_ERROR(request.params.Validate(limits));
+  if (request.export_kv && request.params.n != 1) {
+    return InvalidArgument("'n' must be 1 when the prompt's KV is exported to a decode instance "
+                           "(kv_transfer_params.do_remote_decode)");
+  }
   return CheckContextLength(static_cast<int64_t>(request.prompt_token_ids.size()), request.params, limits);
 }
 

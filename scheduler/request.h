@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,19 @@ enum class FinishReason { kNone, kStop, kLength, kAbort };
 // OpenAI's spelling: "stop", "length", "abort" ("" for kNone).
 const char* FinishReasonName(FinishReason reason);
 
+// Disaggregation (DESIGN §6), on a decode instance: the prompt's KV was
+// computed by a prefill instance, which holds it pinned under `handle`. Before
+// this request's prefill the scheduler pulls the full blocks it does not find
+// in its own prefix cache (vLLM's kv_transfer_params: remote_host,
+// remote_port, remote_request_id, remote_block_ids, remote_engine_id).
+struct RemoteKvSource {
+  std::string host;
+  int32_t port = 0;
+  std::string handle;
+  std::string engine_id;
+  std::vector<int32_t> block_ids;  // the prefill's blocks of the prompt's full blocks, in order
+};
+
 struct Request {
   std::string id;  // unique among live requests; chosen by the front end
   std::vector<int32_t> prompt_token_ids;
@@ -31,6 +45,12 @@ struct Request {
   // Monotonic nanoseconds when the front end received it (queue-time metric);
   // 0: the scheduler stamps it at AddRequest.
   int64_t arrival_time_ns = 0;
+  // Decode side: where the prompt's KV can be pulled from (see RemoteKvSource).
+  std::optional<RemoteKvSource> remote_kv;
+  // Prefill side (vLLM's do_remote_decode): when the request ends (not
+  // aborted), its prompt's full blocks stay pinned under its id until a decode
+  // instance pulls them or the pin times out. Needs n == 1.
+  bool export_kv = false;
 };
 
 // Parameters, prompt token ids (non-empty, inside the vocabulary) and context

@@ -53,6 +53,7 @@ Sequence* Scheduler::NewSequence(std::shared_ptr<const Request> request, int32_t
   seq->priority = request->params.priority;
   seq->arrival_order = arrival_order;
   seq->arrival_time_ns = arrival_ns;
+  seq->kv_load_pending = index == 0 && request->remote_kv.has_value();
   seq->request = std::move(request);
   Sequence* raw = seq.get();
   requests_[raw->request_id()].push_back(raw->id);
@@ -464,7 +465,20 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
   for (Sequence* child : ReleaseForks(seq)) {
     if (reason == FinishReason::kAbort) Finish(child, reason);
   }
-  kv_->Free(seq->id);
+  const SeqId holder = seq->id;
+  if (seq->request->export_kv && reason != FinishReason::kAbort && kv_->Holds(holder)) {
+    // The prompt's full blocks stay held under the finished sequence's id.
+    const auto blocks = kv_->blocks(holder);
+    const size_t full = std::min<size_t>({static_cast<size_t>(seq->num_prompt_tokens / kv_->block_size()),
+                                          blocks.size(), seq->block_hashes.size()});
+    ReleaseExport(seq->request_id());  // a reused id drops its older export
+    exports_[seq->request_id()] = holder;
+    new_exports_.push_back({seq->request_id(), std::vector<BlockId>(blocks.begin(), blocks.begin() + full),
+                            std::vector<BlockHash>(seq->block_hashes.begin(), seq->block_hashes.begin() + full)});
+    ++counters_.kv_exports;
+  } else {
+    kv_->Free(holder);
+  }
   if (seq->status == SeqStatus::kRunning) {
     EraseRunning(seq);
   } else if (seq->status == SeqStatus::kWaiting) {
@@ -496,6 +510,82 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
   seqs_.erase(seq->id);  // destroys seq
 }
 
+std::vector<KvLoad> Scheduler::PlanKvLoads() {
+  std::vector<KvLoad> loads;
+  if (in_flight_) return loads;
+  for (Sequence* seq : waiting_) {
+    if (!seq->kv_load_pending) continue;
+    seq->kv_load_pending = false;
+    if (!kv_->caching_enabled() || kv_->Holds(seq->id)) continue;
+    UpdateHashes(seq);
+    const RemoteKvSource& src = *seq->request->remote_kv;
+    const int64_t bs = kv_->block_size();
+    // At least one prompt token is left to compute: its logits give the first token.
+    const int64_t want = std::min<int64_t>({static_cast<int64_t>(src.block_ids.size()),
+                                            (seq->num_prompt_tokens - 1) / bs,
+                                            static_cast<int64_t>(seq->block_hashes.size())});
+    PrefixHit hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
+    if (static_cast<int64_t>(hit.blocks.size()) > want) hit.blocks.resize(static_cast<size_t>(want));
+    hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * bs;
+    const int64_t reused = static_cast<int64_t>(hit.blocks.size());
+    if (reused >= want) {
+      counters_.kv_blocks_reused += reused;
+      continue;  // everything the source holds is here already
+    }
+    std::vector<CopyOp> copies;  // fresh blocks past the hit: nothing to copy
+    if (!kv_->AllocateSlots(seq->id, hit.num_tokens, (want - reused) * bs, 0, &hit, &copies)) {
+      ++counters_.kv_pull_failures;  // no room now: prefill it here when admitted
+      continue;
+    }
+    KvLoad load;
+    load.seq = seq->id;
+    load.request_id = seq->request_id();
+    load.source = src;
+    const auto blocks = kv_->blocks(seq->id);
+    for (int64_t i = reused; i < want; ++i) {
+      load.remote_blocks.push_back(src.block_ids[static_cast<size_t>(i)]);
+      load.local_blocks.push_back(blocks[static_cast<size_t>(i)]);
+      load.hashes.push_back(seq->block_hashes[static_cast<size_t>(i)]);
+    }
+    load.num_tokens = want * bs;
+    load.reused_blocks = reused;
+    loads.push_back(std::move(load));
+  }
+  return loads;
+}
+
+void Scheduler::FinishKvLoad(const KvLoad& load, bool ok) {
+  auto it = seqs_.find(load.seq);
+  if (it == seqs_.end()) {
+    kv_->Free(load.seq);  // aborted meanwhile
+    return;
+  }
+  Sequence* seq = it->second.get();
+  if (ok) {
+    kv_->CacheComputedBlocks(seq->id, seq->block_hashes, load.num_tokens);
+    counters_.kv_blocks_pulled += static_cast<int64_t>(load.local_blocks.size());
+    counters_.kv_blocks_reused += load.reused_blocks;
+  } else {
+    ++counters_.kv_pull_failures;
+  }
+  // Released blocks keep their hashes (ok) and sit at the most recently used
+  // end of the free queue: the admission below finds them as a prefix hit.
+  kv_->Free(seq->id);
+}
+
+std::vector<KvExport> Scheduler::TakeExports() {
+  std::vector<KvExport> out;
+  out.swap(new_exports_);
+  return out;
+}
+
+void Scheduler::ReleaseExport(const std::string& request_id) {
+  auto it = exports_.find(request_id);
+  if (it == exports_.end()) return;
+  kv_->Free(it->second);
+  exports_.erase(it);
+}
+
 SchedulerMetrics Scheduler::metrics() const {
   SchedulerMetrics m;
   m.counters = counters_;
@@ -507,6 +597,7 @@ SchedulerMetrics Scheduler::metrics() const {
   m.gauges.num_running = num_running();
   m.gauges.num_waiting = num_waiting();
   m.gauges.kv_usage = kv_->Usage();
+  m.gauges.num_exported = num_exported();
   return m;
 }
 

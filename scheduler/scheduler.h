@@ -38,6 +38,27 @@ namespace tessera {
 // kPriority: lower SamplingParams::priority first, then arrival.
 enum class SchedulingPolicy { kFcfs, kPriority };
 
+// Disaggregation, decode side: blocks to pull before a waiting sequence's
+// prefill. local_blocks are already allocated to `seq` (write-only until
+// FinishKvLoad); remote_blocks[i] of the prefill goes into local_blocks[i].
+struct KvLoad {
+  SeqId seq = 0;
+  std::string request_id;
+  RemoteKvSource source;  // block_ids: the whole remote list
+  std::vector<int32_t> remote_blocks;
+  std::vector<BlockId> local_blocks;
+  std::vector<BlockHash> hashes;  // of each pulled block's tokens
+  int64_t num_tokens = 0;         // prompt tokens covered once loaded (full blocks)
+  int64_t reused_blocks = 0;      // leading blocks found in the local prefix cache
+};
+
+// Disaggregation, prefill side: a finished request's prompt blocks, pinned.
+struct KvExport {
+  std::string request_id;
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;
+};
+
 struct SchedulerOptions {
   int32_t max_num_seqs = 256;
   // Must be >= max_num_seqs. Speculative drafts count against it but never
@@ -97,6 +118,25 @@ class Scheduler {
   // FAILED_PRECONDITION (no change) if `sampled` does not match the plan.
   StatusOr<std::vector<SequenceOutput>> UpdateFromOutput(std::span<const SampledTokens> sampled);
 
+  // Disaggregation hooks (DESIGN §4: a request may arrive with its KV computed
+  // elsewhere or leave with it exported). The scheduler decides which blocks
+  // move; the engine loop moves them between PlanKvLoads and FinishKvLoad.
+  //
+  // Waiting leaders with a RemoteKvSource not yet tried: for each, the local
+  // prefix-cache hit is kept and fresh blocks are allocated for the rest of the
+  // prompt's full blocks the source holds. Each request is tried once; one
+  // that cannot get blocks now is simply prefilled locally (recompute).
+  std::vector<KvLoad> PlanKvLoads();
+  // ok: the pulled blocks join the prefix cache, so the sequence's admission
+  // finds them as a hit; otherwise they are freed uncached and the prompt is
+  // computed here (vLLM's kv_load_failure_policy "recompute").
+  void FinishKvLoad(const KvLoad& load, bool ok);
+  // Requests exported since the last call (their blocks stay held).
+  std::vector<KvExport> TakeExports();
+  // Frees an exported request's blocks (decode acknowledged, or timeout).
+  void ReleaseExport(const std::string& request_id);
+  int64_t num_exported() const { return static_cast<int64_t>(exports_.size()); }
+
   bool HasUnfinished() const { return !seqs_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
@@ -150,6 +190,8 @@ class Scheduler {
   std::vector<SeqId> finished_since_plan_;
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
+  std::unordered_map<std::string, SeqId> exports_;  // request id -> KV holder id (sequence gone)
+  std::vector<KvExport> new_exports_;
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;

@@ -27,12 +27,19 @@ struct SchedulerCounters {
   int64_t seqs_finished_stop = 0;
   int64_t seqs_finished_length = 0;
   int64_t seqs_aborted = 0;
+  // Disaggregation (decode side): prompt blocks pulled from a prefill instance,
+  // found in the local prefix cache instead, and pulls that failed (recomputed).
+  int64_t kv_blocks_pulled = 0;
+  int64_t kv_blocks_reused = 0;
+  int64_t kv_pull_failures = 0;
+  int64_t kv_exports = 0;  // prefill side: requests whose blocks were pinned for a decode
 };
 
 struct SchedulerGauges {
   int64_t num_running = 0;  // sequences (vllm:num_requests_running)
   int64_t num_waiting = 0;  // sequences, incl. preempted (vllm:num_requests_waiting)
   double kv_usage = 0.0;    // fraction of blocks in use (vllm:kv_cache_usage_perc)
+  int64_t num_exported = 0; // prefill side: requests whose blocks are pinned for a decode
 };
 
 // Speculative decoding, monotonic (vLLM's spec_decode_* counters). Filled by

@@ -37,6 +37,7 @@ struct Sequence {
   int32_t priority = 0;
   int64_t arrival_order = 0;  // global admission order of its request (FCFS key)
   int32_t pending_forks = 0;  // index 0 only: choices 1..n-1 not yet forked
+  bool kv_load_pending = false;  // index 0 with request->remote_kv: not yet pulled (or tried)
 
   // Metrics.
   int64_t arrival_time_ns = 0;

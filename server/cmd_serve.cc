@@ -36,6 +36,7 @@
 #include "server/http/http_server.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
+#include "server/router/router.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
 #include "server/serve_flags.h"
@@ -203,12 +204,14 @@ Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
   return Status::Ok();
 }
 
-Status WritePortFile(const std::string& path, int http_port, int grpc_port) {
+Status WritePortFile(const std::string& path, int http_port, int grpc_port, int kv_port = -1) {
   if (path.empty()) return Status::Ok();
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"http", http_port}, {"grpc", grpc_port}}.dump() << "\n";
+    nlohmann::json j{{"http", http_port}, {"grpc", grpc_port}};
+    if (kv_port >= 0) j["kv_transfer"] = kv_port;
+    out << j.dump() << "\n";
     if (!out) return FailedPrecondition("serve: cannot write --port-file " + path);
   }
   std::error_code ec;
@@ -243,6 +246,18 @@ int RunServe(ServeFlags f) {
   AddEnvApiKey(f);
   StatusOr<std::optional<SpeculativeConfig>> checked = ValidateServeFlags(f);
   if (!checked.ok()) return Fail(checked.status());
+  if (f.role == "router") {
+    RouterServeOptions ro;
+    ro.host = f.host;
+    ro.port = f.port;
+    ro.port_file = f.port_file;
+    ro.api_keys = f.api_keys;
+    ro.max_body_bytes = f.max_body_bytes;
+    ro.idle_timeout_s = f.idle_timeout_s;
+    ro.drain_timeout_s = f.drain_timeout_s;
+    ro.flags = f.router;
+    return RunRouter(ro);
+  }
   const std::optional<SpeculativeConfig> speculative = *checked;
   const parallel::GroupOptions group = GroupFromFlags(f);
   if (StatusOr<bool> worker = parallel::IsWorkerProcess(group); !worker.ok()) {
@@ -364,6 +379,16 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
       o.loop.parallel = group;
+      if (f.role == "prefill" || f.role == "decode") {
+        KvTransportOptions kt;
+        kt.host = f.host;
+        kt.port = f.kv_transfer_port;
+        kt.ucx_tls = f.kv_ucx_tls;
+        kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
+        kt.fault = f.kv_transfer_fault;
+        kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
+        o.loop.kv_transfer = kt;
+      }
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -376,6 +401,13 @@ int RunServe(ServeFlags f) {
       return;
     }
     engine = std::move(*e);
+    if (const KvTransport* kt = engine->kv_transport()) {
+      // The KV port is known only now; the file is rewritten with it.
+      if (Status s = WritePortFile(f.port_file, server.port(), grpc ? grpc->port() : -1, kt->port()); !s.ok()) {
+        spdlog::error("{}", s.ToString());
+      }
+      spdlog::info("serve: role {}: KV transfer on {}:{}", f.role, kt->host(), kt->port());
+    }
     ctx.chat_output = ResolveChatOutput(f, engine->chat_template());
     spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
                  ctx.chat_output.tool_parser == openai::tools::ToolParserKind::kNone
@@ -527,6 +559,32 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "collective)")
       ->capture_default_str()
       ->check(CLI::Range(0.5, 3600.0));
+  cmd->add_option("--role", f->role,
+                  "unified: one instance does everything; prefill / decode: an engine with a KV transfer agent "
+                  "(disaggregation); router: a front with no model that sends prompts to prefill instances and "
+                  "streams from decode instances")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"unified", "prefill", "decode", "router"}));
+  cmd->add_option("--kv-transfer-port", f->kv_transfer_port,
+                  "prefill/decode: port of the KV transfer control plane (gRPC; 0: any free port, written to "
+                  "--port-file as \"kv_transfer\")")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--kv-ucx-tls", f->kv_ucx_tls,
+                  "prefill/decode: UCX transports for KV bytes, as UCX_TLS (e.g. sm,self on one host; tcp,self "
+                  "across hosts; default: UCX's choice)");
+  cmd->add_option("--kv-pin-timeout", f->kv_pin_timeout_s,
+                  "prefill: seconds exported KV blocks stay pinned waiting for a decode instance to pull them")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 86400.0));
+  cmd->add_option("--kv-pull-timeout", f->kv_pull_timeout_s,
+                  "decode: seconds one KV pull may take (handshake to ack) before the prompt is computed here "
+                  "instead; the engine step waits for the pull")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 600.0));
+  cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
+      ->group("");
+  AddRouterFlags(cmd, &f->router);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "
                   "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral; default: the format the model's chat "

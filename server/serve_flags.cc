@@ -58,6 +58,10 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (f.port > 0 && f.port == f.grpc_port) {
     return InvalidArgument(fmt::format("serve: --port and --grpc-port are both {}; they need different ports", f.port));
   }
+  if (f.role != "router" &&
+      (!f.router.prefill_instances.empty() || !f.router.decode_instances.empty() || !f.router.instances_file.empty())) {
+    return InvalidArgument("serve: --prefill-instances, --decode-instances and --instances-file need --role router");
+  }
   if (!f.tool_call_parser.empty()) {
     if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
       return InvalidArgument("serve: --tool-call-parser: " + k.status().message());
@@ -76,6 +80,10 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto so = parallel::ShardOptionsFor(g, 0); !so.ok()) return InvalidArgument("serve: " + so.status().message());
     if (f.device != "cpu") {
       return InvalidArgument("serve: --tensor-parallel-size / --data-parallel-size > 1 run on --device cpu for now");
+    }
+    if (f.role == "prefill" || f.role == "decode") {
+      // KV transfer moves rank 0's pool only, which holds a slice of the heads under TP.
+      return InvalidArgument("serve: --role " + f.role + " with more than one rank is not supported yet");
     }
   }
   std::optional<SpeculativeConfig> speculative;

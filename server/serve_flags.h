@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "scheduler/spec/spec_config.h"
+#include "server/router/router.h"
 
 namespace tessera {
 
@@ -42,6 +43,14 @@ struct ServeFlags {
   std::string served_model_name;
   std::string default_model_size = "0.5b";
   std::string speculative_config;  // JSON, vLLM's fields
+  // Disaggregation (DESIGN §6).
+  std::string role = "unified";  // unified | prefill | decode | router
+  int kv_transfer_port = 0;      // prefill/decode: KV transfer control plane (gRPC); 0: any
+  std::string kv_ucx_tls;        // UCX transports for KV bytes
+  double kv_pin_timeout_s = 60;
+  double kv_pull_timeout_s = 5;
+  std::string kv_transfer_fault;  // hidden: fault injection for tests
+  RouterFlags router;
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here

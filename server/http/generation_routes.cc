@@ -247,7 +247,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
   }
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/false, req.stream);
   const int num_prompts = static_cast<int>(inputs.size());
-  openai::CompletionOptions opts{req.echo, req.logprobs, req.prompt_logprobs.has_value()};
+  openai::CompletionOptions opts{req.echo, req.logprobs, req.prompt_logprobs.has_value(), req.return_token_ids};
   if (req.stream) {
     job->completion_stream.emplace(job->id(), job->created(), job->model(), num_prompts, req.params.n, opts,
                                    req.continuous_usage);

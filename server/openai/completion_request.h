@@ -12,6 +12,7 @@
 #include "scheduler/sampling_params.h"
 #include "server/http/responses.h"
 #include "server/openai/request_common.h"
+#include "server/router/kv_transfer_params.h"
 
 namespace tessera::openai {
 
@@ -39,6 +40,8 @@ struct CompletionRequest {
   bool include_stop_str_in_output = false;
   std::optional<int32_t> logprobs;         // completions style: alternatives per token
   std::optional<int32_t> prompt_logprobs;  // as asked (vLLM); reported per choice
+  bool return_token_ids = false;           // vLLM: each choice also carries its new "token_ids"
+  KvTransferRequest kv_transfer;           // vLLM's kv_transfer_params (disaggregation)
 };
 
 // On failure returns the error to send (400; 404 model_not_found). `prompt`

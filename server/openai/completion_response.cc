@@ -1,5 +1,7 @@
 #include "server/openai/completion_response.h"
 
+#include "server/router/kv_transfer_params.h"
+
 #include <utility>
 
 namespace tessera::openai {
@@ -75,11 +77,13 @@ void CompletionAccumulator::Add(int prompt_index, const GenerationUpdate& update
   if (prompt_index < 0 || static_cast<size_t>(prompt_index) >= prompts_.size()) return;
   Prompt& p = prompts_[prompt_index];
   p.usage.Update(update);
+  if (update.kv_export) kv_export_ = update.kv_export;
   p.prompt_logprobs.insert(p.prompt_logprobs.end(), update.prompt_logprobs.begin(), update.prompt_logprobs.end());
   for (const ChoiceDelta& d : update.choices) {
     if (d.index < 0 || d.index >= n_) continue;
     Choice& c = choices_[static_cast<size_t>(prompt_index) * n_ + d.index];
     c.text += d.text;
+    c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
     c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
     if (d.finish_reason != FinishReason::kNone) {
       c.finish = d.finish_reason;
@@ -114,14 +118,17 @@ json CompletionAccumulator::Build(const std::string& id, int64_t created, const 
                    {"finish_reason", FinishReasonJson(c.finish)},
                    {"stop_reason", c.stop_reason}};
     if (options_.prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobsJson(p.prompt_logprobs);
+    if (options_.return_token_ids) choice["token_ids"] = c.token_ids;
     choices.push_back(std::move(choice));
   }
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", std::move(choices)},
-          {"usage", UsageJson(prompt_tokens, completion_tokens, cached_tokens)}};
+  json out = {{"id", id},
+              {"object", "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", std::move(choices)},
+              {"usage", UsageJson(prompt_tokens, completion_tokens, cached_tokens)}};
+  if (kv_export_) out["kv_transfer_params"] = KvTransferParamsJson(*kv_export_);
+  return out;
 }
 
 CompletionStream::CompletionStream(std::string id, int64_t created, std::string model, int num_prompts, int n,
@@ -159,13 +166,14 @@ std::vector<json> CompletionStream::OnUpdate(int prompt_index, const GenerationU
     text += d.text;
     for (const LogprobEntry& e : d.logprobs) lp.Add(e);
     const bool finished = d.finish_reason != FinishReason::kNone;
-    if (text.empty() && lp.empty() && !finished) continue;
+    if (text.empty() && lp.empty() && !finished && !(options_.return_token_ids && !d.token_ids.empty())) continue;
     c.offset = lp.next_offset();
     json choice = {{"index", index},
                    {"text", std::move(text)},
                    {"logprobs", options_.logprobs ? lp.ToJson() : json(nullptr)},
                    {"finish_reason", FinishReasonJson(d.finish_reason)},
                    {"stop_reason", StopReasonJson(d)}};
+    if (options_.return_token_ids) choice["token_ids"] = d.token_ids;
     json chunk = Header();
     chunk["choices"] = json::array({std::move(choice)});
     if (continuous_usage_) {

@@ -31,6 +31,7 @@ struct CompletionOptions {
   bool echo = false;
   std::optional<int32_t> logprobs;  // alternatives per token; unset: "logprobs": null
   bool prompt_logprobs = false;     // add vLLM's "prompt_logprobs" to each choice
+  bool return_token_ids = false;    // add vLLM's "token_ids" (the choice's new ids) to each choice
 };
 
 // The "logprobs" object of a completion choice, built token by token.
@@ -66,6 +67,7 @@ class CompletionAccumulator {
  private:
   struct Choice {
     std::string text;
+    std::vector<int32_t> token_ids;
     std::vector<LogprobEntry> logprobs;
     FinishReason finish = FinishReason::kNone;
     nlohmann::json stop_reason;
@@ -79,6 +81,7 @@ class CompletionAccumulator {
   CompletionOptions options_;
   std::vector<Prompt> prompts_;
   std::vector<Choice> choices_;
+  std::optional<KvExportInfo> kv_export_;  // -> "kv_transfer_params"
 };
 
 class CompletionStream {

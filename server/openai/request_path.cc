@@ -59,6 +59,8 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
     if (ids.empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
     if (auto err = CheckFits(model, ids.size(), req.params, "prompt")) return err;
     p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output));
+    p.inputs.back().export_kv = req.kv_transfer.do_remote_decode;
+    p.inputs.back().remote_kv = req.kv_transfer.remote;
   }
   *out = std::move(p);
   return std::nullopt;

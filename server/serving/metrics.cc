@@ -68,6 +68,24 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                    .Name("tessera:request_rejected_total")
                    .Help("Requests refused before reaching the engine, by reason.")
                    .Register(r);
+  kv_pull_seconds_ = histogram("tessera:kv_transfer_seconds",
+                               "Disaggregation: time of one KV pull from a prefill instance (handshake to ack).",
+                               {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0});
+  kv_pull_bytes_ = histogram("tessera:kv_transfer_bytes", "Disaggregation: bytes of KV moved by one pull.",
+                             {4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456,
+                              1073741824});
+  kv_bytes_total_ = counter("tessera:kv_transfer_bytes_total", "Disaggregation: KV bytes pulled from prefill instances.");
+  auto& blocks = BuildCounter()
+                     .Name("tessera:kv_transfer_blocks_total")
+                     .Help("Disaggregation: prompt blocks pulled from a prefill instance (source=\"pulled\") or "
+                           "found in the local prefix cache instead (source=\"reused\").")
+                     .Register(r);
+  kv_blocks_pulled_ = &blocks.Add({{"model_name", model_name}, {"source", "pulled"}});
+  kv_blocks_reused_ = &blocks.Add({{"model_name", model_name}, {"source", "reused"}});
+  kv_pull_failures_ = counter("tessera:kv_transfer_failures_total",
+                              "Disaggregation: KV pulls that failed (the prompt was computed here instead).");
+  kv_exported_ = gauge("tessera:kv_exported_requests",
+                       "Disaggregation, prefill side: requests whose KV blocks are pinned for a decode instance.");
   running_ = gauge("tessera:num_requests_running", "Number of sequences in model execution batches.");
   waiting_ = gauge("tessera:num_requests_waiting", "Number of sequences waiting to be processed.");
   kv_usage_ = gauge("tessera:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.");
@@ -145,6 +163,7 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   running_->Set(static_cast<double>(m.gauges.num_running));
   waiting_->Set(static_cast<double>(m.gauges.num_waiting));
   kv_usage_->Set(m.gauges.kv_usage);
+  kv_exported_->Set(static_cast<double>(m.gauges.num_exported));
   prefix_hit_rate_->Set(m.prefix_cache_hit_rate());
   std::lock_guard lock(mu_);
   const SchedulerCounters& c = m.counters;
@@ -155,6 +174,9 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   advance(prefix_hits_, c.prefix_cache_hits, last_.prefix_cache_hits);
   advance(preemptions_, c.preemptions, last_.preemptions);
   advance(steps_, c.steps, last_.steps);
+  advance(kv_blocks_pulled_, c.kv_blocks_pulled, last_.kv_blocks_pulled);
+  advance(kv_blocks_reused_, c.kv_blocks_reused, last_.kv_blocks_reused);
+  advance(kv_pull_failures_, c.kv_pull_failures, last_.kv_pull_failures);
   last_ = c;
   const SpecDecodeCounters& sp = m.spec;
   advance(spec_drafts_, sp.num_drafts, last_spec_.num_drafts);
@@ -198,6 +220,12 @@ void ServingMetrics::UpdateExpertLoad(const ExpertLoad& load) {
     if (now[i] > last_expert_[i]) expert_series_[i]->Increment(static_cast<double>(now[i] - last_expert_[i]));
   }
   last_expert_ = std::move(now);
+}
+
+void ServingMetrics::ObserveKvPull(int64_t bytes, double seconds) {
+  kv_pull_seconds_->Observe(seconds);
+  kv_pull_bytes_->Observe(static_cast<double>(bytes));
+  kv_bytes_total_->Increment(static_cast<double>(bytes));
 }
 
 std::string ServingMetrics::Serialize() const {

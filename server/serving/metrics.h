@@ -52,6 +52,9 @@ class ServingMetrics {
   // engine's counts. Series are bounded: past kMaxExpertSeries (layers x
   // experts) the counts are summed over layers and exported with layer="all".
   void UpdateExpertLoad(const ExpertLoad& load);
+  // Disaggregation, decode side: one successful KV pull (bytes, latency).
+  // Blocks pulled vs reused and failures come with UpdateFromScheduler.
+  void ObserveKvPull(int64_t bytes, double seconds);
   static constexpr int64_t kMaxExpertSeries = 4096;
   // Parallel groups: tessera:parallel_step_seconds_total{rank} and
   // tessera:parallel_collective_seconds_total{rank} advance to each rank's
@@ -76,6 +79,13 @@ class ServingMetrics {
   prometheus::Counter* success_abort_;
   prometheus::Family<prometheus::Counter>* rejected_;
   std::string model_name_;
+  prometheus::Histogram* kv_pull_seconds_;
+  prometheus::Histogram* kv_pull_bytes_;
+  prometheus::Counter* kv_bytes_total_;
+  prometheus::Counter* kv_blocks_pulled_;
+  prometheus::Counter* kv_blocks_reused_;
+  prometheus::Counter* kv_pull_failures_;
+  prometheus::Gauge* kv_exported_;
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;

@@ -87,6 +87,7 @@ void Generation::State::Apply(RequestOutput& out, GenerationUpdate* u) {
     u->prompt_logprobs.push_back(std::move(e));
     ++next_prompt_position;
   }
+  if (out.kv_export) u->kv_export = std::move(out.kv_export);
   if (out.index < 0 || out.index >= static_cast<int32_t>(choices.size())) return;
   Choice& c = choices[static_cast<size_t>(out.index)];
   if (c.ended) return;  // e.g. tokens after a matched stop string
@@ -224,6 +225,9 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     options.loop.on_finished = [m](const FinishedSequenceStats& st) {
       if (st.index == 0) m->ObserveQueueTime(st.queue_time_s);
     };
+    options.loop.on_kv_pull = [m](const KvPullEvent& ev) {
+      if (ev.ok) m->ObserveKvPull(ev.bytes, ev.seconds);
+    };
   }
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;
@@ -332,6 +336,8 @@ StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input,
   request.prompt_token_ids = std::move(input.prompt_token_ids);
   request.params = std::move(input.params);
   request.cache_keys = std::move(input.cache_keys);
+  request.export_kv = input.export_kv;
+  request.remote_kv = std::move(input.remote_kv);
   request.arrival_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 state->arrival.time_since_epoch()).count();
   auto notifier = std::make_shared<Generation::Notifier>();

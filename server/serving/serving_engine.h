@@ -78,6 +78,7 @@ struct GenerationUpdate {
   int64_t prompt_tokens = 0;                 // usage so far
   int64_t completion_tokens = 0;             // all choices together
   int64_t cached_tokens = 0;                 // prompt tokens served from the prefix cache
+  std::optional<KvExportInfo> kv_export;  // exported request: where a decode pulls its KV
   bool finished = false;  // every choice has ended: this is the last update
   Status status;          // non-OK: the request failed; terminal (finished is true)
 };
@@ -89,6 +90,8 @@ struct GenerateInput {
   bool skip_special_tokens = true;      // in the returned text
   bool include_stop_str_in_output = false;
   std::vector<uint64_t> cache_keys;     // see Request::cache_keys
+  bool export_kv = false;               // see Request::export_kv (--role prefill)
+  std::optional<RemoteKvSource> remote_kv;  // see Request::remote_kv (--role decode)
 };
 
 // One submitted request. Shared by the front end and the engine's callback.
@@ -162,6 +165,8 @@ class ServingEngine {
   Status group_error() const { return loop_->group_error(); }
   std::vector<parallel::RankTimes> rank_times() const { return loop_->rank_times(); }
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
+  // Null unless served with --role prefill|decode.
+  const KvTransport* kv_transport() const { return loop_->kv_transport(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.

@@ -1,0 +1,224 @@
+#include "engine/kv_transfer/ucx_agent.h"
+
+#include <poll.h>
+
+#include <ucp/api/ucp.h>
+
+namespace tessera {
+namespace {
+
+Status UcxError(const std::string& what, ucs_status_t s) {
+  return Status(StatusCode::kUnavailable, "ucx: " + what + ": " + ucs_status_string(s));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxAgentOptions& options) {
+  auto agent = std::unique_ptr<UcxAgent>(new UcxAgent());
+  // Only network transports detect a dead peer; asking for it with shared
+  // memory alone fails endpoint creation (and logs a UCX error).
+  const std::string& tls = options.tls;
+  agent->peer_error_handling_ = tls.empty();
+  for (const char* net : {"tcp", "rc", "ud", "dc", "ib", "all"}) {
+    if (tls.find(net) != std::string::npos) agent->peer_error_handling_ = true;
+  }
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) return UcxError("reading the configuration", s);
+  if (!options.tls.empty()) {
+    s = ucp_config_modify(config, "TLS", options.tls.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return InvalidArgument("ucx: transports '" + options.tls + "': " + ucs_status_string(s));
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  s = ucp_init(&params, config, &agent->context_);
+  ucp_config_release(config);
+  if (s != UCS_OK) return UcxError("ucp_init (transports '" + options.tls + "')", s);
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;
+  s = ucp_worker_create(agent->context_, &wp, &agent->worker_);
+  if (s != UCS_OK) return UcxError("creating the worker", s);
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  s = ucp_worker_get_address(agent->worker_, &addr, &len);
+  if (s != UCS_OK) return UcxError("worker address", s);
+  agent->address_.assign(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(agent->worker_, addr);
+  s = ucp_worker_get_efd(agent->worker_, &agent->efd_);
+  if (s != UCS_OK) return UcxError("worker event fd", s);
+  agent->progress_ = std::thread([a = agent.get()] { a->ProgressLoop(); });
+  return agent;
+}
+
+UcxAgent::~UcxAgent() {
+  stop_.store(true);
+  if (progress_.joinable()) progress_.join();
+  if (worker_ != nullptr) {
+    for (auto& [addr, ep] : eps_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+        ucp_request_free(r);
+      }
+    }
+    for (ucp_mem_h m : memh_) ucp_mem_unmap(context_, m);
+    ucp_worker_destroy(worker_);
+  }
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+// Drives the worker while nobody else does; sleeps on its event fd (100 ms
+// at most, so Stop is noticed).
+void UcxAgent::ProgressLoop() {
+  while (!stop_.load()) {
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    const ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) continue;
+    pollfd pfd{efd_, POLLIN, 0};
+    (void)poll(&pfd, 1, 100);
+  }
+}
+
+StatusOr<UcxRegion> UcxAgent::Register(void* ptr, uint64_t bytes) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = ptr;
+  mp.length = bytes;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t s = ucp_mem_map(context_, &mp, &memh);
+  if (s != UCS_OK) return UcxError("registering " + std::to_string(bytes) + " bytes", s);
+  memh_.push_back(memh);
+  void* buf = nullptr;
+  size_t size = 0;
+  s = ucp_rkey_pack(context_, memh, &buf, &size);
+  if (s != UCS_OK) return UcxError("packing a remote key", s);
+  UcxRegion r;
+  r.base = reinterpret_cast<uint64_t>(ptr);
+  r.rkey.assign(static_cast<const char*>(buf), size);
+  ucp_rkey_buffer_release(buf);
+  return r;
+}
+
+namespace {
+
+// A peer's failure is reported by the operations on its endpoint (Get fails
+// and drops it); this only keeps UCX from treating the error as unhandled.
+void OnEndpointError(void* /*arg*/, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {}
+
+}  // namespace
+
+StatusOr<ucp_ep*> UcxAgent::Endpoint(const std::string& peer_address) {
+  std::lock_guard lock(eps_mu_);
+  if (auto it = eps_.find(peer_address); it != eps_.end()) return it->second;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.err_handler.cb = OnEndpointError;
+  ep.err_handler.arg = nullptr;
+  ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_ep_h h = nullptr;
+  if (!peer_error_handling_) ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  ucs_status_t s = ucp_ep_create(worker_, &ep, &h);
+  if (s == UCS_ERR_UNREACHABLE && ep.err_mode != UCP_ERR_HANDLING_MODE_NONE) {
+    // Shared-memory transports have no peer-failure handling; a dead peer then
+    // shows as a failed read (CMA) or the pull's timeout.
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    s = ucp_ep_create(worker_, &ep, &h);
+  }
+  if (s != UCS_OK) return UcxError("connecting to the peer", s);
+  eps_[peer_address] = h;
+  return h;
+}
+
+void UcxAgent::DropPeer(const std::string& peer_address) {
+  ucp_ep_h ep = nullptr;
+  {
+    std::lock_guard lock(eps_mu_);
+    auto it = eps_.find(peer_address);
+    if (it == eps_.end()) return;
+    ep = it->second;
+    eps_.erase(it);
+  }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+  if (UCS_PTR_IS_PTR(r)) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+    ucp_request_free(r);
+  }
+}
+
+Status UcxAgent::Get(const std::string& peer_address, const std::vector<UcxRegion>& regions,
+                     const std::vector<UcxRead>& reads, std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(ucp_ep* ep, Endpoint(peer_address));
+  std::vector<ucp_rkey_h> rkeys;
+  Status status = Status::Ok();
+  for (const UcxRegion& r : regions) {
+    ucp_rkey_h k = nullptr;
+    const ucs_status_t s = ucp_ep_rkey_unpack(ep, r.rkey.data(), &k);
+    if (s != UCS_OK) {
+      status = UcxError("unpacking a remote key", s);
+      break;
+    }
+    rkeys.push_back(k);
+  }
+  std::vector<ucs_status_ptr_t> pending;
+  for (size_t i = 0; status.ok() && i < reads.size(); ++i) {
+    const UcxRead& rd = reads[i];
+    if (rd.region < 0 || static_cast<size_t>(rd.region) >= rkeys.size()) {
+      status = InvalidArgument("ucx: read of an unknown region");
+      break;
+    }
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_get_nbx(ep, rd.local, rd.bytes, rd.remote_addr, rkeys[rd.region], &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      status = UcxError("get", UCS_PTR_STATUS(r));
+      break;
+    }
+    if (r != nullptr) pending.push_back(r);
+  }
+  // Flush: completes the gets (and reports a dead peer).
+  if (status.ok()) {
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      status = UcxError("flush", UCS_PTR_STATUS(r));
+    } else if (r != nullptr) {
+      pending.push_back(r);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
+  for (ucs_status_ptr_t r : pending) {
+    ucs_status_t s;
+    while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+      if (!timed_out && std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        ucp_request_cancel(worker_, r);
+      }
+      ucp_worker_progress(worker_);
+    }
+    if (s != UCS_OK && status.ok()) {
+      status = timed_out ? Status(StatusCode::kDeadlineExceeded, "ucx: transfer timed out")
+                         : UcxError("transfer", s);
+    }
+    ucp_request_free(r);
+  }
+  for (ucp_rkey_h k : rkeys) ucp_rkey_destroy(k);
+  if (!status.ok()) DropPeer(peer_address);
+  return status;
+}
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+// InstanceRegistry: the router's view of its prefill and decode instances —
+// from flags or a JSON file re-read when it changes — with their load
+// (outstanding tokens the router sent them, plus running and waiting
+// sequences polled from their /metrics) and health. An instance that fails a
+// call or a poll leaves rotation and is retried with exponential backoff.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tessera {
+
+enum class InstanceRole { kPrefill, kDecode };
+const char* InstanceRoleName(InstanceRole role);
+
+struct InstanceRef {
+  std::string address;  // host:port
+  std::string host;
+  int port = 0;
+};
+
+struct InstanceSnapshot {
+  InstanceRef ref;
+  InstanceRole role = InstanceRole::kDecode;
+  bool healthy = true;
+  int64_t outstanding_tokens = 0;
+  int64_t queue_depth = 0;  // running + waiting sequences at the last poll
+};
+
+class InstanceRegistry {
+ public:
+  struct Options {
+    std::vector<std::string> prefill, decode;
+    std::string file;
+    std::chrono::milliseconds poll_interval{500};
+  };
+  static StatusOr<std::unique_ptr<InstanceRegistry>> Create(const Options& options);
+  ~InstanceRegistry();
+
+  // The healthy instance of `role` with the least load, skipping `exclude`;
+  // nullopt when none. Load: outstanding tokens + 256 per queued sequence.
+  std::optional<InstanceRef> Pick(InstanceRole role, const std::vector<std::string>& exclude = {});
+  void AddOutstanding(const std::string& address, int64_t tokens);
+  // A call failed: out of rotation until a poll succeeds (backoff 0.25 s .. 8 s).
+  void MarkFailed(const std::string& address);
+  std::vector<InstanceSnapshot> Snapshot() const;
+  bool AnyHealthy(InstanceRole role) const;
+
+ private:
+  struct Instance {
+    InstanceRef ref;
+    InstanceRole role;
+    bool healthy = true;
+    int64_t outstanding = 0;
+    int64_t queue = 0;
+    std::chrono::milliseconds backoff{0};
+    std::chrono::steady_clock::time_point next_poll{};
+  };
+  InstanceRegistry() = default;
+  Status SetLists(const std::vector<std::string>& prefill, const std::vector<std::string>& decode);
+  void ReloadFile();
+  void PollLoop();
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Instance> instances_;  // by "role/address"
+  std::string file_stamp_;
+  bool stop_ = false;
+  std::thread poller_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,32 @@
+// vLLM's `kv_transfer_params` request/response field (its P/D connector
+// handshake), shared by the instances' OpenAI routes and the router:
+//   to a prefill:   {"do_remote_decode": true}
+//   its response:   {"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id",
+//                    "remote_block_ids", "remote_host", "remote_port", "remote_request_id"}
+//   to a decode:    that object as it came back
+// so an external router that speaks it can drive Tessera's instances.
+#pragma once
+
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/engine_loop.h"
+#include "scheduler/request.h"
+#include "server/http/responses.h"
+
+namespace tessera {
+
+struct KvTransferRequest {
+  bool do_remote_decode = false;           // prefill: export the prompt's KV
+  std::optional<RemoteKvSource> remote;    // decode: pull it from here
+};
+
+// Reads body["kv_transfer_params"] (absent or null: nothing asked). 400 naming
+// the field on a wrong type or an incomplete do_remote_prefill object.
+std::optional<ApiError> ParseKvTransferParams(const nlohmann::ordered_json& body, KvTransferRequest* out);
+
+// The prefill response's kv_transfer_params for `info`.
+nlohmann::ordered_json KvTransferParamsJson(const KvExportInfo& info);
+
+}  // namespace tessera

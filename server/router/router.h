@@ -1,0 +1,45 @@
+// `tessera serve --role router`: the disaggregated front (DESIGN §6). The same
+// OpenAI HTTP API as a unified server (/v1/completions, /v1/chat/completions,
+// streaming included), no model loaded. For each request: tokenize on an
+// instance; prompts of at least --prefill-threshold tokens go to a prefill
+// instance (max_tokens 1, kv_transfer_params.do_remote_decode), whose
+// kv_transfer_params are handed to a decode instance that pulls the KV and
+// streams through the router; shorter prompts go straight to decode.
+// Faults: a failed prefill is retried on another, then the decode recomputes;
+// a decode that dies mid-stream is replaced by another one given prompt +
+// tokens so far, so the client's stream continues without loss or repeat.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace tessera {
+
+struct RouterFlags {
+  std::vector<std::string> prefill_instances;  // host:port (HTTP)
+  std::vector<std::string> decode_instances;
+  std::string instances_file;  // JSON {"prefill": [...], "decode": [...]}, re-read when it changes
+  int64_t prefill_threshold = 128;  // prompt tokens; shorter prompts skip the prefill pool
+  double poll_interval_s = 0.5;     // load and health polling of each instance
+  int max_migrations = 3;           // decode replacements per choice before the request fails
+};
+
+struct RouterServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string port_file;
+  std::vector<std::string> api_keys;
+  uint64_t max_body_bytes = 8u << 20;
+  int64_t idle_timeout_s = 60;
+  int64_t drain_timeout_s = 30;
+  RouterFlags flags;
+};
+
+void AddRouterFlags(CLI::App* cmd, RouterFlags* flags);
+
+// Serves until SIGINT/SIGTERM (then drains); the process exit code.
+int RunRouter(const RouterServeOptions& options);
+
+}  // namespace tessera

@@ -1,0 +1,405 @@
+#!/usr/bin/python3
+"""Prefill/decode disaggregation end to end (stdlib only): `tessera serve --role`.
+
+    /usr/bin/python3 tests/e2e/test_disaggregation.py --tessera build/tessera [--keep]
+
+Real processes on 127.0.0.1: a unified instance (the reference), two prefill
+and two decode instances (KV bytes over UCX tcp), a router in front of them, a
+decode whose transfers fail (--kv-transfer-fault drop), and decodes serving a
+model with other weights and one with another layout.
+
+Exactness: greedy tokens through router -> prefill -> decode are those of the
+unified instance, for prompts of many blocks, streamed and not, chat and
+completions, n > 1, and a decode that already holds part of the prompt in its
+prefix cache (it pulls only the rest). Bad input: another model or layout, an
+unknown handle, a forged block id are refused (the decode then computes the
+prompt itself: same output). Faults: a prefill killed (-9) while it holds the
+request (the router retries on the other prefill, then lets decode
+recompute); a transfer that fails mid-way (recompute); a decode killed (-9)
+mid-stream (the router resumes the choice on the other decode: one unbroken
+stream, every token once). Survivors end with no KV blocks in use. A router
+fed by --instances-file follows the file as it changes.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Results, Server, get_metrics, request, stream_events  # noqa: E402
+
+BLOCK = 16
+LONG = [(i * 7919) % 150000 + 100 for i in range(150)]  # 9 full blocks + a partial one
+LONG2 = [(i * 104729) % 150000 + 100 for i in range(100)]
+COMMON = dict(temperature=0, max_tokens=12, return_token_ids=True)
+
+
+def synth(tessera, out, *extra):
+    r = subprocess.run([tessera, "--log-level", "warn", "synth", "--arch", "qwen3", "--size", "tiny", "--dtype", "f32",
+                        "--out", out, *extra], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    return out
+
+
+def ports(srv):
+    with open(srv.port_file) as f:
+        return json.load(f)
+
+
+def post(port, path, body, timeout=60):
+    status, _, parsed = request(port, "POST", path, body, timeout=timeout)
+    return status, parsed
+
+
+def completion_ids(port, prompt, **extra):
+    status, body = post(port, "/v1/completions", dict(COMMON, prompt=prompt, **extra))
+    assert status == 200, (status, body)
+    return [(c["token_ids"], c["text"], c["finish_reason"]) for c in sorted(body["choices"], key=lambda c: c["index"])]
+
+
+def streamed(port, path, body):
+    status, _, events, done = stream_events(port, path, dict(body, stream=True), timeout=120)
+    assert status == 200 and done, (status, events[:2])
+    out = {}
+    for e in events:
+        for c in e["choices"]:
+            o = out.setdefault(c["index"], {"ids": [], "text": "", "finish": None})
+            o["ids"] += c.get("token_ids") or []
+            o["text"] += c.get("text") or (c.get("delta") or {}).get("content") or ""
+            o["finish"] = c.get("finish_reason") or o["finish"]
+    return [(o["ids"], o["text"], o["finish"]) for _, o in sorted(out.items())]
+
+
+def metric(port, name):
+    return get_metrics(port).get(name, 0.0)
+
+
+def prefill_export(port, prompt):
+    """The vLLM handshake by hand: prefill with do_remote_decode; returns its kv_transfer_params."""
+    status, body = post(port, "/v1/completions", dict(COMMON, prompt=prompt, max_tokens=1,
+                                                      kv_transfer_params={"do_remote_decode": True}))
+    assert status == 200, (status, body)
+    kv = body.get("kv_transfer_params")
+    assert kv and kv["do_remote_prefill"] is True and kv["remote_block_ids"], body
+    assert len(kv["remote_block_ids"]) == len(prompt) // BLOCK, kv
+    return kv
+
+
+def wait_until(fn, timeout=15, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    tessera = os.path.abspath(args.tessera)
+    workdir = tempfile.mkdtemp(prefix="tessera-e2e-pd-")
+    res = Results()
+    start = time.time()
+    servers = []
+    try:
+        model = synth(tessera, os.path.join(workdir, "m"))
+        other = synth(tessera, os.path.join(workdir, "other"), "--seed", "1")
+        deeper = synth(tessera, os.path.join(workdir, "deeper"), "--set", "num_hidden_layers=3")
+        base = ["--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048", "--served-model-name", "m"]
+        kv = ["--kv-ucx-tls", "tcp,self"]
+
+        def start_srv(name, role, extra=(), m=model):
+            s = Server(tessera, ["--model", m, "--role", role, *base, *(kv if role != "unified" else []), *extra],
+                       workdir, name)
+            servers.append(s)
+            return s
+        uni = start_srv("unified", "unified")
+        p1 = start_srv("prefill1", "prefill", ["--kv-pin-timeout", "5"])
+        p2 = start_srv("prefill2", "prefill", ["--kv-pin-timeout", "5"])
+        d1 = start_srv("decode1", "decode")
+        d2 = start_srv("decode2", "decode")
+        dfault = start_srv("decode-fault", "decode", ["--kv-transfer-fault", "drop"])
+        dother = start_srv("decode-other", "decode", m=other)
+        ddeep = start_srv("decode-deeper", "decode", m=deeper)
+        for s in servers:
+            if not res.run(f"{s.name} ready", lambda s=s: s.wait_ready(timeout=180)):
+                return res.summary(start)
+        P1, P2, D1, D2 = (s.port for s in (p1, p2, d1, d2))
+        router = Server(tessera, ["--role", "router", "--prefill-instances", f"127.0.0.1:{P1},127.0.0.1:{P2}",
+                                  "--decode-instances", f"127.0.0.1:{D1},127.0.0.1:{D2}", "--prefill-threshold",
+                                  "32", "--router-poll-interval", "0.2"], workdir, "router")
+        servers.append(router)
+        if not res.run("router ready", lambda: router.wait_ready(timeout=30)):
+            return res.summary(start)
+        R, U = router.port, uni.port
+        ref = {}
+
+        def reference():
+            ref["long"] = completion_ids(U, LONG)
+            ref["long2"] = completion_ids(U, LONG2)
+            ref["mixed"] = completion_ids(U, LONG[:64] + LONG2)
+            ref["short"] = completion_ids(U, LONG[:10])
+            ref["n2"] = completion_ids(U, LONG, n=2, temperature=0.8, seed=5, max_tokens=10)
+            ref["long_stream"] = completion_ids(U, LONG2, max_tokens=400, ignore_eos=True)
+        if not res.run("reference outputs from the unified instance", reference):
+            return res.summary(start)
+
+        def pulled():
+            return metric(D1, "tessera:kv_transfer_blocks_total") + metric(D2, "tessera:kv_transfer_blocks_total")
+
+        def exact_completions():
+            before = pulled()
+            assert completion_ids(R, LONG) == ref["long"]
+            assert pulled() >= before + len(LONG) // BLOCK - 0, "the decode pulled no blocks"
+            skipped = get_metrics(R).get("tessera:router_prefill_skipped_total", 0)
+            assert completion_ids(R, LONG[:10]) == ref["short"]  # short: straight to decode
+            m = get_metrics(R)
+            assert m["tessera:router_prefill_skipped_total"] == skipped + 1
+            assert m["tessera:router_prefill_seconds_count"] >= 1 and m["tessera:router_time_to_first_token_seconds_count"] >= 2, m
+            d = get_metrics(D1 if metric(D1, "tessera:kv_transfer_seconds_count") else D2)
+            assert d["tessera:kv_transfer_seconds_count"] >= 1 and d["tessera:kv_transfer_bytes_total"] > 0, d
+        res.run("router: greedy completions == unified (9 blocks pulled; short prompt skips prefill)",
+                exact_completions)
+        res.run("router: streamed completion == unified",
+                lambda: _eq(streamed(R, "/v1/completions", dict(COMMON, prompt=LONG2)), ref["long2"]))
+        res.run("router: n=2 seeded sampling == unified",
+                lambda: _eq(completion_ids(R, LONG, n=2, temperature=0.8, seed=5, max_tokens=10), ref["n2"]))
+
+        def chat_same():
+            msgs = [{"role": "user", "content": "Tell me about caches. " * 12}]
+            st, want = post(U, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
+            assert st == 200, want
+            st, got = post(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
+            assert st == 200, got
+            assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"], (got, want)
+            assert got["usage"] == want["usage"], (got["usage"], want["usage"])
+            s = streamed(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
+            assert s[0][1] == want["choices"][0]["message"]["content"], (s, want)
+        res.run("router: chat (plain and streamed) == unified", chat_same)
+
+        def instances_file():
+            path = os.path.join(workdir, "instances.json")
+
+            def write(decodes):
+                with open(path + ".tmp", "w") as f:
+                    json.dump({"prefill": [], "decode": [f"127.0.0.1:{p}" for p in decodes]}, f)
+                os.replace(path + ".tmp", path)
+            write([D1])
+            r2 = Server(tessera, ["--role", "router", "--instances-file", path, "--router-poll-interval", "0.1"],
+                        workdir, "router-file")
+            servers.append(r2)
+            r2.wait_ready(timeout=30)
+            for target, other in ((D1, D2), (D2, D1)):
+                if target == D2:
+                    write([D2])
+                    time.sleep(0.6)  # a few polls: the file is re-read when it changes
+                g0, o0 = metric(target, "tessera:generation_tokens_total"), metric(other, "tessera:generation_tokens_total")
+                assert completion_ids(r2.port, LONG[:10]) == ref["short"]
+                assert metric(target, "tessera:generation_tokens_total") > g0, f"not served by {target}"
+                assert metric(other, "tessera:generation_tokens_total") == o0
+            r2.stop()
+        res.run("router --instances-file: the decode pool follows the file as it changes", instances_file)
+
+        def partial_prefix_hit():
+            # D1 computes LONG2 itself; then LONG[:64] + LONG2 shares nothing... so warm LONG[:64] first.
+            assert completion_ids(D1, LONG[:64] + [5]) is not None  # 4 full blocks now cached on D1
+            kvp = prefill_export(P1, LONG[:64] + LONG2)
+            m0 = get_metrics(D1)
+            got = completion_ids(D1, LONG[:64] + LONG2, kv_transfer_params=kvp)
+            assert got == ref["mixed"], (got, ref["mixed"])
+            m1 = get_metrics(D1)
+            pulled_now = m1["tessera:kv_transfer_blocks_total"] - m0["tessera:kv_transfer_blocks_total"]
+            assert m1["tessera:kv_transfer_bytes_total"] > m0.get("tessera:kv_transfer_bytes_total", 0)
+            # 164 tokens: 10 full blocks; 4 found locally, 6 pulled.
+            assert pulled_now == 10, pulled_now  # pulled + reused
+            body = request(D1, "GET", "/metrics")[1]["_body"]
+            reused = [ln for ln in body.splitlines() if ln.startswith("tessera:kv_transfer_blocks_total")
+                      and 'source="reused"' in ln]
+            assert reused and float(reused[0].split()[-1]) >= 4, reused
+        res.run("decode with 4 of 10 blocks in its prefix cache pulls the other 6; output == unified",
+                partial_prefix_hit)
+
+        fresh_count = [0]
+
+        def fresh():
+            """A 150-token prompt no decode has cached (its first token differs)."""
+            fresh_count[0] += 1
+            return [60000 + fresh_count[0]] + LONG[1:]
+
+        def refused(decode, kvp, words, prompt):
+            f0 = metric(decode.port, "tessera:kv_transfer_failures_total")
+            got = completion_ids(decode.port, prompt, kv_transfer_params=kvp)
+            assert got == completion_ids(U, prompt), "recompute after a refused pull must give the same output"
+            assert metric(decode.port, "tessera:kv_transfer_failures_total") == f0 + 1
+            tail = decode.log_tail(40)
+            for w in words:
+                assert w in tail, f"{w!r} not in the decode log:\n{tail}"
+
+        def unknown_handle():
+            prompt = fresh()
+            kvp = prefill_export(P1, prompt)
+            refused(d2, dict(kvp, remote_request_id="no-such-handle"), ["unknown transfer handle"], prompt)
+        res.run("unknown transfer handle: refused, decode recomputes (same output)", unknown_handle)
+
+        def forged_block():
+            prompt = fresh()
+            kvp = prefill_export(P1, prompt)
+            refused(d2, dict(kvp, remote_block_ids=[10 ** 8] + kvp["remote_block_ids"][1:]),
+                    ["outside the KV pool"], prompt)
+            prompt = fresh()
+            kvp = prefill_export(P1, prompt)  # a real block id, of another request
+            other_kvp = prefill_export(P1, LONG2)
+            refused(d2, dict(kvp, remote_block_ids=other_kvp["remote_block_ids"][:1] + kvp["remote_block_ids"][1:]),
+                    ["is not part of transfer"], prompt)
+        res.run("forged block id (out of range, or not the handle's): refused, nothing written", forged_block)
+
+        def other_model():
+            kvp = prefill_export(P1, LONG)
+            st, body = post(dother.port, "/v1/completions", dict(COMMON, prompt=LONG, kv_transfer_params=kvp))
+            assert st == 200, body
+            assert "different models" in dother.log_tail(40), dother.log_tail(40)
+        res.run("decode serving other weights: refused at handshake (different models)", other_model)
+
+        def other_layout():
+            kvp = prefill_export(P1, LONG)
+            st, body = post(ddeep.port, "/v1/completions", dict(COMMON, prompt=LONG, kv_transfer_params=kvp))
+            assert st == 200, body
+            tail = ddeep.log_tail(40)
+            assert "KV layouts differ" in tail and "num_layers 2 at the exporting instance vs 3" in tail, tail
+        res.run("decode with another layout (3 layers): refused at handshake naming the field", other_layout)
+
+        def bad_params():
+            for kvp, field in (({"do_remote_prefill": True, "remote_host": "127.0.0.1", "remote_port": "x",
+                                 "remote_request_id": "a", "remote_block_ids": [1]}, "kv_transfer_params.remote_port"),
+                               ({"do_remote_prefill": True, "remote_host": "127.0.0.1", "remote_port": P1,
+                                 "remote_request_id": "a", "remote_block_ids": [-1]},
+                                "kv_transfer_params.remote_block_ids"),
+                               ("yes", "kv_transfer_params")):
+                st, body = post(D1, "/v1/completions", dict(COMMON, prompt=LONG, kv_transfer_params=kvp))
+                assert st == 400 and body["error"]["param"] == field, (st, body)
+            st, body = post(U, "/v1/completions", dict(COMMON, prompt=LONG, kv_transfer_params={"do_remote_decode": True}))
+            assert st == 400 and "--role prefill" in body["error"]["message"], body
+        res.run("malformed kv_transfer_params -> 400 naming the field; unified instance refuses them", bad_params)
+
+        def transfer_fault():
+            prompt = fresh()
+            kvp = prefill_export(P2, prompt)
+            refused(dfault, kvp, ["connection dropped"], prompt)
+        res.run("transfer that fails mid-way: decode recomputes, same output", transfer_fault)
+
+        def prefills_idle():
+            for s in (p1, p2):
+                wait_until(lambda s=s: metric(s.port, "tessera:kv_exported_requests") == 0 and
+                           metric(s.port, "tessera:kv_cache_usage_perc") == 0, 15, f"{s.name}: nothing pinned")
+        res.run("prefills: pinned blocks freed (acknowledged, or after the 5 s pin timeout)", prefills_idle)
+
+        def prefill_killed():
+            # Loads are equal, so the router picks the prefill whose address sorts first. It is
+            # frozen while the router's call is in flight, then killed: the router retries on the other.
+            first, second = sorted((p1, p2), key=lambda s: f"127.0.0.1:{s.port}")
+            first.proc.send_signal(signal.SIGSTOP)
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault("r", completion_ids(R, LONG2)))
+            calls = lambda: sum(v for k, v in _labeled(R, "tessera:router_decisions_total").items() if "prefill" in k)
+            c0 = calls()
+            t.start()
+            time.sleep(1.0)
+            first.proc.send_signal(signal.SIGKILL)
+            t.join(60)
+            assert out.get("r") == ref["long2"], out
+            dec = _labeled(R, "tessera:router_decisions_total")
+            assert any(f"127.0.0.1:{first.port}" in k and 'outcome="failed"' in k for k in dec), dec
+            assert calls() >= c0 + 1
+            # With no prefill left the decode computes the prompt itself.
+            second.proc.send_signal(signal.SIGKILL)
+            second.proc.wait()
+            assert completion_ids(R, LONG) == ref["long"]
+        res.run("prefill killed -9 holding the request: retried on the other prefill; none left: decode recomputes",
+                prefill_killed)
+
+        def decode_killed():
+            body = dict(COMMON, prompt=LONG2, max_tokens=400, ignore_eos=True, stream=True)
+            conn = http.client.HTTPConnection("127.0.0.1", R, timeout=120)
+            conn.request("POST", "/v1/completions", body=json.dumps(body).encode(),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            ids, text, finish, killed = [], "", None, None
+            for line in resp:
+                line = line.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                ev = json.loads(data)
+                assert "error" not in ev, ev
+                for c in ev["choices"]:
+                    ids += c.get("token_ids") or []
+                    text += c.get("text") or ""
+                    finish = c.get("finish_reason") or finish
+                if killed is None and len(ids) >= 20:
+                    for d in (d1, d2):
+                        if metric(d.port, "tessera:num_requests_running") > 0:
+                            killed = d
+                            d.proc.send_signal(signal.SIGKILL)
+                            break
+            conn.close()
+            assert killed is not None, "no decode was running the request"
+            want_ids, want_text, want_finish = ref["long_stream"][0]
+            assert ids == want_ids, f"{len(ids)} ids vs {len(want_ids)}; first diff at " \
+                f"{next((i for i, (a, b) in enumerate(zip(ids, want_ids)) if a != b), min(len(ids), len(want_ids)))}"
+            assert finish == want_finish == "length"
+            assert text == want_text, "streamed text differs from the unified output"
+            assert get_metrics(R)["tessera:router_migrations_total"] >= 1
+            state["survivor"] = d2 if killed is d1 else d1
+        state = {}
+        res.run("decode killed -9 mid-stream: the router resumes on the other decode, every token once",
+                decode_killed)
+
+        def no_leaks():
+            for s in [state.get("survivor"), dfault, dother, ddeep]:
+                if s is None:
+                    continue
+                wait_until(lambda s=s: metric(s.port, "tessera:kv_cache_usage_perc") == 0, 10,
+                           f"{s.name}: KV usage back to 0")
+                assert metric(s.port, "tessera:kv_exported_requests") == 0
+        res.run("survivors: KV usage back to idle, nothing left pinned", no_leaks)
+
+        res.run("router: SIGTERM -> exit 0", lambda: _eq(router.terminate_and_wait(), 0))
+    finally:
+        for s in servers:
+            s.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print("kept", workdir)
+    return res.summary(start)
+
+
+def _labeled(port, name):
+    body = request(port, "GET", "/metrics")[1]["_body"]
+    out = {}
+    for line in body.splitlines():
+        if line.startswith(name + "{"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def _eq(a, b):
+    assert a == b, (a, b)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+// The scheduler's disaggregation hooks: an exporting request keeps its prompt's
+// full blocks after it ends until released; a request with a remote KV source
+// gets fresh blocks for exactly the full blocks its prefix cache lacks, and
+// after a successful load is admitted with them as a prefix hit (after a failed
+// one it computes everything). Plain ids only, no tensors.
+#include <gtest/gtest.h>
+
+#include "scheduler/scheduler.h"
+
+namespace tessera {
+namespace {
+
+SchedulerOptions Options(int32_t blocks) {
+  SchedulerOptions o;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 64;
+  o.kv = {blocks, 4, true};
+  o.limits.max_model_len = 1 << 12;
+  o.limits.vocab_size = 1000;
+  return o;
+}
+
+Request Req(const std::string& id, int prompt_len, int max_tokens, int first = 10) {
+  Request r;
+  r.id = id;
+  for (int i = 0; i < prompt_len; ++i) r.prompt_token_ids.push_back(first + i);
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+// Runs steps until nothing is left; every sampled sequence gets token 7.
+void RunAll(Scheduler& s) {
+  for (int i = 0; i < 100 && s.HasUnfinished(); ++i) {
+    SchedulerOutput plan = s.Schedule();
+    std::vector<SampledTokens> sampled;
+    for (const ScheduledSequence& ss : plan.seqs) {
+      if (ss.sample) sampled.push_back({ss.seq_id, {7}});
+    }
+    ASSERT_TRUE(s.UpdateFromOutput(sampled).ok());
+  }
+}
+
+TEST(SchedulerKvTransferTest, ExportKeepsPromptBlocksUntilReleased) {
+  auto s = std::move(Scheduler::Create(Options(16))).value();
+  Request r = Req("p", 10, 1);  // 2 full blocks of 4 + 2 tokens
+  r.export_kv = true;
+  ASSERT_TRUE(s->AddRequest(std::move(r)).ok());
+  RunAll(*s);
+  std::vector<KvExport> ex = s->TakeExports();
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0].request_id, "p");
+  EXPECT_EQ(ex[0].blocks.size(), 2u);
+  EXPECT_EQ(ex[0].hashes.size(), 2u);
+  EXPECT_EQ(s->num_exported(), 1);
+  EXPECT_GT(s->kv_cache().Usage(), 0.0);  // pinned
+  s->ReleaseExport("p");
+  EXPECT_EQ(s->num_exported(), 0);
+  EXPECT_EQ(s->kv_cache().Usage(), 0.0);
+  s->ReleaseExport("p");  // twice: no-op
+  EXPECT_EQ(s->metrics().counters.kv_exports, 1);
+}
+
+TEST(SchedulerKvTransferTest, AbortedExportPinsNothing) {
+  auto s = std::move(Scheduler::Create(Options(16))).value();
+  Request r = Req("p", 10, 5);
+  r.export_kv = true;
+  ASSERT_TRUE(s->AddRequest(std::move(r)).ok());
+  ASSERT_TRUE(s->AbortRequest("p").ok());
+  EXPECT_TRUE(s->TakeExports().empty());
+  EXPECT_EQ(s->kv_cache().Usage(), 0.0);
+}
+
+TEST(SchedulerKvTransferTest, ExportNeedsOneChoice) {
+  auto s = std::move(Scheduler::Create(Options(16))).value();
+  Request r = Req("p", 10, 1);
+  r.export_kv = true;
+  r.params.n = 2;
+  EXPECT_EQ(s->AddRequest(std::move(r)).code(), StatusCode::kInvalidArgument);
+}
+
+Request Remote(const std::string& id, int prompt_len, std::vector<int32_t> remote_blocks) {
+  Request r = Req(id, prompt_len, 2);
+  r.remote_kv = RemoteKvSource{"127.0.0.1", 1234, "h-" + id, "e", std::move(remote_blocks)};
+  return r;
+}
+
+TEST(SchedulerKvTransferTest, LoadsOnlyBlocksMissingFromThePrefixCache) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  // 8 tokens computed locally: 2 full blocks cached.
+  ASSERT_TRUE(s->AddRequest(Req("warm", 8, 1)).ok());
+  RunAll(*s);
+  // 17 tokens: 4 full blocks; the remote holds all 4; 2 are here already.
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  std::vector<KvLoad> loads = s->PlanKvLoads();
+  ASSERT_EQ(loads.size(), 1u);
+  EXPECT_EQ(loads[0].reused_blocks, 2);
+  EXPECT_EQ(loads[0].remote_blocks, (std::vector<int32_t>{42, 43}));
+  EXPECT_EQ(loads[0].local_blocks.size(), 2u);
+  EXPECT_EQ(loads[0].num_tokens, 16);
+  EXPECT_TRUE(s->PlanKvLoads().empty());  // tried once
+  s->FinishKvLoad(loads[0], /*ok=*/true);
+  SchedulerOutput plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].start_position, 16);  // only the last token is computed here
+  EXPECT_EQ(plan.seqs[0].block_ids[2], loads[0].local_blocks[0]);
+  EXPECT_EQ(plan.seqs[0].block_ids[3], loads[0].local_blocks[1]);
+  EXPECT_EQ(s->metrics().counters.kv_blocks_pulled, 2);
+  EXPECT_EQ(s->metrics().counters.kv_blocks_reused, 2);
+}
+
+TEST(SchedulerKvTransferTest, FailedLoadRecomputesAndCachesNothing) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  std::vector<KvLoad> loads = s->PlanKvLoads();
+  ASSERT_EQ(loads.size(), 1u);
+  EXPECT_EQ(loads[0].local_blocks.size(), 4u);
+  s->FinishKvLoad(loads[0], /*ok=*/false);
+  EXPECT_EQ(s->kv_cache().Usage(), 0.0);
+  SchedulerOutput plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].start_position, 0);  // nothing was taken from the failed load
+  EXPECT_EQ(s->metrics().counters.kv_pull_failures, 1);
+}
+
+TEST(SchedulerKvTransferTest, RemoteSourceNeverCoversTheLastPromptToken) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  // 16 tokens = 4 full blocks, but the last token must be computed here for its logits: 3 pulled.
+  ASSERT_TRUE(s->AddRequest(Remote("d", 16, {40, 41, 42, 43})).ok());
+  std::vector<KvLoad> loads = s->PlanKvLoads();
+  ASSERT_EQ(loads.size(), 1u);
+  EXPECT_EQ(loads[0].remote_blocks, (std::vector<int32_t>{40, 41, 42}));
+}
+
+TEST(SchedulerKvTransferTest, AbortDuringLoadFreesItsBlocks) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  std::vector<KvLoad> loads = s->PlanKvLoads();
+  ASSERT_EQ(loads.size(), 1u);
+  ASSERT_TRUE(s->AbortRequest("d").ok());
+  s->FinishKvLoad(loads[0], /*ok=*/true);
+  EXPECT_EQ(s->kv_cache().Usage(), 0.0);
+}
+
+}  // namespace
+}  // namespace tessera
