@@ -36,7 +36,8 @@ class SafetensorsSource : public WeightSource {
 
 Model::~Model() = default;
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Backend* backend) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Backend* backend,
+                                             const parallel::ParallelSetup* parallel) {
   auto m = std::unique_ptr<Model>(new Model());
   m->dir_ = model_path;
   m->backend_ = backend;
@@ -50,6 +51,11 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
     m->source_ = std::make_unique<SafetensorsSource>(std::move(store));
   }
   RETURN_IF_ERROR(backend->CheckHeadDim(m->config_.head_dim));
+  m->local_ = m->config_;
+  if (parallel != nullptr) {
+    ASSIGN_OR_RETURN(m->shard_, parallel::ModelShard::Create(m->config_, *parallel, backend));
+    m->local_ = m->shard_->local_config();
+  }
   RETURN_IF_ERROR(m->BindWeights());
   m->rope_ = std::make_unique<RopeTable>(m->config_);
   RETURN_IF_ERROR(backend->TakeError());
@@ -63,6 +69,10 @@ Status Model::BindWeights() {
   auto matrix = [&](const WeightSpec& spec, WeightView* out) -> Status {
     ASSIGN_OR_RETURN(SourceTensor t, source_->Get(spec));
     WeightView host{t.data, t.dtype, spec.shape[0], spec.shape[1]};
+    if (shard_) {
+      ASSIGN_OR_RETURN(host, shard_->LoadMatrix(spec, t));  // the rank's slice; empty: none
+      if (host.empty()) return Status::Ok();
+    }
     ASSIGN_OR_RETURN(*out, backend_->UploadWeight(host));
     weight_bytes_ += host.bytes();
     return Status::Ok();
@@ -70,13 +80,15 @@ Status Model::BindWeights() {
   // Small vectors are converted to f32 and copied to the backend.
   auto vec = [&](const WeightSpec& spec, std::shared_ptr<void>* out) -> Status {
     ASSIGN_OR_RETURN(SourceTensor t, source_->Get(spec));
-    const int64_t len = spec.shape[0];
+    const parallel::Range range = shard_ ? shard_->VectorRange(spec) : parallel::Range{0, spec.shape[0]};
+    const int64_t len = range.count;
+    if (len == 0) return Status::Ok();
     if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) {
       return InvalidArgument(t.file + ": tensor '" + spec.name + "' has unsupported dtype " +
                              std::string(DTypeName(t.dtype)));
     }
     std::vector<float> host(len);
-    const auto* bytes = static_cast<const uint8_t*>(t.data);  // may be unaligned
+    const auto* bytes = static_cast<const uint8_t*>(t.data) + range.begin * DTypeSize(t.dtype);  // may be unaligned
     for (int64_t i = 0; i < len; ++i) {
       if (t.dtype == DType::kF32) {
         std::memcpy(&host[i], bytes + 4 * i, 4);
@@ -94,12 +106,14 @@ Status Model::BindWeights() {
 
   layers_.resize(c.num_layers);
   if (c.is_moe()) {
-    ASSIGN_OR_RETURN(moe_, MoeBlock::Create(c, backend_));
+    ASSIGN_OR_RETURN(moe_, MoeBlock::Create(local_, backend_));
+    if (shard_ && shard_->plan().expert_parallel()) moe_->SetExpertParallel(shard_.get());
   }
   for (const WeightSpec& spec : ExpectedWeights(c)) {
     if (spec.IsMoe()) {
       WeightView w;
       RETURN_IF_ERROR(matrix(spec, &w));
+      if (w.empty()) continue;  // an expert another rank holds
       RETURN_IF_ERROR(moe_->Bind(spec, w, dir_));
       continue;
     }
@@ -188,7 +202,7 @@ Status Model::CheckBatch(const ForwardBatch& b, const KvCache& cache) const {
 }
 
 Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;
   const int64_t qkv_cols = (c.num_q_heads + 2 * c.num_kv_heads) * c.head_dim;
   if (tokens > ws_.token_capacity) {
     ReleaseGraphs();  // captured graphs point into the old buffers
@@ -250,6 +264,7 @@ Status Model::UploadStep(const ForwardBatch& b) {
   };
   d_slots_ = reinterpret_cast<const int64_t*>(put(b.slot_mapping.data(), tokens * 8));
   d_ids_ = reinterpret_cast<const int32_t*>(put(b.token_ids.data(), tokens * 4));
+  step_host_ids_ = b.token_ids.data();
   d_positions_ = reinterpret_cast<const int32_t*>(put(b.positions.data(), tokens * 4));
   d_token_to_seq_ = reinterpret_cast<const int32_t*>(put(b.token_to_seq.data(), tokens * 4));
   d_block_tables_ =
@@ -265,7 +280,7 @@ Status Model::UploadStep(const ForwardBatch& b) {
 }
 
 void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;
   const LayerWeights& L = layers_[li];
   const int64_t d = c.head_dim;
   const int64_t q_cols = c.num_q_heads * d, kv_cols = c.num_kv_heads * d;
@@ -307,10 +322,11 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   backend_->Attention(q, ld, kv, p, F(ws_.attn));
   // o_proj output goes to mlp_out, added to the residual by the next AddRmsNorm.
   backend_->Linear(F(ws_.attn), t, L.o, F(L.o_bias), F(ws_.mlp_out), c.hidden_size);
+  if (shard_ && shard_->plan().tensor_parallel()) shard_->ReduceSum(F(ws_.mlp_out), t * c.hidden_size);
 }
 
 void Model::MlpBlock(int64_t li, int64_t t) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = local_;
   const LayerWeights& L = layers_[li];
   const int64_t inter = c.intermediate_size;
   float* gate_up = F(ws_.gate_up);
@@ -318,6 +334,7 @@ void Model::MlpBlock(int64_t li, int64_t t) {
   backend_->Linear(F(ws_.hidden), t, L.up, F(L.up_bias), gate_up + inter, 2 * inter);
   backend_->SiluMul(gate_up, t, inter, F(ws_.act));
   backend_->Linear(F(ws_.act), t, L.down, F(L.down_bias), F(ws_.mlp_out), c.hidden_size);
+  if (shard_ && shard_->plan().tensor_parallel()) shard_->ReduceSum(F(ws_.mlp_out), t * c.hidden_size);
 }
 
 void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
@@ -326,7 +343,12 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
   const int64_t h = c.hidden_size;
   // residual = embed(ids); each sub-block's output lands in mlp_out and is
   // folded into the residual by the following AddRmsNorm.
-  backend_->Embedding(embed_, d_ids_, t, F(ws_.residual));
+  const bool tp = shard_ && shard_->plan().tensor_parallel();
+  if (tp) {
+    shard_->Embed(embed_, step_host_ids_, t, F(ws_.residual));  // vocab-parallel
+  } else {
+    backend_->Embedding(embed_, d_ids_, t, F(ws_.residual));
+  }
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& L = layers_[li];
     if (li == 0) {
@@ -338,6 +360,8 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
     backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.post_norm), t, h, eps, F(ws_.hidden));
     if (c.layer_moe[li]) {
       moe_->Forward(li, F(ws_.hidden), t, F(ws_.mlp_out));
+      // Expert-inter slices (TP without EP) are partial sums; EP outputs are whole.
+      if (tp && !shard_->plan().expert_parallel()) shard_->ReduceSum(F(ws_.mlp_out), t * h);
     } else {
       MlpBlock(li, t);
     }
@@ -345,7 +369,11 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
   backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(final_norm_), t, h, eps, F(ws_.hidden));
   if (rows == 0) return;
   backend_->GatherRows(F(ws_.hidden), h, d_logit_rows_, rows, F(ws_.gathered));
-  backend_->Linear(F(ws_.gathered), rows, lm_head_, nullptr, F(ws_.logits), c.vocab_size);
+  if (tp) {
+    shard_->LmHead(F(ws_.gathered), rows, lm_head_, F(ws_.logits));  // vocab-parallel, all-gathered
+  } else {
+    backend_->Linear(F(ws_.gathered), rows, lm_head_, nullptr, F(ws_.logits), c.vocab_size);
+  }
 }
 
 Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>* logits) {
@@ -366,7 +394,18 @@ Status Model::Forward(const ForwardBatch& b, KvCache* cache, std::vector<float>*
   RunLayers(t, rows, cache);
   logits->resize(static_cast<size_t>(rows * c.vocab_size));
   if (rows > 0) backend_->CopyToHost(logits->data(), ws_.logits.get(), rows * c.vocab_size * 4);
+  if (shard_) RETURN_IF_ERROR(shard_->TakeError());
   return backend_->TakeError();
+}
+
+Status Model::ForwardIdle() {
+  if (!shard_) return FailedPrecondition("model: ForwardIdle is for parallel ranks");
+  if (moe_) {
+    for (int64_t li = 0; li < config_.num_layers; ++li) {
+      if (config_.layer_moe[li]) moe_->Forward(li, nullptr, 0, nullptr);
+    }
+  }
+  return shard_->TakeError();
 }
 
 StatusOr<ExpertLoad> Model::ReadExpertLoad() const {

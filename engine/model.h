@@ -17,6 +17,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
 #include "engine/moe/moe_block.h"
+#include "engine/parallel/shard/model_shard.h"
 #include "engine/rope.h"
 
 namespace tessera {
@@ -35,7 +36,11 @@ class Model {
   // Loads an HF checkpoint directory (config.json + safetensors), a .gguf
   // file, or a directory holding exactly one .gguf and no safetensors,
   // validating every tensor's presence, dtype and shape.
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& model_path, Backend* backend);
+  // With `parallel`, the model is one rank of a tensor/expert-parallel group
+  // (engine/parallel/shard): it loads only its slices and its forward runs the
+  // collectives, so every rank of the group must call Forward in lockstep.
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& model_path, Backend* backend,
+                                               const parallel::ParallelSetup* parallel = nullptr);
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -43,8 +48,13 @@ class Model {
   int64_t weight_bytes() const { return weight_bytes_; }
 
   StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int64_t num_blocks, int64_t block_size) const {
-    return KvCache::Create(config_, backend_, num_blocks, block_size);
+    return KvCache::Create(local_, backend_, num_blocks, block_size);  // this rank's KV heads
   }
+  // Parallel rank: the shard (plan, collective time); null for one rank.
+  const parallel::ModelShard* shard() const { return shard_.get(); }
+  // Data-parallel attention ranks whose share of a step has no sequence: takes
+  // part in the step's collectives (each MoE layer's all-to-alls) with no tokens.
+  Status ForwardIdle();
 
   // Runs the batch; `logits` receives [batch.logits_indices.size(), vocab] f32.
   // Fails with the backend's first asynchronous error (Backend::TakeError).
@@ -90,6 +100,8 @@ class Model {
   void ReleaseGraphs();
 
   ModelConfig config_;
+  ModelConfig local_;  // the dimensions this rank computes (== config_ on one rank)
+  std::unique_ptr<parallel::ModelShard> shard_;  // null on one rank
   std::string dir_;
   Backend* backend_ = nullptr;  // not owned
   std::unique_ptr<WeightSource> source_;
@@ -118,6 +130,7 @@ class Model {
   const int32_t* d_block_tables_ = nullptr;
   const int32_t* d_logit_rows_ = nullptr;
   int64_t step_max_blocks_ = 0;
+  const int32_t* step_host_ids_ = nullptr;
   const int32_t* step_host_positions_ = nullptr;  // host views of the current step
   const int32_t* step_host_token_to_seq_ = nullptr;
   int64_t step_max_context_ = 0;

@@ -156,8 +156,26 @@ StatusOr<int32_t> BlocksFromDeviceMemory(Model* model, Backend* backend, const S
 
 StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions options) {
   auto loop = std::unique_ptr<EngineLoop>(new EngineLoop());
+  if (options.parallel.parallel()) {
+    options.num_threads = parallel::ThreadsPerRank(options.parallel, options.num_threads);
+  }
   ASSIGN_OR_RETURN(loop->backend_, MakeBackend(options.device, options.num_threads, options.cuda));
-  ASSIGN_OR_RETURN(loop->model_, Model::Load(options.model_dir, loop->backend_.get()));
+  if (options.parallel.parallel()) {
+    if (options.device != "cpu") {
+      return Unimplemented("--tensor-parallel-size / --data-parallel-size > 1 run on --device cpu (in-process or "
+                           "Gloo ranks); GPU ranks over NCCL are not wired into serving yet");
+    }
+    ASSIGN_OR_RETURN(loop->group_,
+                     parallel::RankGroup::Create(options.parallel, options.model_dir, options.num_threads));
+    auto model = Model::Load(options.model_dir, loop->backend_.get(), &loop->group_->leader_setup());
+    if (!model.ok()) {
+      (void)loop->group_->Start(model.status(), 0, 0);  // releases the workers
+      return model.status();
+    }
+    loop->model_ = std::move(*model);
+  } else {
+    ASSIGN_OR_RETURN(loop->model_, Model::Load(options.model_dir, loop->backend_.get()));
+  }
   const ModelConfig& mc = loop->model_->config();
 
   SchedulerOptions& so = options.scheduler;
@@ -184,6 +202,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
     ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
   }
   ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
+  if (loop->group_) RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size));
   spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
                so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
                per_token,
@@ -240,6 +259,7 @@ EngineLoop::~EngineLoop() { Stop(); }
 
 StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<void()> notify) {
   RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
+  RETURN_IF_ERROR(group_error());
   if ((request.export_kv || request.remote_kv) && !kv_transport_) {
     return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "
                            "or --role decode)");
@@ -291,6 +311,7 @@ void EngineLoop::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (group_) group_->Stop();
 }
 
 void EngineLoop::ThreadMain() {
@@ -449,7 +470,13 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     }
   }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
-  RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
+  if (group_) {
+    std::vector<std::pair<int64_t, int64_t>> copies;
+    for (const CopyOp& op : plan.copies) copies.emplace_back(op.src, op.dst);
+    RETURN_IF_ERROR(group_->Step(*model_, cache_.get(), copies, batch, &logits_));
+  } else {
+    RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
+  }
 
   const int64_t vocab = model_->config().vocab_size;
   std::vector<SampledTokens> sampled;

@@ -30,6 +30,7 @@
 #include "engine/kv_cache.h"
 #include "engine/kv_transfer/kv_transport.h"
 #include "engine/model.h"
+#include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/spec/acceptance.h"
@@ -79,6 +80,9 @@ struct EngineLoopOptions {
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.
   std::function<void(const FinishedSequenceStats&)> on_finished;
+  // Tensor/expert parallelism (engine/parallel/shard/rank_group.h): with more
+  // than one rank this loop is rank 0 and runs every step on the whole group.
+  parallel::GroupOptions parallel;
   // Prefill/decode disaggregation (--role prefill|decode): a KvTransport over
   // this loop's KV pool (CPU only). Requests may then carry Request::remote_kv
   // or Request::export_kv; without it such requests are refused.
@@ -199,6 +203,13 @@ class EngineLoop {
   // (empty for dense models). Any thread.
   ExpertLoad expert_load() const;
   int64_t num_steps() const;
+  // Parallel groups: OK while every rank is alive; after a rank failed, the
+  // error (steps and new requests fail with it). Any thread.
+  Status group_error() const { return group_ ? group_->error() : Status::Ok(); }
+  // Per rank step and collective seconds (empty without a group). Any thread.
+  std::vector<parallel::RankTimes> rank_times() const {
+    return group_ ? group_->rank_times() : std::vector<parallel::RankTimes>{};
+  }
   // Null unless options.kv_transfer was given.
   const KvTransport* kv_transport() const { return kv_transport_.get(); }
 
@@ -242,6 +253,7 @@ class EngineLoop {
   void FailAll(const Status& status);
   void ThreadMain();
 
+  std::unique_ptr<parallel::RankGroup> group_;  // before model_: its shard uses the group's communicator
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> cache_;

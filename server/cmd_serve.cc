@@ -71,6 +71,19 @@ openai::tools::ChatOutputConfig ResolveChatOutput(const ServeFlags& f, const tex
   return c;
 }
 
+parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
+  parallel::GroupOptions g;
+  g.tensor_parallel_size = f.tensor_parallel_size;
+  g.data_parallel_size = f.data_parallel_size;
+  g.enable_expert_parallel = f.enable_expert_parallel;
+  g.launch.nnodes = f.nnodes;
+  g.launch.node_rank = f.node_rank;
+  g.launch.leader_addr = f.leader_addr;
+  g.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
+  g.launch.timeout = g.timeout;
+  return g;
+}
+
 int Fail(const Status& s) {
   spdlog::error("{}", s.ToString());
   return 1;
@@ -247,6 +260,17 @@ int RunServe(ServeFlags f) {
     return RunRouter(ro);
   }
   const std::optional<SpeculativeConfig> speculative = *checked;
+  const parallel::GroupOptions group = GroupFromFlags(f);
+  if (StatusOr<bool> worker = parallel::IsWorkerProcess(group); !worker.ok()) {
+    return Fail(worker.status());
+  } else if (*worker) {
+    // A rank of a multi-process group other than 0: no API, runs the leader's plans.
+    if (f.model.empty()) return Fail(InvalidArgument("serve: worker ranks (--node-rank > 0) need --model"));
+    Status s = parallel::RunWorkerProcess(group, f.model, f.threads);
+    if (!s.ok()) return Fail(s);
+    spdlog::info("serve: worker rank stopped by the leader");
+    return 0;
+  }
   if (f.device == "cuda" && !HaveCudaBackend()) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
@@ -371,6 +395,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
+      o.loop.parallel = group;
       if (f.role == "prefill" || f.role == "decode") {
         KvTransportOptions kt;
         kt.host = f.host;
@@ -529,6 +554,32 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--idle-timeout", f->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--tensor-parallel-size", f->tensor_parallel_size,
+                  "ranks splitting attention heads, FFN columns and the vocabulary (also -tp); CPU ranks are "
+                  "threads of this process, or one process per rank with --nnodes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--data-parallel-size", f->data_parallel_size,
+                  "with --enable-expert-parallel: ranks each running attention for their share of the "
+                  "sequences, experts spread over all of them (also -dp)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--enable-expert-parallel", f->enable_expert_parallel,
+                "MoE models: place the routed experts on the ranks and move tokens to them with all-to-all");
+  cmd->add_option("--nnodes", f->nnodes,
+                  "processes in the group, one rank each, joined over Gloo/TCP (default: $LWS_GROUP_SIZE or 1)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--node-rank", f->node_rank,
+                  "this process in the group; 0 serves the API, others only compute (default: "
+                  "$LWS_WORKER_INDEX or 0)")
+      ->check(CLI::Range(0, 63));
+  cmd->add_option("--leader-addr", f->leader_addr,
+                  "host[:port] of rank 0's rendezvous store (default: $LWS_LEADER_ADDRESS, port 29500)");
+  cmd->add_option("--parallel-timeout", f->parallel_timeout_s,
+                  "seconds a rank may be missing or silent before the group fails (startup join and every "
+                  "collective)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 3600.0));
   cmd->add_option("--role", f->role,
                   "unified: one instance does everything; prefill / decode: an engine with a KV transfer agent "
                   "(disaggregation); router: a front with no model that sends prompts to prefill instances and "

@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));
+  // vLLM's short spellings of the parallel sizes (CLI11 takes one-letter short options only).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "-tp") argv[i] = const_cast<char*>("--tensor-parallel-size");
+    if (std::string_view(argv[i]) == "-dp") argv[i] = const_cast<char*>("--data-parallel-size");
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

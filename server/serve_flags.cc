@@ -11,6 +11,7 @@
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
 #include "engine/model_config.h"
+#include "engine/parallel/shard/rank_group.h"
 #include "scheduler/engine_loop.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
@@ -74,6 +75,20 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   }
   if (!f.kv_events_config.empty()) {
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
+  }
+  if (f.tensor_parallel_size * f.data_parallel_size > 1) {
+    parallel::GroupOptions g;
+    g.tensor_parallel_size = f.tensor_parallel_size;
+    g.data_parallel_size = f.data_parallel_size;
+    g.enable_expert_parallel = f.enable_expert_parallel;
+    if (auto so = parallel::ShardOptionsFor(g, 0); !so.ok()) return InvalidArgument("serve: " + so.status().message());
+    if (f.device != "cpu") {
+      return InvalidArgument("serve: --tensor-parallel-size / --data-parallel-size > 1 run on --device cpu for now");
+    }
+    if (f.role == "prefill" || f.role == "decode") {
+      // KV transfer moves rank 0's pool only, which holds a slice of the heads under TP.
+      return InvalidArgument("serve: --role " + f.role + " with more than one rank is not supported yet");
+    }
   }
   std::optional<SpeculativeConfig> speculative;
   if (!f.speculative_config.empty()) {

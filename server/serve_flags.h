@@ -55,6 +55,14 @@ struct ServeFlags {
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
+  // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
+  int tensor_parallel_size = 1;
+  int data_parallel_size = 1;
+  bool enable_expert_parallel = false;
+  int nnodes = 0;              // 0: $LWS_GROUP_SIZE or 1
+  int node_rank = -1;          // -1: $LWS_WORKER_INDEX or 0
+  std::string leader_addr;     // host[:port]; empty: $LWS_LEADER_ADDRESS or 127.0.0.1
+  double parallel_timeout_s = 60;
 };
 
 // Checks that need no files, network or devices: values and combinations of

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "engine/parallel/shard/model_shard.h"
+
 namespace tessera {
 namespace {
 
@@ -59,7 +61,8 @@ Status MoeBlock::Bind(const WeightSpec& spec, const WeightView& w, const std::st
   }
   // Every routed expert of a layer must share the first one's dtype (one kernel call runs them all).
   if (spec.IsExpert()) {
-    const WeightView& first = L.experts.gate[0].empty() ? w : L.experts.gate[0];
+    const int64_t first_id = ep_ ? ep_->plan().experts.begin : 0;
+    const WeightView& first = L.experts.gate[first_id].empty() ? w : L.experts.gate[first_id];
     if (w.dtype != first.dtype) {
       return InvalidArgument(file + ": tensor '" + spec.name + "' is " + std::string(DTypeName(w.dtype)) +
                              " but the layer's experts are " + std::string(DTypeName(first.dtype)) +
@@ -69,13 +72,25 @@ Status MoeBlock::Bind(const WeightSpec& spec, const WeightView& w, const std::st
   return Status::Ok();
 }
 
-Status MoeBlock::Validate() const {
+Status MoeBlock::Validate() {
   const MoeConfig& m = config_.moe;
+  const parallel::Range held = ep_ ? ep_->plan().experts : parallel::Range{0, m.num_experts};
+  local_.clear();
   for (size_t i = 0; i < weights_.size(); ++i) {
     const MoeLayerWeights& L = weights_[i];
     const std::string where = "moe layer " + std::to_string(moe_layers_[i]);
     bool missing = L.router.empty();
-    for (int64_t e = 0; e < m.num_experts; ++e) {
+    if (ep_) {
+      MoeExpertWeights x;
+      x.num_experts = held.count;
+      x.hidden = L.experts.hidden;
+      x.inter = L.experts.inter;
+      x.gate.assign(L.experts.gate.begin() + held.begin, L.experts.gate.begin() + held.end());
+      x.up.assign(L.experts.up.begin() + held.begin, L.experts.up.begin() + held.end());
+      x.down.assign(L.experts.down.begin() + held.begin, L.experts.down.begin() + held.end());
+      local_.push_back(std::move(x));
+    }
+    for (int64_t e = held.begin; e < held.end(); ++e) {
       missing |= L.experts.gate[e].empty() || L.experts.up[e].empty() || L.experts.down[e].empty();
     }
     missing |= m.shared_inter > 0 && (L.shared_gate.empty() || L.shared_up.empty() || L.shared_down.empty());
@@ -114,11 +129,17 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
   const int64_t h = config_.hidden_size;
   auto* ids = static_cast<int32_t*>(ws_.ids.get());
   Backend& b = *backend_;
-  b.Linear(x, t, L.router, nullptr, F(ws_.logits), m.num_experts);
-  b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, ids, F(ws_.weights));
-  b.MoeCountExperts(ids, t * m.top_k, m.num_experts, static_cast<int64_t*>(counts_.get()) + idx * m.num_experts);
-  b.MoeExperts(x, t, ids, F(ws_.weights), m.top_k, L.experts, out);
-  if (m.shared_inter == 0) return;
+  if (t > 0) {
+    b.Linear(x, t, L.router, nullptr, F(ws_.logits), m.num_experts);
+    b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, ids, F(ws_.weights));
+    b.MoeCountExperts(ids, t * m.top_k, m.num_experts, static_cast<int64_t*>(counts_.get()) + idx * m.num_experts);
+  }
+  if (ep_) {
+    ep_->MoeExperts(x, t, ids, F(ws_.weights), local_[idx], out);
+  } else {
+    b.MoeExperts(x, t, ids, F(ws_.weights), m.top_k, L.experts, out);
+  }
+  if (m.shared_inter == 0 || t == 0) return;
   const int64_t si = m.shared_inter;
   float* gu = F(ws_.shared_gate_up);
   b.Linear(x, t, L.shared_gate, nullptr, gu, 2 * si);
@@ -134,7 +155,8 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
 int64_t MoeBlock::expert_bytes() const {
   if (weights_.empty()) return 0;
   const MoeExpertWeights& x = weights_[0].experts;
-  return x.gate[0].bytes() + x.up[0].bytes() + x.down[0].bytes();
+  const int64_t e = ep_ ? ep_->plan().experts.begin : 0;
+  return x.gate[e].bytes() + x.up[e].bytes() + x.down[e].bytes();
 }
 
 StatusOr<ExpertLoad> MoeBlock::ReadExpertLoad() const {

@@ -23,6 +23,9 @@
 #include "engine/weight_specs.h"
 
 namespace tessera {
+namespace parallel {
+class ModelShard;
+}
 
 struct MoeLayerWeights {
   WeightView router;  // [num_experts, hidden]
@@ -38,13 +41,17 @@ class MoeBlock {
 
   // Records one uploaded MoE weight (spec.IsMoe()). `file` names its source in errors.
   Status Bind(const WeightSpec& spec, const WeightView& weight, const std::string& file);
+  // Expert parallelism: only the shard's experts are bound, and Forward sends
+  // tokens to the other ranks' experts through it. Call before Bind.
+  void SetExpertParallel(parallel::ModelShard* shard) { ep_ = shard; }
   // After every spec is bound: all routed experts of a layer share one dtype.
-  Status Validate() const;
+  Status Validate();
 
   // Grows the per-token buffers to `tokens` rows (backend memory).
   Status EnsureWorkspace(int64_t tokens);
   // out[0..tokens) = MoE FFN of layer `layer` applied to x (both [tokens, hidden]
-  // in backend memory); adds the routing to the expert counts.
+  // in backend memory); adds the routing to the expert counts. With expert
+  // parallelism tokens may be 0 (a rank with no sequences still takes part).
   void Forward(int64_t layer, const float* x, int64_t tokens, float* out);
 
   // Bytes of one routed expert (gate + up + down) as stored on the backend.
@@ -62,6 +69,8 @@ class MoeBlock {
   std::vector<int64_t> moe_index_;      // per layer: index among MoE layers, or -1
   std::vector<int64_t> moe_layers_;     // layer id of each MoE layer
   std::vector<MoeLayerWeights> weights_;  // per MoE layer
+  parallel::ModelShard* ep_ = nullptr;    // not owned; null without expert parallelism
+  std::vector<MoeExpertWeights> local_;   // per MoE layer: this rank's experts (EP)
   std::shared_ptr<void> counts_;        // int64 [moe layers, num_experts], backend memory
   struct Workspace {
     int64_t capacity = 0;

@@ -178,15 +178,19 @@ void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
     }
   });
 
-  // Weighted combine, each token's experts in slot order.
-  ForRange(pool, a.tokens, big, [&](int64_t b, int64_t e) {
+  MoeCombine(y, s->pos.data(), a.topk_weights, a.tokens, a.top_k, h, a.out, big ? pool : nullptr);
+}
+
+void MoeCombine(const float* y, const int32_t* pos, const float* topk_weights, int64_t tokens, int64_t top_k,
+                int64_t h, float* out, ThreadPool* pool) {
+  ForRange(pool, tokens, pool != nullptr, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      float* o = a.out + t * h;
-      const float* w = a.topk_weights + t * a.top_k;
-      const float* y0 = y + static_cast<int64_t>(s->pos[t * a.top_k]) * h;
+      float* o = out + t * h;
+      const float* w = topk_weights + t * top_k;
+      const float* y0 = y + static_cast<int64_t>(pos[t * top_k]) * h;
       for (int64_t i = 0; i < h; ++i) o[i] = w[0] * y0[i];
-      for (int64_t j = 1; j < a.top_k; ++j) {
-        const float* yj = y + static_cast<int64_t>(s->pos[t * a.top_k + j]) * h;
+      for (int64_t j = 1; j < top_k; ++j) {
+        const float* yj = y + static_cast<int64_t>(pos[t * top_k + j]) * h;
         for (int64_t i = 0; i < h; ++i) o[i] += w[j] * yj[i];
       }
     }

@@ -55,4 +55,12 @@ struct MoeScratch {
 // in slot order, so the result is batch-invariant. Aborts on an id out of range.
 void MoeExperts(const MoeExpertsArgs& args, MoeScratch* scratch, ThreadPool* pool);
 
+// The combine step of MoeExperts, alone: out[t, :] = sum over j in slot order of
+// topk_weights[t, j] * y[pos[t * top_k + j], :] (first term assigned, the rest
+// added). Expert parallelism (engine/parallel/shard) computes y on the ranks that
+// hold the experts and combines here, so its sums are MoeExperts' bit for bit.
+// pool may be null (serial); rows are independent either way.
+void MoeCombine(const float* y, const int32_t* pos, const float* topk_weights, int64_t tokens, int64_t top_k,
+                int64_t h, float* out, ThreadPool* pool);
+
 }  // namespace tessera::kernels::cpu

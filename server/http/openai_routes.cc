@@ -24,6 +24,11 @@ std::string QuotedParam(const std::string& message) {
 
 void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ctx->draining.load()) return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "draining"}}));
+  if (ServingEngine* engine = ctx->ready_engine()) {
+    if (Status g = engine->group_error(); !g.ok()) {
+      return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "failed"}, {"error", g.message()}}));
+    }
+  }
   switch (ctx->state.load()) {
     case ModelState::kReady: return ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ready"}}));
     case ModelState::kLoading:
@@ -37,6 +42,11 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ServingEngine* engine = ctx->ready_engine()) {
     ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
     ctx->metrics->UpdateExpertLoad(engine->expert_load());
+    if (auto times = engine->rank_times(); !times.empty()) {
+      std::vector<double> step, coll;
+      for (const auto& t : times) step.push_back(t.step_seconds), coll.push_back(t.collective_seconds);
+      ctx->metrics->UpdateRankTimes(step, coll);
+    }
   }
   HttpResponse res{HttpStatus::ok, 11};
   res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");

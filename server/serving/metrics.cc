@@ -107,9 +107,33 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                         .Help("MoE models: tokens routed to each expert of each MoE layer (one per token and "
                               "chosen expert; layer=\"all\" sums the layers when there are too many series).")
                         .Register(r);
+  rank_step_ = &BuildCounter()
+                    .Name("tessera:parallel_step_seconds_total")
+                    .Help("Parallel groups: seconds each rank spent in engine steps.")
+                    .Register(r);
+  rank_collective_ = &BuildCounter()
+                          .Name("tessera:parallel_collective_seconds_total")
+                          .Help("Parallel groups: seconds each rank spent in collectives (all-reduce, "
+                                "all-gather, all-to-all) within its steps.")
+                          .Register(r);
 }
 
 ServingMetrics::~ServingMetrics() = default;
+
+void ServingMetrics::UpdateRankTimes(const std::vector<double>& step, const std::vector<double>& coll) {
+  std::lock_guard lock(mu_);
+  last_step_.resize(step.size(), 0.0);
+  last_collective_.resize(coll.size(), 0.0);
+  for (size_t r = 0; r < step.size(); ++r) {
+    const prometheus::Labels labels{{"model_name", model_name_}, {"rank", std::to_string(r)}};
+    rank_step_->Add(labels).Increment(std::max(0.0, step[r] - last_step_[r]));
+    last_step_[r] = step[r];
+    if (r < coll.size()) {
+      rank_collective_->Add(labels).Increment(std::max(0.0, coll[r] - last_collective_[r]));
+      last_collective_[r] = coll[r];
+    }
+  }
+}
 
 void ServingMetrics::ObserveTimeToFirstToken(double s) { ttft_->Observe(s); }
 void ServingMetrics::ObserveInterTokenLatency(double s) { itl_->Observe(s); }

@@ -56,6 +56,10 @@ class ServingMetrics {
   // Blocks pulled vs reused and failures come with UpdateFromScheduler.
   void ObserveKvPull(int64_t bytes, double seconds);
   static constexpr int64_t kMaxExpertSeries = 4096;
+  // Parallel groups: tessera:parallel_step_seconds_total{rank} and
+  // tessera:parallel_collective_seconds_total{rank} advance to each rank's
+  // cumulative step and collective (communication) seconds.
+  void UpdateRankTimes(const std::vector<double>& step_seconds, const std::vector<double>& collective_seconds);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Serialize() const;
@@ -100,6 +104,9 @@ class ServingMetrics {
   SchedulerCounters last_;       // guarded by mu_
   SpecDecodeCounters last_spec_;  // guarded by mu_
   std::vector<int64_t> last_expert_;               // guarded by mu_: counts exported so far
+  prometheus::Family<prometheus::Counter>* rank_step_;
+  prometheus::Family<prometheus::Counter>* rank_collective_;
+  std::vector<double> last_step_, last_collective_;  // guarded by mu_
   std::vector<prometheus::Counter*> expert_series_;  // guarded by mu_: one per exported count
 };
 

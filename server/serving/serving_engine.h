@@ -162,6 +162,9 @@ class ServingEngine {
 
   SchedulerMetrics scheduler_metrics() const { return loop_->metrics(); }
   ExpertLoad expert_load() const { return loop_->expert_load(); }
+  // Parallel groups: non-OK once a rank failed (/ready answers 503).
+  Status group_error() const { return loop_->group_error(); }
+  std::vector<parallel::RankTimes> rank_times() const { return loop_->rank_times(); }
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
   // Null unless served with --role prefill|decode.
   const KvTransport* kv_transport() const { return loop_->kv_transport(); }

@@ -1,0 +1,116 @@
+// ModelShard: one rank's part of a parallel model (ShardPlan) and the hooks
+// Model calls where its forward crosses ranks:
+//   LoadMatrix/VectorRange  the rank's slice of a checkpoint tensor, reading only
+//                           the slice's bytes (row slices: one contiguous range;
+//                           column slices: one range per row)
+//   ReduceSum               after row-parallel o_proj / down_proj / TP experts:
+//                           all-reduce, ranks summed in order 0..N-1
+//   Embed                   vocab-parallel embedding (other ranks' ids read a zero
+//                           row) + all-reduce; exact, since one addend is nonzero
+//   LmHead                  vocab-parallel logits + all-gather
+//   MoeExperts              expert parallelism: (token, slot) pairs dispatched with
+//                           all-to-all-v to the ranks holding their experts, the
+//                           unweighted expert outputs returned the same way and
+//                           combined per token in slot order by the one-rank
+//                           kernel's combine (kernels/cpu MoeCombine): bitwise equal
+//                           to one rank. With replicated hidden states (TP
+//                           attention) each rank dispatches its slice of the tokens
+//                           and the results are all-gathered.
+// Hooks return void like Backend ops; the first failure (a dead or missing rank)
+// is kept and returned by TakeError(). After a failure the communicator is broken,
+// so later hooks fail at once and no rank hangs.
+// Runs on the CPU backend (activations in host memory, in-process or Gloo
+// communicators). Thread safety: the rank's one forward thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/parallel/communicator.h"
+#include "engine/parallel/shard/shard_plan.h"
+#include "engine/weight_source.h"
+
+namespace tessera::parallel {
+
+// What a model needs to run as one rank of a group.
+struct ParallelSetup {
+  ShardOptions shard;
+  Communicator* comm = nullptr;  // not owned; outlives the model; rank/world must match shard
+  bool record_reads = false;     // keep the byte ranges each weight load reads (tests)
+};
+
+// Bytes of a source tensor a rank read (offsets from the tensor's start).
+struct ByteRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+struct TensorReads {
+  std::string name;
+  int64_t tensor_bytes = 0;
+  std::vector<ByteRange> ranges;
+};
+
+class ModelShard {
+ public:
+  static StatusOr<std::unique_ptr<ModelShard>> Create(const ModelConfig& config, const ParallelSetup& setup,
+                                                      Backend* backend);
+
+  const ShardPlan& plan() const { return plan_; }
+  const ModelConfig& local_config() const { return local_; }
+  Communicator* comm() const { return comm_; }
+
+  // The rank's part of matrix `spec` (global shape spec.shape) as a host view
+  // (into `t` or into storage this shard owns), or an empty view when the rank
+  // holds none of it. Vocab-parallel embeddings get one extra zero row.
+  StatusOr<WeightView> LoadMatrix(const WeightSpec& spec, const SourceTensor& t);
+  // Element range of vector `spec` this rank holds; count 0: none (the bias of
+  // a row-parallel layer on ranks other than 0).
+  Range VectorRange(const WeightSpec& spec) const;
+  // Every byte range LoadMatrix read so far (for tests: a rank reads only its slice).
+  const std::vector<TensorReads>& reads() const { return reads_; }
+
+  // --- Forward hooks (x, out: backend = host memory).
+  void ReduceSum(float* x, int64_t n);
+  // out[t, :] = embedding rows of host_ids; `table` is the rank's slice + zero row.
+  void Embed(const WeightView& table, const int32_t* host_ids, int64_t t, float* out);
+  // logits[rows, vocab] from x[rows, hidden] with the rank's lm_head slice.
+  void LmHead(const float* x, int64_t rows, const WeightView& lm_head, float* logits);
+  // out[t, :] = MoE routed-expert output (see top); `local` holds this rank's
+  // experts (indices relative to plan().experts.begin).
+  void MoeExperts(const float* x, int64_t t, const int32_t* ids, const float* weights,
+                  const MoeExpertWeights& local, float* out);
+  // Collective time of the hooks since construction (seconds).
+  double collective_seconds() const { return collective_seconds_; }
+
+  Status TakeError();
+
+ private:
+  ModelShard() = default;
+  void Fail(const Status& s);
+  // Times a collective; records failure.
+  template <class Fn>
+  bool Collective(Fn&& fn);
+  void DispatchCombine(const float* x, int64_t t, const int32_t* ids, const float* weights,
+                       const MoeExpertWeights& local, float* out);
+
+  ShardPlan plan_;
+  ModelConfig config_, local_;
+  Communicator* comm_ = nullptr;
+  Backend* backend_ = nullptr;
+  Status error_;
+  double collective_seconds_ = 0;
+  bool record_reads_ = false;
+  std::vector<TensorReads> reads_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> owned_;  // sliced weights; views point here
+  // Scratch reused across steps.
+  std::vector<int32_t> local_ids_;
+  std::vector<float> lm_local_, lm_all_, gather_out_, send_x_, recv_x_, y_in_, y_back_, ones_;
+  std::vector<int32_t> send_e_, recv_e_, pos_;
+  std::vector<int64_t> send_counts_, recv_counts_, scratch_counts_;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""End-to-end test of tensor and expert parallelism behind `tessera serve`.
+
+Greedy completions of tiny synthetic models, against the same server on one rank:
+  - MoE (Mixtral): expert parallelism with data-parallel attention
+    (--data-parallel-size 2 --enable-expert-parallel), ranks as threads and as
+    two Gloo processes (--nnodes 2): same text (its logits are bitwise those of
+    one rank); tensor-parallel attention with experts on ranks (-tp 2
+    --enable-expert-parallel): same greedy text;
+  - dense (Llama): -tp 2 as threads: same greedy text;
+  - /metrics has per-rank step and collective seconds.
+Faults (Gloo processes):
+  - a worker that never joins: /ready is 503 meanwhile, then the leader exits
+    with an error naming the missing rank within the timeout;
+  - a worker SIGKILLed mid-request: the request fails with a 5xx (no hang),
+    /ready turns 503 and names the dead rank.
+
+Run: python3 tests/e2e/test_parallel_serve.py --tessera build/tessera
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import PROMPT, Results, Server, complete, free_port, request  # noqa: E402
+
+PROMPTS = [PROMPT, [791, 6864, 315, 9822, 374], [16, 17, 18, 19, 20, 21, 22, 23]]
+
+
+def synth(tessera, out, arch):
+    cmd = [tessera, "synth", "--arch", arch, "--size", "tiny", "--dtype", "bf16", "--out", out]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return out
+
+
+def greedy(port, max_tokens=12):
+    out = []
+    for p in PROMPTS:
+        status, _, body = complete(port, model="m", prompt=p, max_tokens=max_tokens, temperature=0, ignore_eos=True)
+        assert status == 200, f"status {status}: {body}"
+        out.append(body["choices"][0]["text"])
+    return out
+
+
+def run_server(res, tessera, workdir, name, model, extra):
+    """Starts a server, returns its greedy texts (None on failure)."""
+    srv = Server(tessera, ["--model", model, "--served-model-name", "m", "--threads", "1", "--num-kv-blocks", "256",
+                           "--max-num-seqs", "8"] + extra, workdir, name)
+    res.server = srv
+    texts = {}
+    try:
+        if res.run(f"{name}: ready", srv.wait_ready):
+            res.run(f"{name}: greedy completions", lambda: texts.setdefault("t", greedy(srv.port)))
+    finally:
+        srv.stop()
+    return texts.get("t")
+
+
+class Worker:
+    """A `tessera serve --node-rank N` process (no API)."""
+
+    def __init__(self, tessera, workdir, name, args):
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([tessera, "serve"] + args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+def gloo_args(model, leader_port, node_rank, extra):
+    return ["--model", model, "--served-model-name", "m", "--threads", "1", "--num-kv-blocks", "256",
+            "--max-num-seqs", "8", "--nnodes", "2", "--node-rank", str(node_rank),
+            "--leader-addr", f"127.0.0.1:{leader_port}"] + extra
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tessera", required=True)
+    args = ap.parse_args()
+    tessera = os.path.abspath(args.tessera)
+    start = time.time()
+    res = Results()
+    workdir = tempfile.mkdtemp(prefix="tessera_parallel_e2e_")
+    try:
+        moe = synth(tessera, os.path.join(workdir, "mixtral"), "mixtral")
+        dense = synth(tessera, os.path.join(workdir, "llama"), "llama")
+
+        base_moe = run_server(res, tessera, workdir, "moe-1", moe, [])
+        base_dense = run_server(res, tessera, workdir, "dense-1", dense, [])
+        for name, model, base, extra in [
+            ("moe-ep2-threads", moe, base_moe, ["--data-parallel-size", "2", "--enable-expert-parallel"]),
+            ("moe-tp2-ep-threads", moe, base_moe, ["-tp", "2", "--enable-expert-parallel"]),
+            ("dense-tp2-threads", dense, base_dense, ["-tp", "2"]),
+        ]:
+            got = run_server(res, tessera, workdir, name, model, extra)
+            res.run(f"{name}: greedy text equals one rank's",
+                    lambda got=got, base=base: (_ for _ in ()).throw(AssertionError(f"{got} != {base}"))
+                    if got is None or got != base else None)
+
+        # Gloo processes: rank 0 serves, rank 1 computes.
+        ep = ["--data-parallel-size", "2", "--enable-expert-parallel", "--parallel-timeout", "5"]
+        port = free_port()
+        worker = Worker(tessera, workdir, "gloo-worker", gloo_args(moe, port, 1, ep))
+        leader = Server(tessera, gloo_args(moe, port, 0, ep), workdir, "gloo-leader")
+        res.server = leader
+        try:
+            if res.run("gloo: ready", leader.wait_ready):
+                texts = {}
+                res.run("gloo ep2: greedy text equals one rank's",
+                        lambda: (texts.setdefault("t", greedy(leader.port)),
+                                 None if texts["t"] == base_moe else
+                                 (_ for _ in ()).throw(AssertionError(f"{texts['t']} != {base_moe}"))))
+
+                def metrics():
+                    status, headers, _ = request(leader.port, "GET", "/metrics")
+                    assert status == 200
+                    body = headers["_body"]
+                    for rank in ("0", "1"):
+                        for name in ("tessera:parallel_step_seconds_total", "tessera:parallel_collective_seconds_total"):
+                            line = [l for l in body.splitlines() if l.startswith(name) and f'rank="{rank}"' in l]
+                            assert line and float(line[0].split()[-1]) > 0, f"{name} rank {rank}: {line}"
+                res.run("gloo: per-rank step and collective metrics", metrics)
+
+                # Kill the worker while a long request runs.
+                outcome = {}
+
+                def long_request():
+                    t0 = time.time()
+                    try:
+                        outcome["r"] = complete(leader.port, model="m", prompt=PROMPT, max_tokens=3000,
+                                                temperature=0, ignore_eos=True)
+                    except Exception as e:  # noqa: BLE001
+                        outcome["r"] = e
+                    outcome["s"] = time.time() - t0
+
+                th = threading.Thread(target=long_request)
+                th.start()
+                time.sleep(0.7)
+                killed_while_running = th.is_alive()
+                worker.proc.send_signal(signal.SIGKILL)
+                th.join(timeout=30)
+
+                def fault():
+                    assert killed_while_running, "the request finished before the worker was killed"
+                    assert not th.is_alive(), "request still hanging 30 s after the worker died"
+                    r = outcome["r"]
+                    assert not isinstance(r, Exception), f"request raised {r}"
+                    status, _, body = r
+                    assert 500 <= status < 600, f"status {status}, want 5xx: {str(body)[:300]}"
+                    assert "rank 1" in str(body) or "parallel group" in str(body), body
+                    status, _, body = request(leader.port, "GET", "/ready")
+                    assert status == 503 and body.get("status") == "failed", (status, body)
+                    status, _, body = complete(leader.port, model="m", prompt=PROMPT, max_tokens=2)
+                    assert 500 <= status < 600, f"new request after the failure: {status}"
+                res.run("gloo: worker killed mid-request -> 5xx, /ready 503, no hang", fault)
+        finally:
+            leader.stop()
+            worker.stop()
+
+        # A worker that never joins.
+        port = free_port()
+        lonely = Server(tessera, gloo_args(dense, port, 0, ["-tp", "2", "--parallel-timeout", "2"]), workdir,
+                        "gloo-lonely")
+        res.server = lonely
+        try:
+            def never_joins():
+                lonely.wait_bound()
+                status, _, body = request(lonely.port, "GET", "/ready")
+                assert status == 503, (status, body)
+                code = lonely.proc.wait(timeout=20)
+                assert code != 0, "exited 0"
+                log = lonely.log_tail(40)
+                assert "never joined" in log and "rank(s) 1" in log, log
+            res.run("gloo: a worker that never joins -> 503 meanwhile, then a startup error", never_joins)
+        finally:
+            lonely.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return res.summary(start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+// Tensor and expert parallelism on in-process ranks (threads), against the same
+// model on one rank: TP=2/4 logits within the dense tolerance and bitwise
+// equal alone vs batched at the same TP size; EP=2/4 (data-parallel attention)
+// logits bitwise equal to one rank for every MoE arch; a rank reads only its
+// slices of the checkpoint.
+#include "engine/parallel/shard/sharded_forward.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "engine/batch_builder.h"
+#include "engine/parallel/inproc.h"
+#include "tests/unit/engine/test_model_util.h"
+
+namespace tessera::parallel {
+namespace {
+
+using testing::MakeTinyModel;
+using testing::TempDir;
+
+constexpr int64_t kBlocks = 64, kBlockSize = 16;
+
+// Three prompts prefilled together, then two decode steps of all three; logits
+// at every prompt token of sequence 0 and the last token of the others.
+std::vector<ForwardBatch> BatchedSteps(int vocab, bool only_first) {
+  std::mt19937 rng(7);
+  BatchBuilder bb(kBlocks, kBlockSize);
+  const int nseq = only_first ? 1 : 3;
+  std::vector<int> seqs;
+  for (int i = 0; i < nseq; ++i) seqs.push_back(bb.AddSequence());
+  std::vector<ForwardBatch> steps;
+  std::vector<BatchBuilder::Chunk> chunks;
+  const std::vector<int> lens = {19, 7, 4};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(testing::RandomTokens(rng, lens[i], vocab));
+  for (int i = 0; i < nseq; ++i) {
+    BatchBuilder::Chunk c{seqs[i], prompts[i], {}};
+    if (i == 0) {
+      for (int p = 0; p < lens[0]; ++p) c.logits_at.push_back(p);
+    } else {
+      c.logits_at.push_back(lens[i] - 1);
+    }
+    chunks.push_back(c);
+  }
+  steps.push_back(*bb.Build(chunks));
+  for (int step = 0; step < 2; ++step) {
+    chunks.clear();
+    for (int i = 0; i < nseq; ++i) {
+      chunks.push_back({seqs[i], {static_cast<int32_t>((101 * step + 13 * i) % vocab)}, {0}});
+    }
+    steps.push_back(*bb.Build(chunks));
+  }
+  return steps;
+}
+
+struct RunResult {
+  std::vector<std::vector<float>> logits;  // rank 0, per step
+  std::vector<TensorReads> reads;          // rank 0's weight reads
+  std::vector<std::vector<TensorReads>> all_reads;
+  std::string error;
+};
+
+RunResult RunRanks(const std::string& dir, int world, ShardOptions opts, const std::vector<ForwardBatch>& steps,
+              bool record_reads = false) {
+  RunResult res;
+  if (world == 1 && !opts.expert_parallel) {
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(dir, backend.get());
+    if (!m.ok()) return {{}, {}, {}, m.status().ToString()};
+    auto cache = (*m)->CreateKvCache(kBlocks, kBlockSize);
+    for (const ForwardBatch& b : steps) {
+      res.logits.emplace_back();
+      Status s = (*m)->Forward(b, cache->get(), &res.logits.back());
+      if (!s.ok()) return {{}, {}, {}, s.ToString()};
+    }
+    return res;
+  }
+  auto g = InProcessGroup::Create(world, {std::chrono::milliseconds(20000)});
+  if (!g.ok()) return {{}, {}, {}, g.status().ToString()};
+  std::vector<std::string> errors(world);
+  res.all_reads.resize(world);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r) {
+    ts.emplace_back([&, r] {
+      ParallelSetup setup{opts, &(*g)->communicator(r), record_reads};
+      setup.shard.world_size = world;
+      setup.shard.rank = r;
+      auto backend = MakeCpuBackend({.num_threads = 1});
+      auto m = Model::Load(dir, backend.get(), &setup);
+      if (!m.ok()) {
+        errors[r] = m.status().ToString();
+        return;
+      }
+      auto cache = (*m)->CreateKvCache(kBlocks, kBlockSize);
+      for (const ForwardBatch& b : steps) {
+        std::vector<float> logits;
+        Status s = ShardedForward(**m, b, cache->get(), &logits);
+        if (!s.ok()) {
+          errors[r] = s.ToString();
+          return;
+        }
+        if (r == 0) res.logits.push_back(std::move(logits));
+      }
+      res.all_reads[r] = (*m)->shard()->reads();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < world; ++r) {
+    if (!errors[r].empty()) res.error += "rank " + std::to_string(r) + ": " + errors[r] + "; ";
+  }
+  return res;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b, double* scale) {
+  double d = 0;
+  *scale = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::abs(static_cast<double>(a[i]) - b[i]));
+    *scale = std::max(*scale, std::abs(static_cast<double>(a[i])));
+  }
+  return d;
+}
+
+bool Bitwise(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+int VocabOf(const std::string& dir) { return static_cast<int>(LoadModelConfig(dir)->vocab_size); }
+
+class TensorParallel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(TensorParallel, LogitsWithinDenseToleranceOfOneRankAndBatchInvariant) {
+  const auto& [arch, world] = GetParam();
+  TempDir dir;
+  MakeTinyModel(dir.path(), arch, DType::kBF16);
+  const int vocab = VocabOf(dir.path());
+  const auto steps = BatchedSteps(vocab, false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  RunResult tp = RunRanks(dir.path(), world, {}, steps);
+  ASSERT_EQ(tp.error, "");
+  ASSERT_EQ(tp.logits.size(), one.logits.size());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    ASSERT_EQ(tp.logits[s].size(), one.logits[s].size());
+    double scale = 1;
+    const double d = MaxAbsDiff(one.logits[s], tp.logits[s], &scale);
+    // Row-parallel sums add the ranks' partial dot products: f32 rounding only.
+    EXPECT_LE(d, 1e-4 * scale) << arch << " TP=" << world << " step " << s;
+  }
+  // Sequence 0 alone at the same TP size: its rows bitwise equal to the batched run.
+  RunResult alone = RunRanks(dir.path(), world, {}, BatchedSteps(vocab, true));
+  ASSERT_EQ(alone.error, "");
+  const size_t prompt_rows = 19 * static_cast<size_t>(vocab);
+  std::vector<float> batched0(tp.logits[0].begin(), tp.logits[0].begin() + prompt_rows);
+  EXPECT_TRUE(Bitwise(alone.logits[0], batched0)) << arch << " TP=" << world;
+  for (size_t s = 1; s < steps.size(); ++s) {
+    std::vector<float> b(tp.logits[s].begin(), tp.logits[s].begin() + vocab);
+    EXPECT_TRUE(Bitwise(alone.logits[s], b)) << arch << " TP=" << world << " decode " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, TensorParallel,
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "qwen2"), ::testing::Values(2, 4)));
+INSTANTIATE_TEST_SUITE_P(Moe, TensorParallel,
+                         ::testing::Combine(::testing::Values("mixtral", "qwen2_moe"), ::testing::Values(2)));
+
+// GGUF with Q8_0 matrices: column slices on quantization-block boundaries.
+TEST(TensorParallelGguf, Q8LogitsWithinToleranceOfOneRank) {
+  TempDir dir;
+  SynthOptions o;
+  o.arch = "qwen3";
+  o.dtype = DType::kQ8_0;
+  o.format = "gguf";
+  o.out_dir = dir.path() + "/m.gguf";
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  ModelConfig c;
+  {
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(o.out_dir, backend.get());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    c = (*m)->config();
+  }
+  const auto steps = BatchedSteps(static_cast<int>(c.vocab_size), false);
+  RunResult one = RunRanks(o.out_dir, 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  RunResult tp = RunRanks(o.out_dir, 2, {}, steps);
+  ASSERT_EQ(tp.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double scale = 1;
+    EXPECT_LE(MaxAbsDiff(one.logits[s], tp.logits[s], &scale), 1e-4 * scale) << "step " << s;
+  }
+}
+
+class ExpertParallel : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ExpertParallel, DataParallelAttentionLogitsBitwiseEqualOneRank) {
+  const auto& [arch, world] = GetParam();
+  TempDir dir;
+  MakeTinyModel(dir.path(), arch, DType::kBF16);
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.data_parallel_attention = true;
+  RunResult par = RunRanks(dir.path(), world, ep, steps);
+  ASSERT_EQ(par.error, "");
+  ASSERT_EQ(par.logits.size(), one.logits.size());
+  for (size_t s = 0; s < steps.size(); ++s) EXPECT_TRUE(Bitwise(one.logits[s], par.logits[s])) << arch << " step " << s;
+}
+
+TEST_P(ExpertParallel, TensorParallelAttentionWithExpertsOnRanksWithinTolerance) {
+  const auto& [arch, world] = GetParam();
+  TempDir dir;
+  MakeTinyModel(dir.path(), arch, DType::kBF16);
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  RunResult par = RunRanks(dir.path(), world, ep, steps);
+  ASSERT_EQ(par.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double scale = 1;
+    EXPECT_LE(MaxAbsDiff(one.logits[s], par.logits[s], &scale), 1e-4 * scale) << arch << " step " << s;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, ExpertParallel,
+                         ::testing::Combine(::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"),
+                                            ::testing::Values(2, 4)));
+
+// Each rank reads a disjoint part of every split tensor; together the ranks read
+// each split tensor exactly once.
+TEST(ShardedLoad, EachRankReadsOnlyItsSlice) {
+  TempDir dir;
+  MakeTinyModel(dir.path(), "qwen2_moe", DType::kBF16);
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  RunResult par = RunRanks(dir.path(), 2, ep, {steps[0]}, /*record_reads=*/true);
+  ASSERT_EQ(par.error, "");
+  for (const std::string& name : {std::string("model.layers.0.self_attn.q_proj.weight"),
+                                  std::string("model.layers.0.self_attn.o_proj.weight"),
+                                  std::string("model.embed_tokens.weight"),
+                                  std::string("model.layers.1.mlp.experts.5.down_proj.weight")}) {
+    std::vector<ByteRange> all;
+    int64_t tensor_bytes = 0;
+    int ranks_reading = 0;
+    for (const auto& reads : par.all_reads) {
+      for (const TensorReads& t : reads) {
+        if (t.name != name) continue;
+        tensor_bytes = t.tensor_bytes;
+        ranks_reading += t.ranges.empty() ? 0 : 1;
+        all.insert(all.end(), t.ranges.begin(), t.ranges.end());
+      }
+    }
+    ASSERT_GT(tensor_bytes, 0) << name;
+    std::sort(all.begin(), all.end(), [](auto a, auto b) { return a.begin < b.begin; });
+    int64_t at = 0;
+    for (const ByteRange& r : all) {
+      EXPECT_EQ(r.begin, at) << name << ": ranges overlap or leave a gap";
+      at = r.end;
+    }
+    EXPECT_EQ(at, tensor_bytes) << name;
+    EXPECT_EQ(ranks_reading, name.find("experts") != std::string::npos ? 1 : 2) << name;
+  }
+}
+
+TEST(ShardPlanTest, RejectsLayoutsThatDoNotSplit) {
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.num_q_heads = 6;
+  c.num_kv_heads = 3;
+  c.vocab_size = 100;
+  c.intermediate_size = 64;
+  ShardOptions o{4, 0, false, false};
+  EXPECT_FALSE(MakeShardPlan(c, o).ok());  // 6 heads over 4 ranks
+  o.world_size = 3;
+  auto p = MakeShardPlan(c, o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->q_heads.count, 2);
+  EXPECT_EQ(p->kv_heads.count, 1);
+  o.expert_parallel = true;
+  EXPECT_FALSE(MakeShardPlan(c, o).ok());  // no experts
+  c.num_q_heads = 4;
+  c.num_kv_heads = 2;
+  o = {4, 3, false, false};
+  p = MakeShardPlan(c, o);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->kv_heads.begin, 1);  // q heads 3 read KV head 1, replicated on ranks 2 and 3
+  EXPECT_EQ(p->kv_heads.count, 1);
+}
+
+}  // namespace
+}  // namespace tessera::parallel
