@@ -49,6 +49,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
   if (auto e = ReadToolChoice(body)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
+  if (auto e = ParseStructuredOutput(body, &r.structured)) return e;
   bool ignored = false;  // parallel_tool_calls: type-checked, otherwise ignored
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &ignored)) return e;
 

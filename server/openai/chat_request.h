@@ -11,10 +11,12 @@
 #include "scheduler/sampling_params.h"
 #include "server/http/responses.h"
 #include "server/openai/request_common.h"
+#include "server/openai/structured_request.h"
 
 namespace tessera::openai {
 
 struct ChatRequest {
+  StructuredOutputSpec structured;  // response_format / structured_outputs / guided_*
   std::string model;
   Json messages;         // normalized, see ParseMessages
   Json tools;            // null if none

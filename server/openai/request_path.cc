@@ -35,13 +35,15 @@ GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, 
 }  // namespace
 
 RequestModel RequestModelOf(const ServingEngine& engine) {
-  return {&engine.tokenizer(), engine.chat_template(), {engine.served_model_name(), engine.limits()}};
+  return {&engine.tokenizer(), engine.chat_template(), {engine.served_model_name(), engine.limits()},
+          engine.structured_outputs()};
 }
 
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out) {
   PreparedCompletion p;
   if (auto err = ParseCompletionRequest(body, model.limits, &p.request)) return err;
   CompletionRequest& req = p.request;
+  if (auto err = CompileStructuredOutput(req.structured, model.structured, &req.params)) return err;
   for (PromptInput& prompt : req.prompts) {  // token ids move to the input; text stays (echo)
     std::vector<int32_t> ids =
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
@@ -56,6 +58,7 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out) {
   PreparedChat p;
   if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
+  if (auto err = CompileStructuredOutput(p.request.structured, model.structured, &p.request.params)) return err;
   const ChatRequest& req = p.request;
   StatusOr<std::string> prompt =
       RenderChatPrompt(model.chat_template, model.limits.served_model_name, req.messages, req.tools,

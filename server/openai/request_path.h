@@ -32,6 +32,7 @@ struct RequestModel {
   const text::Tokenizer* tokenizer = nullptr;         // required
   const text::ChatTemplate* chat_template = nullptr;  // null: chat is refused (400 "unsupported")
   RequestLimits limits;                               // served model name + ModelLimits
+  structured::StructuredOutputs* structured = nullptr;  // null: structured outputs are refused (400)
 };
 
 RequestModel RequestModelOf(const ServingEngine& engine);
