@@ -224,7 +224,7 @@ class EngineLoop {
   std::unique_ptr<Scheduler> scheduler_;
   Sampler sampler_;
   std::vector<float> logits_;
-  std::vector<std::vector<uint32_t>> mask_buffers_;  // reused across steps
+  std::deque<std::vector<uint32_t>> mask_buffers_;  // reused across steps (deque: stable addresses)
   bool mask_reject_logged_ = false;
   // This step's prompt logprobs per request: (choice index, entries).
   std::unordered_map<std::string, std::pair<int32_t, std::vector<TokenLogprobs>>> prompt_logprobs_;
