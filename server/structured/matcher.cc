@@ -6,7 +6,6 @@
 namespace tessera::structured {
 namespace {
 
-constexpr size_t kTableSize = 1 << 14;  // power of two
 constexpr size_t kMaxStacks = 4096;     // per state; more means a pathologically ambiguous grammar
 constexpr size_t kMaskCacheBytes = size_t{8} << 20;
 
@@ -32,23 +31,18 @@ void CompiledGrammar::StoreMask(const std::string& state, std::shared_ptr<const 
 }
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) : g_(std::move(grammar)) {
-  table_.assign(kTableSize, -1);
-  levels_.resize(g_->vocab().max_token_bytes() + 1);
+  std::vector<int32_t> tops;
+  bool accept = false;
   ++epoch_;
-  for (int32_t alt : g_->grammar().alts[g_->grammar().root]) Expand(Intern(alt, -1), &tops_, &accept_);
-  Compact();
+  for (int32_t alt : g_->grammar().alts[g_->grammar().root]) Expand(Intern(alt, -1), &tops, &accept);
+  state_ = InternState(std::move(tops), accept);
 }
 
 int32_t GrammarMatcher::Intern(int32_t pos, int32_t parent) {
-  const uint32_t h = (static_cast<uint32_t>(pos) * 0x9E3779B1u) ^ (static_cast<uint32_t>(parent + 1) * 0x85EBCA77u);
-  const size_t slot = (h ^ (h >> 15)) & (kTableSize - 1);
-  const int32_t id = table_[slot];
-  if (id >= 0 && static_cast<size_t>(id) < nodes_.size() && nodes_[id].pos == pos && nodes_[id].parent == parent) {
-    return id;
-  }
-  nodes_.push_back({pos, parent});
-  table_[slot] = static_cast<int32_t>(nodes_.size() - 1);
-  return table_[slot];
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(parent);
+  auto [it, inserted] = node_ids_.emplace(key, static_cast<int32_t>(nodes_.size()));
+  if (inserted) nodes_.push_back({pos, parent});
+  return it->second;
 }
 
 // Closure of one node: follows rule references (pushing continuations) and
@@ -72,11 +66,7 @@ void GrammarMatcher::Expand(int32_t start, std::vector<int32_t>* tops, bool* acc
     const Node node = nodes_[n];
     const Grammar::Element e = g.elems[node.pos];
     if (e.kind == Kind::kClass) {
-      if (tops->size() < kMaxStacks) {
-        tops->push_back(n);
-      } else {
-        overflowed_ = true;
-      }
+      if (tops->size() < kMaxStacks) tops->push_back(n);
     } else if (e.kind == Kind::kEnd) {
       work_.push_back(node.parent);
     } else {
@@ -87,38 +77,79 @@ void GrammarMatcher::Expand(int32_t start, std::vector<int32_t>* tops, bool* acc
   }
 }
 
-void GrammarMatcher::Advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>* next,
-                             bool* accept) {
+int32_t GrammarMatcher::InternState(std::vector<int32_t> tops, bool accept) {
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  std::string key(1, accept ? 'A' : 'a');
+  key.append(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(int32_t));
+  auto [it, inserted] = state_ids_.emplace(std::move(key), static_cast<int32_t>(states_.size()));
+  if (inserted) {
+    State st;
+    st.tops = std::move(tops);
+    st.accept = accept;
+    st.next.fill(kUnknown);
+    states_.push_back(std::move(st));
+  }
+  return it->second;
+}
+
+int32_t GrammarMatcher::Step(int32_t state, uint8_t byte) {
+  const int32_t known = states_[state].next[byte];
+  if (known != kUnknown) return known;
   const Grammar& g = g_->grammar();
   if (++epoch_ == 0) {  // wrapped: forget every mark
     std::fill(visited_.begin(), visited_.end(), 0);
     epoch_ = 1;
   }
-  next->clear();
-  *accept = false;
-  for (int32_t id : tops) {
-    const Node node = nodes_[id];
+  scratch_.clear();
+  bool accept = false;
+  for (size_t i = 0; i < states_[state].tops.size(); ++i) {
+    const Node node = nodes_[states_[state].tops[i]];
     if (!ByteSetHas(g.classes[g.elems[node.pos].arg], byte)) continue;
-    Expand(Intern(node.pos + 1, node.parent), next, accept);
+    Expand(Intern(node.pos + 1, node.parent), &scratch_, &accept);
   }
+  const int32_t next = scratch_.empty() && !accept ? kDead : InternState(scratch_, accept);
+  states_[state].next[byte] = next;
+  return next;
+}
+
+void GrammarMatcher::Restart() {
+  // Copy the current stacks into a fresh node pool; forget every other state.
+  std::vector<Node> old_nodes = std::move(nodes_);
+  const State cur = states_[state_];
+  nodes_.clear();
+  node_ids_.clear();
+  states_.clear();
+  state_ids_.clear();
+  std::fill(visited_.begin(), visited_.end(), 0);
+  std::unordered_map<int32_t, int32_t> remap;
+  std::vector<int32_t> chain, tops;
+  for (int32_t top : cur.tops) {
+    chain.clear();
+    int32_t n = top;
+    while (n >= 0 && !remap.count(n)) {
+      chain.push_back(n);
+      n = old_nodes[n].parent;
+    }
+    int32_t parent = n < 0 ? -1 : remap[n];
+    for (size_t i = chain.size(); i-- > 0;) {
+      parent = Intern(old_nodes[chain[i]].pos, parent);
+      remap[chain[i]] = parent;
+    }
+    tops.push_back(parent);
+  }
+  state_ = InternState(std::move(tops), cur.accept);
 }
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
-  if (bytes.empty()) return true;
-  const size_t mark = nodes_.size();
-  std::vector<int32_t> cur = tops_, next;
-  bool accept = accept_;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    Advance(cur, static_cast<uint8_t>(bytes[i]), &next, &accept);
-    if (next.empty() && (!accept || i + 1 < bytes.size())) {
-      nodes_.resize(mark);
-      return false;
-    }
-    cur.swap(next);
+  int32_t s = state_;
+  for (char c : bytes) {
+    s = Step(s, static_cast<uint8_t>(c));
+    if (s == kDead) return false;
   }
-  tops_ = std::move(cur);
-  accept_ = accept;
-  Compact();
+  state_ = s;
+  // Bound memory: a long output keeps making new stacks (deeper nesting).
+  if (nodes_.size() > (size_t{1} << 20) || states_.size() > (size_t{1} << 14)) Restart();
   return true;
 }
 
@@ -129,47 +160,13 @@ bool GrammarMatcher::AcceptToken(int32_t token) {
   return AcceptBytes(*b);
 }
 
-void GrammarMatcher::Compact() {
-  std::vector<Node> fresh;
-  std::unordered_map<int64_t, int32_t> interned;
-  std::unordered_map<int32_t, int32_t> remap;
-  std::vector<int32_t> chain;
-  for (int32_t& top : tops_) {
-    chain.clear();
-    int32_t n = top;
-    while (n >= 0 && !remap.count(n)) {
-      chain.push_back(n);
-      n = nodes_[n].parent;
-    }
-    int32_t parent = n < 0 ? -1 : remap[n];
-    for (size_t i = chain.size(); i-- > 0;) {
-      const int32_t pos = nodes_[chain[i]].pos;
-      const int64_t key = (static_cast<int64_t>(pos) << 32) | static_cast<uint32_t>(parent);
-      auto [it, inserted] = interned.emplace(key, static_cast<int32_t>(fresh.size()));
-      if (inserted) fresh.push_back({pos, parent});
-      parent = it->second;
-      remap[chain[i]] = parent;
-    }
-    top = parent;
-  }
-  std::sort(tops_.begin(), tops_.end());
-  tops_.erase(std::unique(tops_.begin(), tops_.end()), tops_.end());
-  nodes_ = std::move(fresh);
-  std::fill(table_.begin(), table_.end(), -1);
-  for (size_t i = 0; i < nodes_.size(); ++i) {
-    const Node& nd = nodes_[i];
-    const uint32_t h = (static_cast<uint32_t>(nd.pos) * 0x9E3779B1u) ^ (static_cast<uint32_t>(nd.parent + 1) * 0x85EBCA77u);
-    table_[(h ^ (h >> 15)) & (kTableSize - 1)] = static_cast<int32_t>(i);
-  }
-  std::fill(visited_.begin(), visited_.end(), 0);
-}
-
 // Each stack as its positions top to bottom; stacks sorted, so equal states
 // of different matchers (or of one matcher at different times) give equal keys.
 std::string GrammarMatcher::StateKey() const {
+  const State& st = states_[state_];
   std::vector<std::string> stacks;
-  stacks.reserve(tops_.size());
-  for (int32_t top : tops_) {
+  stacks.reserve(st.tops.size());
+  for (int32_t top : st.tops) {
     std::string s;
     for (int32_t n = top; n >= 0; n = nodes_[n].parent) {
       s.append(reinterpret_cast<const char*>(&nodes_[n].pos), sizeof(int32_t));
@@ -177,7 +174,7 @@ std::string GrammarMatcher::StateKey() const {
     stacks.push_back(std::move(s));
   }
   std::sort(stacks.begin(), stacks.end());
-  std::string key(1, accept_ ? 'A' : 'a');
+  std::string key(1, st.accept ? 'A' : 'a');
   for (const std::string& s : stacks) {
     const uint32_t len = static_cast<uint32_t>(s.size());
     key.append(reinterpret_cast<const char*>(&len), sizeof len);
@@ -186,34 +183,29 @@ std::string GrammarMatcher::StateKey() const {
   return key;
 }
 
-void GrammarMatcher::Walk(int32_t trie_node, size_t depth, const std::vector<int32_t>& tops, uint32_t* mask) {
+void GrammarMatcher::Walk(int32_t trie_node, int32_t state, uint32_t* mask) {
   const auto& trie = g_->vocab().trie();
   const auto& tokens = g_->vocab().trie_tokens();
-  std::vector<int32_t>& next = levels_[depth];
   for (int32_t c = trie[trie_node].first_child; c >= 0; c = trie[c].next_sibling) {
-    const size_t mark = nodes_.size();
-    bool accept = false;
-    Advance(tops, trie[c].byte, &next, &accept);
-    if (!next.empty() || accept) {
-      for (int32_t i = trie[c].tokens_begin; i < trie[c].tokens_end; ++i) {
-        mask[tokens[i] >> 5] |= uint32_t{1} << (tokens[i] & 31);
-      }
-      if (!next.empty() && depth + 1 < levels_.size()) Walk(c, depth + 1, next, mask);
+    const int32_t next = Step(state, trie[c].byte);
+    if (next == kDead) continue;
+    for (int32_t i = trie[c].tokens_begin; i < trie[c].tokens_end; ++i) {
+      mask[tokens[i] >> 5] |= uint32_t{1} << (tokens[i] & 31);
     }
-    nodes_.resize(mark);
+    if (!states_[next].tops.empty()) Walk(c, next, mask);
   }
 }
 
 void GrammarMatcher::FillMask(std::span<uint32_t> mask) {
   std::fill(mask.begin(), mask.end(), 0);
-  if (tops_.empty()) return;
+  if (states_[state_].tops.empty()) return;
   const std::string key = StateKey();
   if (auto cached = g_->FindMask(key)) {
     std::memcpy(mask.data(), cached->data(), std::min(mask.size(), cached->size()) * sizeof(uint32_t));
     return;
   }
   auto fresh = std::make_shared<std::vector<uint32_t>>(static_cast<size_t>(g_->mask_words()), 0);
-  Walk(0, 0, tops_, fresh->data());
+  Walk(0, state_, fresh->data());
   std::memcpy(mask.data(), fresh->data(), std::min(mask.size(), fresh->size()) * sizeof(uint32_t));
   g_->StoreMask(key, std::move(fresh));
 }

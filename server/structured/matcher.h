@@ -2,20 +2,22 @@
 // next-token masks keyed by parser state (shared by every request using the
 // grammar). GrammarMatcher: one sequence's position in the grammar.
 //
-// The matcher is a pushdown recognizer over bytes: its state is a set of
-// stacks (persistent: nodes with parent links, shared suffixes, deduplicated
-// by hash-consing), each stack's top a byte class to match next. A mask is
-// one walk of the vocabulary's byte trie from the current stacks: a subtree
-// is skipped as soon as no stack survives its prefix, so the cost is the part
-// of the trie the grammar allows. Masks are cached per state: inside a JSON
-// string, or at the same place of a schema, the state repeats and the mask is
-// a copy of ~V/8 bytes (microseconds); the first walk of a state costs about
-// the trie nodes it visits (milliseconds for a 150k vocabulary in a string).
+// The matcher is a pushdown recognizer over bytes: a set of stacks
+// (persistent nodes with parent links, hash-consed so equal stacks share one
+// id), each stack's top a byte class to match next. Stack sets are interned
+// as states of a lazily built DFA whose transitions are computed once per
+// (state, byte) and then cost an array lookup. A mask is one walk of the
+// vocabulary's byte trie through that DFA: a subtree is skipped as soon as
+// its prefix is dead, so after warm-up the walk costs about one lookup per
+// trie node it visits (all of them inside a JSON string: a few ms for a 150k
+// vocabulary). Masks are also cached per grammar, keyed by the stacks'
+// content, so a state any request has seen costs a ~V/8-byte copy.
 //
 // Thread-safety: CompiledGrammar is immutable apart from its mask cache
 // (mutex); a GrammarMatcher is used by one thread at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -61,32 +63,41 @@ class GrammarMatcher {
   // words. End-of-sequence is not a token here: see CanEnd.
   void FillMask(std::span<uint32_t> mask);
 
-  bool CanEnd() const { return accept_; }                      // the output so far is complete
-  bool IsComplete() const { return accept_ && tops_.empty(); }  // ... and nothing may follow
-  bool IsDead() const { return !accept_ && tops_.empty(); }     // no continuation at all
+  bool CanEnd() const { return states_[state_].accept; }  // the output so far is complete
+  bool IsComplete() const { return CanEnd() && states_[state_].tops.empty(); }  // ... and nothing may follow
 
  private:
+  static constexpr int32_t kUnknown = -1;
+  static constexpr int32_t kDead = -2;
   struct Node {
     int32_t pos;     // position in grammar().elems to continue at
     int32_t parent;  // -1: bottom of the stack
   };
-  int32_t Intern(int32_t pos, int32_t parent);
+  // A set of stacks (their top nodes, sorted; each top a byte class) and
+  // whether some stack is empty; transitions filled in lazily.
+  struct State {
+    std::vector<int32_t> tops;
+    bool accept = false;
+    std::array<int32_t, 256> next;
+  };
+  int32_t Intern(int32_t pos, int32_t parent);  // hash-consed: equal stacks have equal ids
   void Expand(int32_t node, std::vector<int32_t>* tops, bool* accept);
-  void Advance(const std::vector<int32_t>& tops, uint8_t byte, std::vector<int32_t>* next, bool* accept);
-  void Compact();  // keeps only the nodes of tops_, hash-consed
+  int32_t InternState(std::vector<int32_t> tops, bool accept);
+  int32_t Step(int32_t state, uint8_t byte);  // the state after `byte`, or kDead
+  void Restart();  // drops every state but the current one (memory bound)
   std::string StateKey() const;
-  void Walk(int32_t trie_node, size_t depth, const std::vector<int32_t>& tops, uint32_t* mask);
+  void Walk(int32_t trie_node, int32_t state, uint32_t* mask);
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<Node> nodes_;
-  std::vector<int32_t> table_;    // lossy hash-consing: hash(pos, parent) -> node id, checked on read
+  std::unordered_map<uint64_t, int32_t> node_ids_;
   std::vector<uint32_t> visited_;  // node id -> epoch of its last expansion
   uint32_t epoch_ = 0;
   std::vector<int32_t> work_;
-  std::vector<std::vector<int32_t>> levels_;  // Walk scratch, one per trie depth
-  std::vector<int32_t> tops_;                 // stacks whose top is a byte class
-  bool accept_ = false;                       // some stack is empty: the document may end here
-  bool overflowed_ = false;
+  std::vector<int32_t> scratch_;
+  std::vector<State> states_;  // a lazily built DFA over stack sets
+  std::unordered_map<std::string, int32_t> state_ids_;
+  int32_t state_ = 0;
 };
 
 }  // namespace tessera::structured
