@@ -176,6 +176,40 @@ StatusOr<Grammar::Element> GrammarBuilder::CodePointClass(const std::vector<std:
 }
 
 StatusOr<Grammar> GrammarBuilder::Finish(int32_t root, std::chrono::steady_clock::time_point deadline) {
+  // Drop alternatives that derive no string (an empty class, or a rule that
+  // derives none): then every stack the matcher builds can be completed, so
+  // a token the mask allows never leads into a dead end.
+  std::vector<uint8_t> productive(rules_.size(), 0);
+  auto alt_productive = [&](const std::vector<Grammar::Element>& alt) {
+    for (const Grammar::Element& e : alt) {
+      if (e.kind == Grammar::Kind::kClass && classes_[e.arg] == ByteSet{}) return false;
+      if (e.kind == Grammar::Kind::kRule && (e.arg < 0 || static_cast<size_t>(e.arg) >= rules_.size() ||
+                                             !productive[e.arg])) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    if (std::chrono::steady_clock::now() > deadline) return InvalidArgument("the grammar took too long to compile");
+    for (size_t r = 0; r < rules_.size(); ++r) {
+      if (productive[r]) continue;
+      for (const auto& alt : rules_[r]) {
+        if (alt_productive(alt)) {
+          productive[r] = 1;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  if (root < 0 || static_cast<size_t>(root) >= rules_.size() || !productive[root]) {
+    return InvalidArgument("the grammar is unsatisfiable: its root derives no string");
+  }
+  for (auto& alts : rules_) {
+    std::erase_if(alts, [&](const std::vector<Grammar::Element>& alt) { return !alt_productive(alt); });
+  }
   Grammar g;
   g.classes = std::move(classes_);
   g.names = std::move(names_);
@@ -203,9 +237,6 @@ Status Grammar::Validate(std::chrono::steady_clock::time_point deadline) const {
     if (e.kind == Kind::kClass && (e.arg < 0 || static_cast<size_t>(e.arg) >= classes.size())) {
       return InvalidArgument("the grammar references an unknown class");
     }
-  }
-  for (size_t r = 0; r < n; ++r) {
-    if (alts[r].empty()) return InvalidArgument("grammar rule '" + names[r] + "' has no alternatives (undefined?)");
   }
   const auto timeout = [] { return InvalidArgument("the grammar took too long to check (compile time limit)"); };
   // Nullable and productive rules: fixpoints, each pass O(elements).

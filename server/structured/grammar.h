@@ -7,7 +7,9 @@
 //
 // Invariants after Validate(): every referenced rule exists, no rule is left
 // recursive (directly, or through nullable prefixes), and the root derives at
-// least one string (else the grammar is unsatisfiable). Immutable once built;
+// least one string (else the grammar is unsatisfiable). GrammarBuilder::Finish
+// also drops every alternative that derives no string, so every stack a
+// matcher builds can be completed. Immutable once built;
 // safe to share between threads.
 #pragma once
 
