@@ -30,6 +30,26 @@ int32_t Argmax(std::span<const float> row) {
   return best;
 }
 
+bool Allowed(std::span<const uint32_t> mask, int64_t t) {
+  return static_cast<size_t>(t >> 5) < mask.size() && ((mask[t >> 5] >> (t & 31)) & 1);
+}
+
+// The allowed token with the highest raw logit (lowest id on ties); the
+// lowest allowed id when every allowed logit is -inf or NaN; 0 if none.
+int32_t AllowedArgmax(std::span<const float> logits, std::span<const uint32_t> mask) {
+  int32_t best = -1;
+  float best_v = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!Allowed(mask, static_cast<int64_t>(i))) continue;
+    if (best < 0) best = static_cast<int32_t>(i);
+    if (logits[i] > best_v) {
+      best_v = logits[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return std::max(best, 0);
+}
+
 }  // namespace
 
 double CounterUniform(uint64_t seed, uint64_t stream, uint64_t counter) {
@@ -68,6 +88,12 @@ int32_t Sampler::Process(std::span<const float> logits, const SamplerConfig& c, 
   const int64_t vocab = static_cast<int64_t>(logits.size());
   auto in_vocab = [vocab](int32_t t) { return t >= 0 && t < vocab; };
   work_.assign(logits.begin(), logits.end());
+  const bool masked = !ctx.allowed_tokens.empty();
+  if (masked) {
+    for (int64_t t = 0; t < vocab; ++t) {
+      if (!Allowed(ctx.allowed_tokens, t)) work_[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
   for (int32_t t : ctx.banned_tokens) {
     if (in_vocab(t)) work_[t] = -std::numeric_limits<float>::infinity();
   }
@@ -106,14 +132,22 @@ int32_t Sampler::Process(std::span<const float> logits, const SamplerConfig& c, 
     }
   }
 
-  if (c.temperature < kGreedyTemperature) return Argmax(work_);
+  if (c.temperature < kGreedyTemperature) {
+    const int32_t best = Argmax(work_);
+    if (masked && !(work_[best] > -std::numeric_limits<float>::infinity())) {
+      return AllowedArgmax(logits, ctx.allowed_tokens);
+    }
+    return best;
+  }
 
   float mx = -std::numeric_limits<float>::infinity();
   for (float& v : work_) {
     v /= c.temperature;
     mx = std::max(mx, v);
   }
-  if (!std::isfinite(mx)) return Argmax(logits);  // everything masked: fall back to the raw argmax
+  if (!std::isfinite(mx)) {  // everything masked: fall back to the raw argmax (of the allowed tokens)
+    return masked ? AllowedArgmax(logits, ctx.allowed_tokens) : Argmax(logits);
+  }
 
   // Unnormalised weights e_i = exp(w_i - max); min_p keeps e_i >= min_p * e_max = min_p.
   cand_.clear();

@@ -2,7 +2,8 @@
 // only; knows nothing of requests or the scheduler — the caller passes the
 // knobs (SamplerConfig) and the sequence's history (SampleContext).
 //
-// Processing order (vLLM V1): banned tokens (min_tokens) -> logit_bias ->
+// Processing order (vLLM V1): allowed-token mask (structured output) ->
+// banned tokens (min_tokens) -> logit_bias ->
 // repetition / frequency / presence penalties -> greedy argmax when
 // temperature < 1e-5 (lowest index on ties) -> temperature -> min_p -> top_k
 // -> top_p -> draw.
@@ -44,6 +45,10 @@ struct SampleContext {
   std::span<const int32_t> prompt_tokens;  // repetition penalty
   std::span<const int32_t> output_tokens;  // all penalties
   std::span<const int32_t> banned_tokens;  // masked to -inf (EOS before min_tokens)
+  // Structured output: bit t of allowed_tokens[t / 32] set <=> token t may be
+  // sampled; empty: every token may. If nothing allowed survives the other
+  // processing, the allowed token with the highest raw logit is taken.
+  std::span<const uint32_t> allowed_tokens;
   int32_t choice_index = 0;                // RNG stream
   int64_t output_position = 0;             // RNG counter: output_tokens.size() normally
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <random>
 #include <utility>
 
@@ -395,6 +396,14 @@ void EngineLoop::DrainInbox() {
         a.banned.insert(a.banned.end(), eos.begin(), eos.end());
       }
     }
+    if (p.request.params.constraint) {
+      a.constraint = p.request.params.constraint;
+      a.matchers.resize(static_cast<size_t>(std::max(p.request.params.n, 1)));
+      // EOS even with ignore_eos (it then does not stop the sequence, and is special text).
+      a.end_tokens = scheduler_->options().eos_token_ids;
+      a.end_tokens.insert(a.end_tokens.end(), p.request.params.stop_token_ids.begin(),
+                          p.request.params.stop_token_ids.end());
+    }
     const std::string id = p.request.id;
     Status s = scheduler_->AddRequest(std::move(p.request));
     if (!s.ok()) {
@@ -470,15 +479,25 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     }
   }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
+  const int64_t vocab = model_->config().vocab_size;
+  // Structured-output masks depend only on the tokens so far: computed on a
+  // helper thread while the forward pass runs.
+  std::vector<MaskJob> jobs = CollectMaskJobs(plan, vocab);
+  std::future<void> masks;
+  if (!jobs.empty()) masks = std::async(std::launch::async, [&jobs] { FillMasks(jobs); });
+  Status forward;
   if (group_) {
     std::vector<std::pair<int64_t, int64_t>> copies;
     for (const CopyOp& op : plan.copies) copies.emplace_back(op.src, op.dst);
-    RETURN_IF_ERROR(group_->Step(*model_, cache_.get(), copies, batch, &logits_));
+    forward = group_->Step(*model_, cache_.get(), copies, batch, &logits_);
   } else {
-    RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
+    forward = model_->Forward(batch, cache_.get(), &logits_);
   }
+  if (masks.valid()) masks.wait();
+  RETURN_IF_ERROR(forward);
+  std::unordered_map<SeqId, const MaskJob*> job_of;
+  for (const MaskJob& j : jobs) job_of[j.seq_id] = &j;
 
-  const int64_t vocab = model_->config().vocab_size;
   std::vector<SampledTokens> sampled;
   std::unordered_map<SeqId, std::vector<SampleResult>> results;
   int64_t row = 0;
@@ -497,7 +516,11 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     SampleContext ctx;
     ctx.prompt_tokens = all.first(static_cast<size_t>(seq->num_prompt_tokens));
     ctx.output_tokens = all.subspan(static_cast<size_t>(seq->num_prompt_tokens));
-    if (seq->num_output_tokens() < a.min_tokens) ctx.banned_tokens = a.banned;
+    const auto job = job_of.find(s.seq_id);
+    const MaskJob* mj = job == job_of.end() ? nullptr : job->second;
+    // A complete document leaves only EOS: min_tokens does not ban it then.
+    if (seq->num_output_tokens() < a.min_tokens && !(mj && mj->matcher->IsComplete())) ctx.banned_tokens = a.banned;
+    if (mj) ctx.allowed_tokens = *mj->mask;
     ctx.choice_index = s.index;
     ctx.output_position = seq->num_output_tokens();
     if (s.num_draft_tokens > 0) {  // verify 1 + k rows
@@ -510,6 +533,12 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     }
     const std::span<const float> logits(logits_.data() + (row - 1) * vocab, static_cast<size_t>(vocab));
     SampleResult r = sampler_.Sample(logits, a.sampler, ctx);
+    if (mj && std::find(a.end_tokens.begin(), a.end_tokens.end(), r.token) == a.end_tokens.end() &&
+        !mj->matcher->AcceptToken(r.token) && !mask_reject_logged_) {
+      spdlog::warn("structured output: request {} sampled token {} that its grammar rejects (logged once)",
+                   s.request_id, r.token);
+      mask_reject_logged_ = true;
+    }
     sampled.push_back({s.seq_id, {r.token}});
     results[s.seq_id].push_back(std::move(r));
   }
@@ -545,6 +574,39 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   }
   if (proposer_) ProposeDrafts(plan);
   return Status::Ok();
+}
+
+std::vector<EngineLoop::MaskJob> EngineLoop::CollectMaskJobs(const SchedulerOutput& plan, int64_t vocab) {
+  std::vector<MaskJob> jobs;
+  for (const ScheduledSequence& s : plan.seqs) {
+    if (!s.sample) continue;
+    auto it = active_.find(s.request_id);
+    if (it == active_.end() || !it->second.constraint) continue;
+    Active& a = it->second;
+    if (s.index < 0 || static_cast<size_t>(s.index) >= a.matchers.size()) continue;
+    auto& m = a.matchers[static_cast<size_t>(s.index)];
+    if (!m) m = a.constraint->NewMatcher();
+    if (mask_buffers_.size() <= jobs.size()) mask_buffers_.emplace_back();
+    std::vector<uint32_t>& buf = mask_buffers_[jobs.size()];
+    buf.assign(static_cast<size_t>((vocab + 31) / 32), 0);
+    jobs.push_back({s.seq_id, m.get(), &a.end_tokens, &buf});
+  }
+  return jobs;
+}
+
+void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
+  for (MaskJob& j : jobs) {
+    std::vector<uint32_t>& mask = *j.mask;
+    j.matcher->FillNextTokenMask(mask);
+    bool any = false;
+    for (uint32_t w : mask) any = any || w != 0;
+    // Complete: EOS may come. A dead end (no token continues the grammar) ends too.
+    if (j.matcher->CanEnd() || !any) {
+      for (int32_t t : *j.end_tokens) {
+        if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size()) mask[t >> 5] |= uint32_t{1} << (t & 31);
+      }
+    }
+  }
 }
 
 void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,

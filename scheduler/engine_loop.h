@@ -37,6 +37,7 @@
 #include "scheduler/spec/proposer.h"
 #include "scheduler/spec/spec_config.h"
 #include "scheduler/spec/spec_policy.h"
+#include "scheduler/token_constraint.h"
 
 namespace tessera {
 
@@ -227,6 +228,17 @@ class EngineLoop {
     int32_t prompt_logprobs = -1;  // alternatives per prompt token; -1: not asked
     int64_t next_prompt_logprob = 1;  // next prompt position to report (recompute repeats are skipped)
     bool seeded = false;  // the request gave a seed: speculation keeps its tokens bitwise (acceptance.h)
+    // Structured output (null: none): one matcher per choice, made at its first sample.
+    std::shared_ptr<const TokenConstraint> constraint;
+    std::vector<std::unique_ptr<TokenMatcher>> matchers;
+    std::vector<int32_t> end_tokens;  // EOS + stop_token_ids: allowed when the output is complete
+  };
+  // One constrained sample of a step: its matcher and the mask computed for it.
+  struct MaskJob {
+    SeqId seq_id;
+    TokenMatcher* matcher;
+    const std::vector<int32_t>* end_tokens;
+    std::vector<uint32_t>* mask;
   };
   EngineLoop() = default;
 
@@ -252,6 +264,10 @@ class EngineLoop {
   void ProposeDrafts(const SchedulerOutput& plan);
   void FailAll(const Status& status);
   void ThreadMain();
+  // The constrained samples of `plan` (matchers made on first use).
+  std::vector<MaskJob> CollectMaskJobs(const SchedulerOutput& plan, int64_t vocab);
+  // Fills each job's mask (any thread): the matcher's tokens, plus the end tokens when the output may end.
+  static void FillMasks(std::vector<MaskJob>& jobs);
 
   std::unique_ptr<parallel::RankGroup> group_;  // before model_: its shard uses the group's communicator
   std::unique_ptr<Backend> backend_;
@@ -260,6 +276,8 @@ class EngineLoop {
   std::unique_ptr<Scheduler> scheduler_;
   Sampler sampler_;
   std::vector<float> logits_;
+  std::deque<std::vector<uint32_t>> mask_buffers_;  // reused across steps (deque: stable addresses)
+  bool mask_reject_logged_ = false;
   // This step's prompt logprobs per request: (choice index, entries).
   std::unordered_map<std::string, std::pair<int32_t, std::vector<TokenLogprobs>>> prompt_logprobs_;
   // Speculative decoding; proposer_ null when off.

@@ -86,6 +86,7 @@ void EngineLoop::ProposeDrafts(const SchedulerOutput& plan) {
     // Never propose past max_tokens: the last token is always the target's own.
     const int64_t room = seq->max_output_tokens - seq->num_output_tokens() - 1;
     int32_t k = decoding ? static_cast<int32_t>(std::min<int64_t>(k_step, std::max<int64_t>(0, room))) : 0;
+    if (a.constraint) k = 0;  // structured output: drafts are not checked against the grammar, so none
     if (k > 0) k = acceptance_[s.seq_id].Tokens(k, spec_config_.min_draft_acceptance);
     if (k > 0) k = scheduler_->ReserveDraftSlots(s.seq_id, k);
     in.k = k;

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "scheduler/token_constraint.h"
 
 namespace tessera {
 
@@ -59,6 +61,10 @@ struct SamplingParams {
 
   // Scheduling priority under the priority policy: lower runs first.
   int32_t priority = 0;
+
+  // Structured output: which tokens may come next (null: unconstrained).
+  // Shared by the request's choices; each gets its own matcher.
+  std::shared_ptr<const TokenConstraint> constraint;
 
   // Checks every range; INVALID_ARGUMENT naming the parameter on failure.
   Status Validate(const ModelLimits& limits) const;

@@ -119,6 +119,19 @@ Status PutSamplingParams(const v1::SamplingParams& p, bool chat, Json* body) {
   }
   if (p.has_skip_special_tokens()) (*body)["skip_special_tokens"] = p.skip_special_tokens();
   if (p.has_include_stop_str_in_output()) (*body)["include_stop_str_in_output"] = p.include_stop_str_in_output();
+  if (p.has_response_format_type()) {
+    Json rf = {{"type", p.response_format_type()}};
+    if (p.has_json_schema()) rf["json_schema"] = {{"name", "schema"}, {"schema", p.json_schema()}};
+    (*body)["response_format"] = std::move(rf);
+  } else if (p.has_json_schema()) {
+    return InvalidArgument("'json_schema' needs response_format_type \"json_schema\"");
+  }
+  if (p.has_guided_json()) (*body)["guided_json"] = p.guided_json();
+  if (p.has_guided_regex()) (*body)["guided_regex"] = p.guided_regex();
+  if (!p.guided_choice().empty()) {
+    (*body)["guided_choice"] = Json(std::vector<std::string>(p.guided_choice().begin(), p.guided_choice().end()));
+  }
+  if (p.has_guided_grammar()) (*body)["guided_grammar"] = p.guided_grammar();
   return Status::Ok();
 }
 

@@ -58,6 +58,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
     return BadRequest("'kv_transfer_params' is accepted on /v1/completions only (send token ids there)",
                       "kv_transfer_params", "unsupported_parameter");
   }
+  if (auto e = ParseStructuredOutput(body, &r.structured)) return e;
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &r.parallel_tool_calls)) return e;
 
   StreamFlags flags;

@@ -12,10 +12,12 @@
 #include "server/http/responses.h"
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_choice.h"
+#include "server/openai/structured_request.h"
 
 namespace tessera::openai {
 
 struct ChatRequest {
+  StructuredOutputSpec structured;  // response_format / structured_outputs / guided_*
   std::string model;
   Json messages;         // normalized, see ParseMessages
   Json tools;            // null if none

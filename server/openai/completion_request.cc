@@ -69,6 +69,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
   if (auto e = ParseModel(body, limits, &r.model)) return e;
   if (auto e = ReadPrompts(body, limits, &r.prompts)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
+  if (auto e = ParseStructuredOutput(body, &r.structured)) return e;
   if (auto s = body.find("suffix"); s != body.end() && !s->is_null()) {
     if (!s->is_string()) return TypeError("suffix", "a string", *s);
     if (!s->get_ref<const std::string&>().empty()) return BadRequest("suffix is not supported", "suffix");

@@ -13,6 +13,7 @@
 #include "server/http/responses.h"
 #include "server/openai/request_common.h"
 #include "server/router/kv_transfer_params.h"
+#include "server/openai/structured_request.h"
 
 namespace tessera::openai {
 
@@ -25,6 +26,7 @@ struct PromptInput {
 };
 
 struct CompletionRequest {
+  StructuredOutputSpec structured;  // response_format / structured_outputs / guided_*
   std::string model;
   std::vector<PromptInput> prompts;  // 1..kMaxPrompts, none empty
   // max_tokens defaults to 16; an explicit null means "up to the context".

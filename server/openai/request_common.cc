@@ -245,33 +245,20 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
 }
 
 std::optional<ApiError> RefuseUnenforced(const Json& body) {
-  static constexpr const char* kUnenforced[] = {
-      "guided_json",  "guided_regex",      "guided_choice",     "guided_grammar", "guided_decoding_backend",
-      "guided_whitespace_pattern", "structured_outputs", "allowed_token_ids", "bad_words", "logits_processors",
-      "functions",    "function_call"};
+  // Structured outputs (response_format, structured_outputs, guided_*) are
+  // enforced: see structured_request.h.
+  static constexpr const char* kUnenforced[] = {"allowed_token_ids", "bad_words", "logits_processors", "functions",
+                                                "function_call"};
   for (const char* key : kUnenforced) {
     auto it = body.find(key);
     if (it == body.end() || it->is_null()) continue;
     return BadRequest("'" + std::string(key) +
-                          "' is not supported by this server (structured outputs and token constraints are not "
-                          "enforced yet); remove it",
+                          "' is not supported by this server (this token constraint is not enforced); remove it",
                       key, "unsupported_parameter");
   }
   if (auto it = body.find("use_beam_search"); it != body.end() && !it->is_null() && *it != false) {
     return BadRequest("'use_beam_search' is not supported by this server", "use_beam_search",
                       "unsupported_parameter");
-  }
-  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
-    if (!it->is_object()) return TypeError("response_format", "an object", *it);
-    auto type = it->find("type");
-    if (type == it->end() || !type->is_string()) {
-      return TypeError("response_format.type", "a string", type == it->end() ? Json() : *type);
-    }
-    if (*type != "text") {
-      return BadRequest("response_format '" + type->get_ref<const std::string&>().substr(0, 64) +
-                            "' is not supported by this server (structured outputs are not enforced yet)",
-                        "response_format", "unsupported_parameter");
-    }
   }
   return std::nullopt;
 }

@@ -80,10 +80,10 @@ struct StreamFlags {
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
                                             SamplingParams* params, StreamFlags* flags);
 
-// Fields that ask for behaviour the server does not enforce (structured
-// outputs: guided_*, structured_outputs, response_format other than text;
-// allowed_token_ids, bad_words, logits_processors, legacy functions,
-// beam search) are a 400 naming the field when set, never silently ignored.
+// Fields that ask for behaviour the server does not enforce
+// (allowed_token_ids, bad_words, logits_processors, legacy functions, beam
+// search) are a 400 naming the field when set, never silently ignored.
+// Structured outputs are parsed by ParseStructuredOutput (structured_request.h).
 std::optional<ApiError> RefuseUnenforced(const Json& body);
 
 // Backstop: SamplingParams::Validate as a 400 whose `param` is the quoted

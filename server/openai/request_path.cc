@@ -48,6 +48,7 @@ RequestModel RequestModelOf(const ServingEngine& engine) {
   m.tokenizer = &engine.tokenizer();
   m.chat_template = engine.chat_template();
   m.limits = {engine.served_model_name(), engine.limits()};
+  m.structured = engine.structured_outputs();
   return m;
 }
 
@@ -55,6 +56,7 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
   PreparedCompletion p;
   if (auto err = ParseCompletionRequest(body, model.limits, &p.request)) return err;
   CompletionRequest& req = p.request;
+  if (auto err = CompileStructuredOutput(req.structured, model.structured, &req.params)) return err;
   for (PromptInput& prompt : req.prompts) {  // token ids move to the input; text stays (echo)
     std::vector<int32_t> ids =
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
@@ -72,6 +74,7 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out) {
   PreparedChat p;
   if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
+  if (auto err = CompileStructuredOutput(p.request.structured, model.structured, &p.request.params)) return err;
   const ChatRequest& req = p.request;
   if (req.tool_choice.mode == tools::ToolChoiceMode::kAuto && model.output.tool_parser == tools::ToolParserKind::kNone) {
     // As vLLM: tools the server could not parse calls for are refused, not left to chance.

@@ -36,6 +36,7 @@ struct RequestModel {
   // How chat output is parsed (serve's --tool-call-parser / --reasoning-parser);
   // RequestModelOf leaves it off.
   tools::ChatOutputConfig output;
+  structured::StructuredOutputs* structured = nullptr;  // null: structured outputs are refused (400)
 };
 
 RequestModel RequestModelOf(const ServingEngine& engine);

@@ -234,6 +234,7 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   }
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;
+  engine->structured_ = std::make_unique<structured::StructuredOutputs>(engine->tokenizer_.get(), engine->limits_.vocab_size);
   if (engine->tokenizer_->vocab_size() > engine->limits_.vocab_size) {
     spdlog::warn("serve: the tokenizer knows {} ids but the model only {}; ids beyond are rejected",
                  engine->tokenizer_->vocab_size(), engine->limits_.vocab_size);

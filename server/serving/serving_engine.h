@@ -29,6 +29,7 @@
 #include "scheduler/sampling_params.h"
 #include "server/text/chat_template.h"
 #include "server/text/incremental_detokenizer.h"
+#include "server/structured/structured.h"
 #include "server/text/tokenizer.h"
 
 namespace tessera {
@@ -155,6 +156,9 @@ class ServingEngine {
   // Null when the model has none. Immutable; lives as long as the engine.
   const text::ChatTemplate* chat_template() const { return chat_template_ ? &*chat_template_ : nullptr; }
   const ModelLimits& limits() const { return limits_; }
+  // Compiles structured-output constraints over this model's vocabulary
+  // (thread-safe; lives as long as the engine).
+  structured::StructuredOutputs* structured_outputs() const { return structured_.get(); }
   const std::string& served_model_name() const { return served_model_name_; }
   int64_t created_unix() const { return created_unix_; }
   // Text of one token for logprob reports (see LogprobEntry).
@@ -186,6 +190,7 @@ class ServingEngine {
 
   std::unique_ptr<EngineLoop> loop_;
   std::shared_ptr<const text::Tokenizer> tokenizer_;
+  std::unique_ptr<structured::StructuredOutputs> structured_;
   std::optional<text::ChatTemplate> chat_template_;
   ModelLimits limits_;
   std::string served_model_name_;

@@ -1,6 +1,9 @@
 #include "server/text/tokenizer.h"
 
+#include <cstdlib>
+
 #include "server/text/bpe_model.h"
+#include "server/text/byte_level.h"
 #include "server/text/decoders.h"
 #include "server/text/normalizers.h"
 #include "server/text/pre_tokenizers.h"
@@ -106,6 +109,39 @@ std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
 const std::string* Tokenizer::IdToToken(int32_t id) const {
   if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return &it->second.content;
   return model_->IdToToken(id);
+}
+
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || IsSpecial(id)) return std::nullopt;
+  if (auto it = added_by_id_.find(id); it != added_by_id_.end()) return it->second.content;
+  const std::string* tok = model_->IdToToken(id);
+  if (tok == nullptr) return std::nullopt;
+  std::string out;
+  if (byte_level_decoder_) {
+    size_t i = 0;
+    while (i < tok->size()) {
+      const size_t b = i;
+      const int byte = UnicodeToByte(NextCodePoint(*tok, &i));
+      if (byte >= 0) {
+        out.push_back(static_cast<char>(byte));
+      } else {
+        out.append(*tok, b, i - b);
+      }
+    }
+    return out;
+  }
+  if (byte_fallback_decoder_ && tok->size() == 6 && tok->compare(0, 3, "<0x") == 0 && (*tok)[5] == '>') {
+    const std::string hex = tok->substr(3, 2);
+    char* end = nullptr;
+    const long v = std::strtol(hex.c_str(), &end, 16);
+    if (end == hex.c_str() + 2) return std::string(1, static_cast<char>(v));
+  }
+  out = *tok;
+  if (metaspace_decoder_) {
+    static const std::string kSpace = "\xe2\x96\x81";
+    for (size_t p = out.find(kSpace); p != std::string::npos; p = out.find(kSpace, p + 1)) out.replace(p, 3, " ");
+  }
+  return out;
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const {

@@ -69,6 +69,12 @@ class Tokenizer {
   // One past the largest valid id.
   int32_t vocab_size() const { return vocab_size_; }
   bool IsSpecial(int32_t id) const;
+  // The raw bytes token `id` adds to decoded text (byte-level and byte-fallback
+  // tokens mapped back to bytes, which may be part of a UTF-8 character;
+  // SentencePiece's U+2581 as a space), for constrained decoding. nullopt for
+  // special tokens and ids outside the vocabulary. Not the text of a one-token
+  // Decode, which repairs partial UTF-8 and strips a leading space.
+  std::optional<std::string> TokenBytes(int32_t id) const;
 
   std::optional<int32_t> bos_token_id() const { return bos_id_; }
   std::optional<int32_t> eos_token_id() const { return eos_id_; }
@@ -96,6 +102,10 @@ class Tokenizer {
   std::optional<int32_t> bos_id_, eos_id_;
   std::string bos_token_, eos_token_;
   bool clean_up_ = true;
+  // How TokenBytes maps a model token to bytes (from the decoder's types).
+  bool byte_level_decoder_ = false;
+  bool byte_fallback_decoder_ = false;
+  bool metaspace_decoder_ = false;  // U+2581 -> ' '
 };
 
 // transformers' clean_up_tokenization: removes the space before . ? ! , and

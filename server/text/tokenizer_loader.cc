@@ -145,6 +145,11 @@ StatusOr<std::shared_ptr<const Tokenizer>> TokenizerLoader::Load(const Json& tj,
   }
   if (auto it = tj.find("decoder"); it != tj.end() && !it->is_null()) {
     ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(*it, "decoder"));
+    const std::string d = it->dump();
+    t->byte_level_decoder_ = d.find("\"ByteLevel\"") != std::string::npos;
+    t->byte_fallback_decoder_ = d.find("\"ByteFallback\"") != std::string::npos;
+    t->metaspace_decoder_ = d.find("\"Metaspace\"") != std::string::npos ||
+                            d.find("\u2581") != std::string::npos || d.find("\xe2\x96\x81") != std::string::npos;
   }
   RETURN_IF_ERROR(LoadAddedTokens(tj, t.get()));
   int32_t max_id = t->model_->max_id();

@@ -351,11 +351,7 @@ def template_kwargs_group(res, port):
 
 def unenforced_group(res, port):
     msgs = [{"role": "user", "content": "hi"}]
-    fields = {
-        "guided_regex": "[a-z]+", "guided_json": {"type": "object"}, "guided_choice": ["a", "b"],
-        "guided_grammar": 'root ::= "a"', "structured_outputs": {"regex": "a"},
-        "allowed_token_ids": [1, 2], "bad_words": ["x"], "functions": [{"name": "f"}],
-    }
+    fields = {"allowed_token_ids": [1, 2], "bad_words": ["x"], "functions": [{"name": "f"}]}
     for field, value in fields.items():
         def chat_refused(field=field, value=value):
             status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, **{field: value})
@@ -364,15 +360,27 @@ def unenforced_group(res, port):
             error_check(status, body, 400, param=field)
         res.run(f"{field} -> 400 on chat and completions (not enforced)", chat_refused)
 
+    # Structured outputs are enforced (tests/e2e/test_structured_outputs.py checks the outputs).
+    enforced = {"guided_regex": "[a-z]+", "guided_json": {"type": "object"}, "guided_choice": ["a", "b"],
+                "guided_grammar": 'root ::= "a"', "structured_outputs": {"regex": "a"}}
+    for field, value in enforced.items():
+        def accepted(field=field, value=value):
+            status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, **{field: value})
+            assert status == 200, (field, status, body)
+            status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, **{field: value})
+            assert status == 200, (field, status, body)
+        res.run(f"{field} -> 200 on chat and completions (enforced)", accepted)
+
     def response_format():
-        for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
+        for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
+                   {"type": "text"}):
             status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, response_format=rf)
-            error_check(status, body, 400, param="response_format")
+            assert status == 200, (rf, status, body)
             status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, response_format=rf)
-            error_check(status, body, 400, param="response_format")
-        status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, response_format={"type": "text"})
-        assert status == 200, (status, body)
-    res.run("response_format json_object/json_schema -> 400; text -> 200", response_format)
+            assert status == 200, (rf, status, body)
+        status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, response_format={"type": "yaml"})
+        error_check(status, body, 400, param="response_format.type")
+    res.run("response_format text/json_object/json_schema -> 200; unknown type -> 400", response_format)
 
     def bad_tool_schemas():
         bad = [("not an object", "params", "tools[0].function.parameters"),

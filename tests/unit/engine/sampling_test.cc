@@ -235,3 +235,35 @@ TEST(SamplerTest, CounterUniformIsInRangeAndSpread) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Structured output: only allowed tokens are ever drawn, greedy or not, and a
+// mask whose allowed tokens are all -inf falls back to the best allowed raw logit.
+TEST(SamplerMaskTest, OnlyAllowedTokens) {
+  std::vector<float> logits = {5.0f, 1.0f, 4.0f, 0.5f, 3.0f, -1.0f, 2.0f, 0.0f, 6.0f, -2.0f};
+  std::vector<uint32_t> mask = {(1u << 2) | (1u << 5) | (1u << 7)};
+  Sampler s;
+  SampleContext ctx;
+  ctx.allowed_tokens = mask;
+  SamplerConfig greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(s.Sample(logits, greedy, ctx).token, 2);
+  SamplerConfig hot;
+  hot.temperature = 2.0f;
+  for (int64_t pos = 0; pos < 200; ++pos) {
+    ctx.output_position = pos;
+    const int32_t t = s.Sample(logits, hot, ctx).token;
+    EXPECT_TRUE(t == 2 || t == 5 || t == 7) << t;
+  }
+  SamplerConfig banned = greedy;
+  banned.logit_bias = {{2, -std::numeric_limits<float>::infinity()}, {5, -std::numeric_limits<float>::infinity()},
+                       {7, -std::numeric_limits<float>::infinity()}};
+  EXPECT_EQ(s.Sample(logits, banned, ctx).token, 2);  // every allowed token -inf: best allowed raw logit
+  ctx.allowed_tokens = {};
+  EXPECT_EQ(s.Sample(logits, greedy, ctx).token, 8);  // no mask: unconstrained
+}
+
+}  // namespace
+}  // namespace tessera
