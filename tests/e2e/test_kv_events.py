@@ -238,9 +238,15 @@ def main():
             while (delta := prefix_hits(srv.port) - hits0) < 64 and time.time() < deadline:
                 time.sleep(0.05)
             assert delta == 64, f"prefix-cache hit metric grew by {delta}, want two hits of 32 tokens"
-            # The salt changes the chain: the three 2-block chains stored for c differ.
-            _, events = all_events(ctx, replay_ep)
-            firsts = [e[1][0] for e in events if e[0] == "stored" and e[3][:BLOCK] == c[:BLOCK] and e[2] is None]
+            # The salt changes the chain: the three 2-block chains stored for c differ. Events are
+            # published off the engine thread, so the last one may trail the response: poll.
+            deadline = time.time() + 5
+            while True:
+                _, events = all_events(ctx, replay_ep)
+                firsts = [e[1][0] for e in events if e[0] == "stored" and e[3][:BLOCK] == c[:BLOCK] and e[2] is None]
+                if len(set(firsts)) >= 3 or time.time() > deadline:
+                    break
+                time.sleep(0.05)
             assert len(set(firsts)) == 3, firsts
         res.run("cache_salt: same salt hits, other salt / none do not", cache_salt_isolates)
 
