@@ -9,7 +9,9 @@ StatusOr<KvEventsConfig> ParseKvEventsConfig(std::string_view text) {
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("--kv-events-config: must be a JSON object");
   KvEventsConfig c;
   bool publisher_set = false;
-  for (const auto& [key, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string key = item.key();  // not a structured binding: clang 14 cannot capture those
+    const nlohmann::json& v = item.value();
     auto bad = [&](const char* expect) {
       return InvalidArgument("--kv-events-config: '" + key + "' must be " + expect);
     };
