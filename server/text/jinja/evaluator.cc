@@ -47,6 +47,29 @@ class Evaluator final : public BuiltinContext {
     if (work_ > opt_.limits.max_work) Fail(TemplateError::Kind::kLimit, "template exceeded its work limit");
   }
 
+  // True when `v` holds `target` at any depth; each value visited counts as
+  // work. Iterative: values can nest as deep as the work limit allows.
+  bool Reaches(const Value& root, const DictData* target) {
+    std::vector<const Value*> todo = {&root};
+    while (!todo.empty()) {
+      const Value* v = todo.back();
+      todo.pop_back();
+      CountWork(1);
+      if (v->is_list()) {
+        for (const Value& x : v->list()) todo.push_back(&x);
+      } else if (v->is_dict() || v->is_namespace()) {
+        if (&v->dict() == target) return true;
+        for (const auto& kv : v->dict().items) {
+          todo.push_back(&kv.first);
+          todo.push_back(&kv.second);
+        }
+      } else if (v->is_callable()) {
+        todo.push_back(&v->callable().receiver);
+      }
+    }
+    return false;
+  }
+
  private:
   using Frame = std::unordered_map<std::string, Value>;
 
@@ -117,6 +140,10 @@ class Evaluator final : public BuiltinContext {
             Value ns = Lookup(n.targets[0]);
             if (!ns.is_namespace())
               Fail(TemplateError::Kind::kRuntime, "can only set attributes on namespace objects", n.line, n.column);
+            // Values share their containers (shared_ptr): a namespace stored inside
+            // itself would be a reference cycle that is never freed.
+            if (Reaches(v, &ns.dict()))
+              Fail(TemplateError::Kind::kRuntime, "cannot store a namespace inside itself", n.line, n.column);
             ns.mutable_dict()->Set(Value::String(n.text), std::move(v));
           } else {
             AssignTargets(n, v);

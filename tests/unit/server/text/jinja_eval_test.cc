@@ -161,5 +161,30 @@ TEST(JinjaEvalTest, LimitsStopRunawayTemplates) {
   }
 }
 
+// A namespace stored inside itself (directly, in a list or dict, or as a bound
+// method's receiver) would be a shared_ptr cycle that leaks (found by jinja_fuzz).
+TEST(JinjaEvalTest, NamespaceCannotHoldItself) {
+  for (const char* src : {
+           "{% set ns = namespace(x=0) %}{% set ns.x = ns %}",
+           "{% set ns = namespace(x=[]) %}{% set ns.x = ns.x + [ns] %}",
+           "{% set ns = namespace(x=0) %}{% set ns.x = {'a': [1, {'b': ns}]} %}",
+           "{% set ns = namespace(x=0) %}{% set ns.x = {'a': ns}.items %}",
+       }) {
+    StatusOr<Template> t = Template::Parse(src);
+    ASSERT_TRUE(t.ok()) << src << ": " << t.status().ToString();
+    StatusOr<std::string> out = t->Render({}, RenderOptions{});
+    ASSERT_FALSE(out.ok()) << src;
+    EXPECT_NE(out.status().message().find("cannot store a namespace inside itself"), std::string::npos)
+        << out.status().ToString();
+  }
+  // Another namespace is fine.
+  StatusOr<Template> t = Template::Parse(
+      "{% set a = namespace(v=1) %}{% set b = namespace(x=0) %}{% set b.x = [a] %}{{ b.x[0].v }}");
+  ASSERT_TRUE(t.ok());
+  StatusOr<std::string> out = t->Render({}, RenderOptions{});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "1");
+}
+
 }  // namespace
 }  // namespace tessera::jinja
