@@ -182,6 +182,7 @@ void Scheduler::Preempt(Sequence* seq) {
   seq->num_computed_tokens = 0;
   seq->draft_token_ids.clear();
   seq->status = SeqStatus::kWaiting;
+  seq->tier_fetch_pending = options_.kv_tiers && seq->index == 0 && !seq->request->remote_kv;  // blocks the pool drops
   ++seq->num_preemptions;
   ++counters_.preemptions;
   EraseRunning(seq);

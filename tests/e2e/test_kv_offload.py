@@ -5,7 +5,8 @@
 
 Starts a real redis-server on a free loopback port and `tessera serve` on a
 tiny synthetic qwen3 with all three tiers (host, disk, Redis), then checks:
-  * bad --kv-offload-* values are refused by --check-config naming the flag;
+  * bad --kv-offload-* values are refused by --check-config naming the flag,
+    and the settings work as keys of a --config TOML file;
   * a prompt's full blocks are written to every tier (metrics);
   * after a restart of the instance (empty KV pool, same disk dir) the same
     prompt is served from the disk tier: same greedy tokens, its 3 full blocks
@@ -113,6 +114,16 @@ def main():
                 out = (p.stdout + p.stderr).decode(errors="replace")
                 assert p.returncode != 0 and flag in out, (extra, p.returncode, out[-500:])
         res.run("bad --kv-offload-* values refused naming the flag", bad_flags_refused)
+
+        def config_file_keys():
+            toml = os.path.join(workdir, "serve.toml")
+            with open(toml, "w") as f:
+                f.write('kv-offload-host-gb = 1.5\nkv-offload-disk-dir = "%s"\nkv-offload-disk-gb = 2\n'
+                        'kv-offload-remote-url = "%s"\n' % (disk, url))
+            p = subprocess.run([tessera, "serve", "--config", toml, "--check-config", "flags"], capture_output=True,
+                               timeout=30)
+            assert p.returncode == 0, (p.stdout + p.stderr).decode(errors="replace")[-500:]
+        res.run("the --kv-offload-* settings are accepted as --config TOML keys", config_file_keys)
 
         srv = Server(tessera, flags(disk), workdir, "serve-a")
         res.server = srv
