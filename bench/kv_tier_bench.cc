@@ -4,7 +4,7 @@
 // break-even prompt length per tier. Also the raw per-block read time of each
 // tier (the store's Get with its checks).
 //
-//   tessera-kv-tier-bench --model /tmp/q05 --redis-port 6399 --lengths 32,128,512,1024
+//   tessera-kv-tier-bench --model /tmp/q05 --redis-port 6399 --lengths 33,65,129,257,513,1025
 //
 // One writer loop (all tiers) computes every prompt and writes its blocks
 // through; then, per tier, a fresh loop whose pool is empty serves the same
@@ -68,7 +68,7 @@ double Median(std::vector<double> v) {
 
 int Main(int argc, char** argv) {
   CLI::App app{"KV tier load time vs recompute (break-even prompt length per tier)"};
-  std::string model, lengths_s = "32,128,512,1024", out_dir;
+  std::string model, lengths_s = "33,65,129,257,513,1025", out_dir;
   int redis_port = 0, reps = 3, threads = 0;
   bool tiny = false;
   app.add_option("--model", model, "HF checkpoint dir (default: a synthetic tiny qwen3)");
@@ -96,7 +96,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<int> lengths;
   if (tiny) {
-    lengths = {40};
+    lengths = {33, 40};
     reps = 1;
   } else {
     std::stringstream ss(lengths_s);
@@ -186,7 +186,7 @@ int Main(int argc, char** argv) {
     return st.puts > 0 ? st.put_bytes / st.puts : 0;
   }();
   std::printf("model %s, block 16 tokens = %lld bytes of KV\n", model.c_str(), static_cast<long long>(block_bytes));
-  std::printf("%-6s %7s %12s %12s %8s %14s\n", "tier", "tokens", "recompute_s", "tier_s", "ratio", "per_block_ms");
+  std::printf("%-6s %7s %12s %12s %18s\n", "tier", "tokens", "recompute_s", "tier_s", "recompute/tier");
   bool exact = true;
   for (auto& [name, store] : tiers) {
     auto loop = make({store});
@@ -195,6 +195,7 @@ int Main(int argc, char** argv) {
       std::lock_guard lock(mu);
       load_s[name].clear();
     }
+    int break_even = -1;
     for (auto& [len, ps] : prompts) {
       std::vector<double> times;
       for (size_t i = 0; i < ps.size(); ++i) {
@@ -203,8 +204,12 @@ int Main(int argc, char** argv) {
         exact = exact && t.tokens == want[len][i];
       }
       const double rc = Median(recompute[len]), ld = Median(times);
-      std::printf("%-6s %7d %12.4f %12.4f %8.2f\n", name.c_str(), len, rc, ld, rc / std::max(ld, 1e-9));
+      std::printf("%-6s %7d %12.4f %12.4f %18.2f\n", name.c_str(), len, rc, ld, rc / std::max(ld, 1e-9));
+      if (ld < rc && break_even < 0) break_even = len;
+      if (ld >= rc) break_even = -1;  // the first length from which loading stays faster
     }
+    std::printf("%-6s break-even: loading is faster from %s\n", name.c_str(),
+                break_even < 0 ? "no measured length" : (std::to_string(break_even) + " tokens on").c_str());
     std::lock_guard lock(mu);
     std::printf("%-6s per-block read (Get + checks): median %.3f ms over %zu blocks\n", name.c_str(),
                 Median(load_s[name]) * 1e3, load_s[name].size());
