@@ -7,15 +7,18 @@
 // cache_salt never share a block; keys never hold prompt text or the salt.
 #include <hiredis/hiredis.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "engine/kv_tiers/disk_kv_store.h"
+#include "engine/kv_tiers/host_kv_store.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "scheduler/engine_loop.h"
 #include "tests/unit/engine/kv_tiers/redis_server.h"
@@ -172,6 +175,78 @@ TEST_F(KvTiersTest, DiskTierSurvivesRestartAndDetectsCorruption) {
   EXPECT_EQ(PromptTokensComputed(*third), 2 * kBlock + 1);
   EXPECT_EQ(Tier(third->kv_tiers()->stats(), "disk").store.corrupt, 1);
   EXPECT_EQ(third->kv_tiers()->totals().tokens_loaded, 2 * kBlock);
+}
+
+// A tier whose reads wait until released: a slow Redis or disk.
+class GatedStore final : public kv_tiers::KvBlockStore {
+ public:
+  explicit GatedStore(std::shared_ptr<kv_tiers::KvBlockStore> inner) : inner_(std::move(inner)) {}
+  Status Put(const kv_tiers::KvBlockKey& k, std::string_view b) override { return inner_->Put(k, b); }
+  StatusOr<std::string> Get(const kv_tiers::KvBlockKey& k) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    return inner_->Get(k);
+  }
+  StatusOr<bool> Contains(const kv_tiers::KvBlockKey& k) override { return inner_->Contains(k); }
+  Status Delete(const kv_tiers::KvBlockKey& k) override { return inner_->Delete(k); }
+  kv_tiers::KvStoreStats stats() const override { return inner_->stats(); }
+  const char* name() const override { return "gated"; }
+  void Open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::shared_ptr<kv_tiers::KvBlockStore> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// While one request's blocks are on their way from a (slow) tier, other
+// requests are admitted and finish; the waiting one then loads and is exact.
+// (A request with full blocks missing from the pool waits for its own lookup.)
+TEST_F(KvTiersTest, FetchDoesNotStallOtherRequests) {
+  const std::vector<int32_t> p = Prompt(9, 4 * kBlock + 2);
+  const std::vector<int32_t> q = Prompt(10, kBlock - 4);  // no full block: never waits for a tier
+  const std::vector<int32_t> want_p = Reference(p), want_q = Reference(q);
+  auto host = std::make_shared<kv_tiers::HostKvStore>(kv_tiers::HostKvStoreOptions{int64_t{16} << 20});
+  auto gated = std::make_shared<GatedStore>(host);
+  KvTierOptions t;
+  t.extra_stores = {gated};
+  {
+    KvTierOptions w;
+    w.extra_stores = {host};
+    auto writer = MakeLoop(Options(w));
+    ASSERT_TRUE(writer);
+    EXPECT_EQ(Run(*writer, Greedy("w", p)), want_p);
+  }
+  auto loop = MakeLoop(Options(t));
+  ASSERT_TRUE(loop);
+  struct OpenOnExit {  // a failed assertion must not leave the loader waiting forever
+    GatedStore* g;
+    ~OpenOnExit() { g->Open(); }
+  } open_on_exit{gated.get()};
+  auto sp = loop->Submit(Greedy("p", p));
+  auto sq = loop->Submit(Greedy("q", q));
+  ASSERT_TRUE(sp.ok() && sq.ok());
+  for (int i = 0; i < 500 && !(*sq)->finished(); ++i) ASSERT_TRUE(loop->Step().ok());
+  ASSERT_TRUE((*sq)->finished()) << "q waited for p's tier fetch";
+  EXPECT_FALSE((*sp)->finished());
+  EXPECT_EQ(PromptTokensComputed(*loop), static_cast<int64_t>(q.size()));  // p not started
+  gated->Open();
+  ASSERT_TRUE(loop->RunUntilDone().ok());
+  std::vector<int32_t> got_p, got_q;
+  RequestOutput o;
+  while ((*sp)->TryNext(&o)) got_p.insert(got_p.end(), o.token_ids.begin(), o.token_ids.end());
+  while ((*sq)->TryNext(&o)) got_q.insert(got_q.end(), o.token_ids.begin(), o.token_ids.end());
+  EXPECT_EQ(got_p, want_p);
+  EXPECT_EQ(got_q, want_q);
+  EXPECT_EQ(PromptTokensComputed(*loop), static_cast<int64_t>(q.size()) + 2);
+  EXPECT_EQ(loop->kv_tiers()->totals().tokens_loaded, 4 * kBlock);
 }
 
 class KvTiersRedisTest : public KvTiersTest {
