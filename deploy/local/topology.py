@@ -82,7 +82,8 @@ def topology_unified(args, state):
 def router_process(args, state, decode, prefill=(), extra=()):
     """The router (no model, no gRPC) given `localhost:PORT` names, as the manifests give it the
     pools' headless Service names: it resolves each to every address."""
-    names = lambda procs: ",".join("localhost:" + p["http"].rsplit(":", 1)[1] for p in procs)  # noqa: E731
+    def names(procs):
+        return ",".join("localhost:" + p["http"].rsplit(":", 1)[1] for p in procs)
     cmd = ["--role", "router", "--decode-instances", names(decode), "--router-poll-interval", "0.2",
            "--router-dns-interval", "1"]
     if prefill:

@@ -36,7 +36,7 @@ import tomllib
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, request  # noqa: E402
+from serve_util import Results, Server, free_port, request  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(REPO, "deploy", "k8s")
@@ -354,6 +354,50 @@ def check_multi_node(objs):
         "Service tessera selects worker ranks (they serve nothing)"
 
 
+def set_arg(args, flag, value):
+    i = args.index(flag)
+    return args[:i + 1] + [value] + args[i + 2:]
+
+
+def lws_group_serves(objs, tessera, workdir, model):
+    """The LeaderWorkerSet's own leader and worker args ($(VAR)s as LWS sets them), run as two
+    processes on loopback with a tiny MoE model: they form the group, the leader serves a
+    completion, and the worker exits when the leader stops."""
+    lws = find(objs, "LeaderWorkerSet")[0]
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    store = free_port()
+    leader, worker = None, None
+    try:
+        for label, path in CRD_POD_TEMPLATES["LeaderWorkerSet"]:
+            tmpl = lwt[path[-1]]
+            c = next(c for c in tmpl["spec"]["containers"] if is_tessera(c))
+            args = tessera_args(lws, tmpl)
+            cfg = arg_value(args, "--config")
+            local, _ = mounted_config(objs, tmpl, c, cfg, workdir)
+            args = set_arg(args, "--config", local)
+            args = set_arg(set_arg(args, "--leader-addr", f"127.0.0.1:{store}"), "--threads", "1")
+            args += ["--model", model, "--kv-cache-mb", "64", "--max-model-len", "512"]
+            if label == "leader":
+                leader = Server(tessera, args[1:], workdir, "lws-leader")
+            else:
+                log = open(os.path.join(workdir, "lws-worker.log"), "wb")
+                worker = subprocess.Popen([tessera] + args, stdout=log, stderr=subprocess.STDOUT,
+                                          env=dict(os.environ, TESSERA_HOME=os.path.join(workdir, "worker-home")))
+        leader.wait_ready(timeout=LOAD_TIMEOUT_S)
+        status, _, body = request(leader.port, "POST", "/v1/completions",
+                                  {"model": "tiny-moe", "prompt": "hi", "max_tokens": 4, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 4, (status, body)
+        leader.stop()
+        assert worker.wait(timeout=LOAD_TIMEOUT_S) == 0, open(os.path.join(workdir, "lws-worker.log")).read()[-1500:]
+        assert "stopped by the leader" in open(os.path.join(workdir, "lws-worker.log")).read()
+    finally:
+        if leader is not None:
+            leader.stop()
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def metric_names_in(text):
     return set(re.findall(r"tessera:[a-z0-9_]+", text))
 
@@ -552,6 +596,9 @@ def main():
             assert "tessera:moe_expert_tokens_total" in exported and "tessera:request_rejected_total" in exported, \
                 sorted(exported)
         res.run("a tiny MoE server's metric names", get_exported)
+        res.run("multi-node: the LeaderWorkerSet's leader and worker args form a group and serve",
+                lambda: lws_group_serves(rendered["overlays/multi-node"], tessera, work,
+                                         os.path.join(work, "tiny-moe")))
 
         def names_exported(where, text):
             used = metric_names_in(text)
