@@ -117,7 +117,8 @@ def check_policy(objs):
         spec = tmpl["spec"]
         pod_sc = spec.get("securityContext", {})
         for c in spec["containers"] + spec.get("initContainers", []):
-            where = f"{o['kind']}/{o['metadata']['name']} container {c['name']}"
+            part = "" if o["kind"] in POD_KINDS else (" worker" if lws_worker(o, tmpl) else " leader")
+            where = f"{o['kind']}/{o['metadata']['name']}{part} container {c['name']}"
             sc = c.get("securityContext", {})
             init = c in spec.get("initContainers", [])
             for probe in ([] if init or probe_exempt(o, tmpl, c) else
