@@ -82,8 +82,9 @@ class InstanceRegistry {
   std::condition_variable cv_;
   std::map<std::string, Instance> instances_;  // by "role/address"
   std::string file_stamp_;
-  std::unique_ptr<InstanceResolver> resolver_;       // poller thread (and Create) only
-  std::vector<std::string> configured_[2];           // prefill, decode entries before resolution; same
+  // Poller thread (and Create, before it starts) only, like SetLists:
+  std::unique_ptr<InstanceResolver> resolver_;
+  std::vector<std::string> configured_[2];  // prefill, decode entries as given (names unresolved)
   bool stop_ = false;
   std::thread poller_;
 };
