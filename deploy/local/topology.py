@@ -4,7 +4,7 @@ mount (deploy/k8s/config/serve.toml), for development and the e2e tests. Stdlib 
 
   deploy/local/topology.py [--state DIR] up TOPOLOGY [--tessera build/tessera] [--model DIR] [-- SERVE_FLAGS...]
   deploy/local/topology.py [--state DIR] status
-  deploy/local/topology.py [--state DIR] down         # SIGTERM: each server drains, then exits
+  deploy/local/topology.py [--state DIR] down   # SIGTERM: router, then servers (they drain), then redis
 
 `up` starts the processes in the background (logs and state.json in --state, default
 .local-topology/), waits until every /ready answers 200 (redis: PING) and prints the endpoints
@@ -141,15 +141,24 @@ def load_state(state):
 
 
 def stop(procs):
-    for p in procs:
-        if alive(p["pid"]):
-            os.kill(p["pid"], signal.SIGTERM)
-    deadline = time.time() + STOP_TIMEOUT_S
-    while time.time() < deadline and any(alive(p["pid"]) for p in procs):
-        time.sleep(0.1)
-    left = [p for p in procs if alive(p["pid"])]
-    for p in left:
-        os.kill(p["pid"], signal.SIGKILL)
+    """SIGTERM in stages, each waited for: the router (it drains its clients' requests), then
+    the engine servers (they drain theirs), then redis. SIGKILL for what outlives
+    STOP_TIMEOUT_S. Returns the processes killed."""
+    def stage(p):
+        return 0 if p["name"] == "router" else 2 if p.get("redis") else 1
+    left = []
+    for n in range(3):
+        group = [p for p in procs if stage(p) == n]
+        for p in group:
+            if alive(p["pid"]):
+                os.kill(p["pid"], signal.SIGTERM)
+        deadline = time.time() + STOP_TIMEOUT_S
+        while time.time() < deadline and any(alive(p["pid"]) for p in group):
+            time.sleep(0.05)
+        for p in group:
+            if alive(p["pid"]):
+                os.kill(p["pid"], signal.SIGKILL)
+                left.append(p)
     return left
 
 

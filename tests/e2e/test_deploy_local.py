@@ -147,6 +147,10 @@ def main():
             p = topo(state, "down")
             assert p.returncode == 0, p.stderr
             assert all(gone(e["pid"]) for e in eps.values()), "a pd process is still running"
+            logs = {n: open(os.path.join(state, f"{n}.log")).read() for n in eps}
+            assert "router stopped" in logs["router"], logs["router"][-1000:]
+            for role in ("prefill", "decode"):
+                assert "draining" in logs[role] and "serve: stopped" in logs[role], logs[role][-1000:]
             print(f"  pd topology up, served, down in {time.time() - t0:.1f}s")
         res.run("pd: prefill -> KV over UCX tcp -> decode through the router == unified; down stops all", pd)
 
