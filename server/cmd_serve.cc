@@ -406,6 +406,14 @@ int RunServe(ServeFlags f) {
         kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
         o.loop.kv_transfer = kt;
       }
+      if (f.kv_offload_host_gb > 0 || !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty()) {
+        KvTierOptions t;
+        t.host_bytes = static_cast<int64_t>(f.kv_offload_host_gb * 1e9);
+        t.disk_dir = f.kv_offload_disk_dir;
+        if (f.kv_offload_disk_gb > 0) t.disk_bytes = static_cast<int64_t>(f.kv_offload_disk_gb * 1e9);
+        t.remote_url = f.kv_offload_remote_url;
+        o.loop.kv_tiers = std::move(t);
+      }
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
       o.metrics = &metrics;
@@ -605,6 +613,16 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.01, 600.0));
   cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
       ->group("");
+  cmd->add_option("--kv-offload-host-gb", f->kv_offload_host_gb,
+                  "KV tier in host DRAM below the KV pool, in GB (LRU): computed prompt blocks are copied there "
+                  "and loaded back on a later prefix hit instead of recomputed (0: off)");
+  cmd->add_option("--kv-offload-disk-dir", f->kv_offload_disk_dir,
+                  "KV tier on local disk (one checked file per block; kept across restarts of the instance)");
+  cmd->add_option("--kv-offload-disk-gb", f->kv_offload_disk_gb,
+                  "bound of the disk KV tier in GB, LRU eviction (default 10)");
+  cmd->add_option("--kv-offload-remote-url", f->kv_offload_remote_url,
+                  "shared KV tier on Redis/Valkey: redis://HOST:PORT[/DB] (keys: model fingerprint + layout + "
+                  "block hash + tenant digest; an unreachable server means recompute, never a failed request)");
   AddRouterFlags(cmd, &f->router);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "

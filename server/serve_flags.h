@@ -52,6 +52,11 @@ struct ServeFlags {
   std::string kv_transfer_fault;  // hidden: fault injection for tests
   RouterFlags router;
   std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
+  // KV tiers below the device pool (scheduler/kv_tiers/); each on when set.
+  double kv_offload_host_gb = 0;      // host DRAM LRU tier
+  std::string kv_offload_disk_dir;    // local disk tier (kept across restarts)
+  double kv_offload_disk_gb = 0;      // its bound; 0: 10 GB
+  std::string kv_offload_remote_url;  // redis://HOST:PORT[/DB]: shared Redis/Valkey tier
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here

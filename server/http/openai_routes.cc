@@ -42,6 +42,7 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ServingEngine* engine = ctx->ready_engine()) {
     ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
     ctx->metrics->UpdateExpertLoad(engine->expert_load());
+    if (const KvTierManager* tiers = engine->kv_tiers()) ctx->metrics->UpdateKvTiers(tiers->stats(), tiers->totals());
     if (auto times = engine->rank_times(); !times.empty()) {
       std::vector<double> step, coll;
       for (const auto& t : times) step.push_back(t.step_seconds), coll.push_back(t.collective_seconds);

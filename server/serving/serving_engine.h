@@ -172,6 +172,8 @@ class ServingEngine {
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
   // Null unless served with --role prefill|decode.
   const KvTransport* kv_transport() const { return loop_->kv_transport(); }
+  // Null unless served with --kv-offload-*.
+  const KvTierManager* kv_tiers() const { return loop_->kv_tiers(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.
