@@ -115,7 +115,8 @@ def main():
         model = synth(tessera, os.path.join(workdir, "m"))
         other = synth(tessera, os.path.join(workdir, "other"), "--seed", "1")
         deeper = synth(tessera, os.path.join(workdir, "deeper"), "--set", "num_hidden_layers=3")
-        base = ["--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048", "--served-model-name", "m"]
+        base = ["--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048", "--served-model-name", "m",
+                "--reasoning-parser", "qwen3"]
         kv = ["--kv-ucx-tls", "tcp,self"]
 
         def start_srv(name, role, extra=(), m=model):
@@ -182,10 +183,53 @@ def main():
             st, got = post(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
             assert st == 200, got
             assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"], (got, want)
+            # cached_tokens: what each one's prefix cache held (the decode counts the pulled blocks)
+            for u in (got["usage"], want["usage"]):
+                u.pop("prompt_tokens_details", None)
             assert got["usage"] == want["usage"], (got["usage"], want["usage"])
             s = streamed(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
             assert s[0][1] == want["choices"][0]["message"]["content"], (s, want)
         res.run("router: chat (plain and streamed) == unified", chat_same)
+
+        def parity():
+            """Every field a unified instance takes, through the router: the same answer (ids and timestamps aside)."""
+            msgs = [{"role": "user", "content": "Plan a trip to the caches. " * 10}]
+            tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                     "required": ["city"]}}}]
+            cases = [
+                ("/v1/completions", dict(prompt=LONG, max_tokens=6, temperature=0, logprobs=3)),
+                ("/v1/completions", dict(prompt=LONG[:40], max_tokens=4, temperature=0, logprobs=2, echo=True)),
+                ("/v1/completions", dict(prompt=LONG2, max_tokens=4, temperature=0, prompt_logprobs=1)),
+                ("/v1/completions", dict(prompt=["The cache", "A block of"], max_tokens=5, temperature=0, n=2,
+                                         seed=3)),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=6, temperature=0, cache_salt="tenant-a")),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=5, temperature=0, cache_salt=5)),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=5, temperature=0, suffix="x")),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                              top_logprobs=2, n=2)),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, tools=tools)),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, tools=tools,
+                                              tool_choice="none")),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=10, temperature=0,
+                                              response_format={"type": "json_object"})),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=6, temperature=0,
+                                              structured_outputs={"choice": ["cache hit", "cache miss"]})),
+            ]
+            for path, body in cases:
+                for stream in (False, True):
+                    b = dict(body, stream=stream, model="m")
+                    if stream:
+                        b["stream_options"] = {"include_usage": True}
+                    want, got = _answer(U, path, b), _answer(R, path, b)
+                    _same(got, want, f"{path} {json.dumps(b)[:200]}")
+            # The salted prompt's KV moved too: the prefill hashed it with the same salt as the decode.
+            before = pulled()
+            salted = dict(prompt=LONG, max_tokens=4, temperature=0, cache_salt="tenant-b")
+            _same(_answer(R, "/v1/completions", salted), _answer(U, "/v1/completions", salted), "salted")
+            assert pulled() >= before + len(LONG) // BLOCK, "a salted prompt's blocks were not pulled"
+        res.run("router parity: logprobs, echo, prompt_logprobs, several prompts, cache_salt, tools, "
+                "response_format, structured outputs, n, errors == unified (plain and streamed)", parity)
 
         def instances_file():
             path = os.path.join(workdir, "instances.json")
@@ -395,6 +439,69 @@ def _labeled(port, name):
             key, value = line.rsplit(" ", 1)
             out[key] = float(value)
     return out
+
+
+def _answer(port, path, body):
+    """(status, normalized answer): a plain body as is; a stream folded per choice (text, deltas, logprobs,
+    token ids, finish) plus its usage chunk; ids and timestamps dropped."""
+    if not body.get("stream"):
+        status, _, parsed = request(port, "POST", path, body, timeout=60)
+        parsed.pop("_body", None)
+        for k in ("id", "created"):
+            parsed.pop(k, None)
+        if isinstance(parsed.get("usage"), dict):
+            parsed["usage"].pop("prompt_tokens_details", None)  # what each one's prefix cache held
+        for c in parsed.get("choices", []):
+            for call in (c.get("message") or {}).get("tool_calls") or []:
+                call.pop("id", None)
+        return status, parsed
+    status, _, events, done = stream_events(port, path, body, timeout=60)
+    if status != 200:
+        return status, events
+    folded, usage = {}, None
+    for e in events:
+        assert e.get("object") in ("text_completion", "chat.completion.chunk"), e
+        if e.get("usage") is not None and not e["choices"]:
+            usage = {k: v for k, v in e["usage"].items() if k != "prompt_tokens_details"}
+        for c in e["choices"]:
+            f = folded.setdefault(c["index"], {"text": "", "delta": {}, "lp": [], "ids": [], "finish": None,
+                                              "prompt_logprobs": None})
+            f["text"] += c.get("text") or ""
+            for k, v in (c.get("delta") or {}).items():
+                if k == "tool_calls":
+                    for call in v:
+                        call.pop("id", None)
+                    f["delta"].setdefault(k, []).extend(v)
+                elif isinstance(v, str):
+                    f["delta"][k] = f["delta"].get(k, "") + v
+            lp = c.get("logprobs")
+            if isinstance(lp, dict) and "content" in lp:
+                f["lp"] += lp["content"]
+            elif isinstance(lp, dict):
+                f["lp"] += list(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]))
+            f["ids"] += c.get("token_ids") or []
+            f["finish"] = c.get("finish_reason") or f["finish"]
+            if c.get("prompt_logprobs") is not None:
+                f["prompt_logprobs"] = c["prompt_logprobs"]
+    return status, {"done": done, "choices": folded, "usage": usage}
+
+
+def _same(got, want, what, path=""):
+    """Equal JSON, floats within 1e-3 (a pulled prefix and a computed one may round apart)."""
+    if isinstance(want, float) or isinstance(got, float):
+        assert isinstance(got, (int, float)) and isinstance(want, (int, float)) and abs(got - want) <= 1e-3, \
+            f"{what}: {path}: {got} != {want}"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), \
+            f"{what}: {path}: keys {sorted(got) if isinstance(got, dict) else got} != {sorted(want)}"
+        for k in want:
+            _same(got[k], want[k], what, f"{path}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), f"{what}: {path}: {got} != {want}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            _same(a, b, what, f"{path}[{i}]")
+    else:
+        assert got == want, f"{what}: {path}: {got!r} != {want!r}"
 
 
 def _eq(a, b):
