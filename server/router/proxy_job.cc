@@ -33,6 +33,11 @@ std::string Dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+bool Flag(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_boolean() && it->get<bool>();
+}
+
 bool Truthy(const Json& v) {
   if (v.is_null()) return false;
   if (v.is_boolean()) return v.get<bool>();
@@ -162,11 +167,6 @@ class Proxy {
   }
 
  private:
-  static bool Flag(const Json& obj, const char* key) {
-    auto it = obj.find(key);
-    return it != obj.end() && it->is_boolean() && it->get<bool>();
-  }
-
   // Completions: whether the request holds one prompt (text or token ids).
   bool SinglePrompt() const {
     auto it = body_.find("prompt");
@@ -179,44 +179,24 @@ class Proxy {
   // --------------------------------------------------------------- upstream
 
   bool Tokenize() {
-    Json tb = Json::object();
-    if (!chat_) {
-      Json p = body_.contains("prompt") ? body_["prompt"] : Json();
-      if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
-      if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-        for (const Json& t : p) {
-          if (!t.is_number_integer()) return SendError(HttpStatus::bad_request, "'prompt' must be token ids"), false;
-          prompt_.push_back(t.get<int32_t>());
-        }
-        return true;
+    Json p = chat_ ? Json() : (body_.contains("prompt") ? body_["prompt"] : Json());
+    if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+    if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      for (const Json& t : p) {
+        if (!t.is_number_integer()) return SendError(HttpStatus::bad_request, "'prompt' must be token ids"), false;
+        prompt_.push_back(t.get<int32_t>());
       }
-      if (!p.is_string()) return true;  // the instance answers with its own 400
-      tb["prompt"] = p;
-    }
-    for (const char* k : {"model", "messages", "tools", "add_generation_prompt", "continue_final_message",
-                          "chat_template_kwargs", "add_special_tokens", "documents", "chat_template"}) {
-      if (auto it = body_.find(k); it != body_.end()) tb[k] = *it;
-    }
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      std::optional<InstanceRef> inst = ctx_.registry->Pick(InstanceRole::kDecode);
-      if (!inst) inst = ctx_.registry->Pick(InstanceRole::kPrefill);
-      if (!inst) break;
-      HttpCallResult r;
-      Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tb.dump(), {}, &r);
-      if (!s.ok() || r.status >= 500 || r.status == 429) {
-        ctx_.registry->MarkFailed(inst->address);
-        continue;
-      }
-      if (r.status != 200) {
-        PassThrough(r.status, r.body);
-        return false;
-      }
-      const Json j = Json::parse(r.body, nullptr, false);
-      if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) break;
-      for (const Json& t : j["tokens"]) prompt_.push_back(t.get<int32_t>());
       return true;
     }
-    SendError(HttpStatus::service_unavailable, "no instance could tokenize the prompt");
+    if (!chat_ && !p.is_string()) return true;  // the instance answers with its own 400
+    int status = 0;
+    std::string error;
+    if (TokenizeUpstream(ctx_, TokenizeRequestBody(body_, chat_), &prompt_, &status, &error)) return true;
+    if (status == 503) {
+      SendError(HttpStatus::service_unavailable, error);
+    } else {
+      PassThrough(status, error);
+    }
     return false;
   }
 
@@ -238,73 +218,7 @@ class Proxy {
     return b;
   }
 
-  // The prefill call: only what decides the prompt's KV (its token ids, the
-  // model or adapter, the cache salt that seeds the block hashes).
-  Json PrefillBody() const {
-    Json b = Json::object();
-    for (const char* k : {"model", "cache_salt", "priority"}) {
-      if (auto it = body_.find(k); it != body_.end()) b[k] = *it;
-    }
-    b["prompt"] = prompt_;
-    b["max_tokens"] = 1;
-    b["temperature"] = 0;
-    b["add_special_tokens"] = false;
-    b["kv_transfer_params"] = Json{{"do_remote_decode", true}};
-    return b;
-  }
-
-  // Whether the decode must compute the prompt's logits itself (prompt
-  // logprobs skip the prefix cache there: pulled blocks would go unused).
-  bool NeedsPromptLogits() const {
-    auto pl = body_.find("prompt_logprobs");
-    if (pl != body_.end() && !pl->is_null()) return true;
-    return !chat_ && Flag(body_, "echo") && body_.contains("logprobs") && !body_["logprobs"].is_null();
-  }
-
-  // The prompt's KV on a prefill instance; null when skipped or failed (the decode computes it).
-  Json Prefill() {
-    if (prompt_.empty()) {
-      ctx_.metrics->PrefillSkipped("several_prompts");
-      return nullptr;
-    }
-    if (static_cast<int64_t>(prompt_.size()) < ctx_.flags.prefill_threshold) {
-      ctx_.metrics->PrefillSkipped("short_prompt");
-      return nullptr;
-    }
-    if (NeedsPromptLogits()) {
-      ctx_.metrics->PrefillSkipped("prompt_logprobs");
-      return nullptr;
-    }
-    std::vector<std::string> failed;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      std::optional<InstanceRef> p = ctx_.registry->Pick(InstanceRole::kPrefill, failed);
-      if (!p) break;
-      const Json b = PrefillBody();
-      const int64_t tokens = static_cast<int64_t>(prompt_.size());
-      ctx_.registry->AddOutstanding(p->address, tokens);
-      HttpCallOptions o;
-      o.idle_timeout = std::chrono::milliseconds(120000);
-      HttpCallResult r;
-      const auto t0 = std::chrono::steady_clock::now();
-      Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ctx_.registry->AddOutstanding(p->address, -tokens);
-      const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
-      const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
-      ctx_.metrics->Decision(p->address, "prefill", ok);
-      if (ok) {
-        ctx_.metrics->ObservePrefill(took);
-        return j["kv_transfer_params"];
-      }
-      spdlog::warn("router: {}: prefill {} failed ({}); {}", id_, p->address,
-                   s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
-                   attempt == 0 ? "trying another" : "the decode instance computes the prompt");
-      if (!s.ok() || r.status >= 500) ctx_.registry->MarkFailed(p->address);
-      failed.push_back(p->address);
-    }
-    ctx_.metrics->PrefillSkipped(failed.empty() ? "no_prefill" : "prefill_failed");
-    return nullptr;
-  }
+  Json Prefill() { return PrefillUpstream(ctx_, body_, chat_, prompt_, id_); }
 
   // The client's request on the decode instance, its answer relayed as it
   // comes: only "id" and "created" are the router's (one id across
@@ -683,6 +597,121 @@ class Proxy {
 };
 
 }  // namespace
+
+// ------------------------------------------------------------------ shared with the gRPC front
+
+Json TokenizeRequestBody(const Json& body, bool chat) {
+  Json tb = Json::object();
+  if (!chat && body.contains("prompt")) {
+    Json p = body["prompt"];
+    if (p.is_array() && p.size() == 1) p = p[0];
+    tb["prompt"] = p;
+  }
+  for (const char* k : {"model", "messages", "tools", "add_generation_prompt", "continue_final_message",
+                        "chat_template_kwargs", "add_special_tokens", "documents", "chat_template"}) {
+    if (auto it = body.find(k); it != body.end()) tb[k] = *it;
+  }
+  return tb;
+}
+
+bool TokenizeUpstream(const ProxyContext& ctx, const Json& tokenize_body, std::vector<int32_t>* ids,
+                      int* error_status, std::string* error_body) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<InstanceRef> inst = ctx.registry->Pick(InstanceRole::kDecode);
+    if (!inst) inst = ctx.registry->Pick(InstanceRole::kPrefill);
+    if (!inst) break;
+    HttpCallResult r;
+    Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tokenize_body.dump(), {}, &r);
+    if (!s.ok() || r.status >= 500 || r.status == 429) {
+      ctx.registry->MarkFailed(inst->address);
+      continue;
+    }
+    if (r.status != 200) {
+      *error_status = r.status;
+      *error_body = r.body;
+      return false;
+    }
+    const Json j = Json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) break;
+    for (const Json& t : j["tokens"]) ids->push_back(t.get<int32_t>());
+    return true;
+  }
+  *error_status = 503;
+  *error_body = "no instance could tokenize the prompt";
+  return false;
+}
+
+namespace {
+
+// The prefill call: only what decides the prompt's KV (its token ids, the
+// model or adapter, the cache salt that seeds the block hashes).
+Json PrefillBody(const Json& body, const std::vector<int32_t>& prompt) {
+  Json b = Json::object();
+  for (const char* k : {"model", "cache_salt", "priority"}) {
+    if (auto it = body.find(k); it != body.end()) b[k] = *it;
+  }
+  b["prompt"] = prompt;
+  b["max_tokens"] = 1;
+  b["temperature"] = 0;
+  b["add_special_tokens"] = false;
+  b["kv_transfer_params"] = Json{{"do_remote_decode", true}};
+  return b;
+}
+
+// Whether the decode must compute the prompt's logits itself (prompt
+// logprobs skip the prefix cache there: pulled blocks would go unused).
+bool NeedsPromptLogits(const Json& body, bool chat) {
+  auto pl = body.find("prompt_logprobs");
+  if (pl != body.end() && !pl->is_null()) return true;
+  return !chat && Flag(body, "echo") && body.contains("logprobs") && !body["logprobs"].is_null();
+}
+
+}  // namespace
+
+Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const std::vector<int32_t>& prompt,
+                     const std::string& id) {
+  if (prompt.empty()) {
+    ctx.metrics->PrefillSkipped("several_prompts");
+    return nullptr;
+  }
+  if (static_cast<int64_t>(prompt.size()) < ctx.flags.prefill_threshold) {
+    ctx.metrics->PrefillSkipped("short_prompt");
+    return nullptr;
+  }
+  if (NeedsPromptLogits(body, chat)) {
+    ctx.metrics->PrefillSkipped("prompt_logprobs");
+    return nullptr;
+  }
+  std::vector<std::string> failed;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<InstanceRef> p = ctx.registry->Pick(InstanceRole::kPrefill, failed);
+    if (!p) break;
+    const Json b = PrefillBody(body, prompt);
+    const int64_t tokens = static_cast<int64_t>(prompt.size());
+    ctx.registry->AddOutstanding(p->address, tokens);
+    HttpCallOptions o;
+    o.idle_timeout = std::chrono::milliseconds(120000);
+    HttpCallResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.registry->AddOutstanding(p->address, -tokens);
+    const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
+    const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
+    ctx.metrics->Decision(p->address, "prefill", ok);
+    if (ok) {
+      ctx.metrics->ObservePrefill(took);
+      return j["kv_transfer_params"];
+    }
+    spdlog::warn("router: {}: prefill {} failed ({}); {}", id, p->address,
+                 s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
+                 attempt == 0 ? "trying another" : "the decode instance computes the prompt");
+    if (!s.ok() || r.status >= 500) ctx.registry->MarkFailed(p->address);
+    failed.push_back(p->address);
+  }
+  ctx.metrics->PrefillSkipped(failed.empty() ? "no_prefill" : "prefill_failed");
+  return nullptr;
+}
 
 void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat) {
   Proxy(ctx, ex, chat).Run();

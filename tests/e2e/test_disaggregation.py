@@ -119,16 +119,16 @@ def main():
                 "--reasoning-parser", "qwen3"]
         kv = ["--kv-ucx-tls", "tcp,self"]
 
-        def start_srv(name, role, extra=(), m=model):
+        def start_srv(name, role, extra=(), m=model, grpc=False):
             s = Server(tessera, ["--model", m, "--role", role, *base, *(kv if role != "unified" else []), *extra],
-                       workdir, name)
+                       workdir, name, grpc=grpc)
             servers.append(s)
             return s
-        uni = start_srv("unified", "unified")
+        uni = start_srv("unified", "unified", grpc=True)
         p1 = start_srv("prefill1", "prefill", ["--kv-pin-timeout", "5"])
         p2 = start_srv("prefill2", "prefill", ["--kv-pin-timeout", "5"])
-        d1 = start_srv("decode1", "decode")
-        d2 = start_srv("decode2", "decode")
+        d1 = start_srv("decode1", "decode", grpc=True)
+        d2 = start_srv("decode2", "decode", grpc=True)
         dfault = start_srv("decode-fault", "decode", ["--kv-transfer-fault", "drop"])
         dother = start_srv("decode-other", "decode", m=other)
         ddeep = start_srv("decode-deeper", "decode", m=deeper)
@@ -138,7 +138,7 @@ def main():
         P1, P2, D1, D2 = (s.port for s in (p1, p2, d1, d2))
         router = Server(tessera, ["--role", "router", "--prefill-instances", f"127.0.0.1:{P1},127.0.0.1:{P2}",
                                   "--decode-instances", f"127.0.0.1:{D1},127.0.0.1:{D2}", "--prefill-threshold",
-                                  "32", "--router-poll-interval", "0.2"], workdir, "router")
+                                  "32", "--router-poll-interval", "0.2"], workdir, "router", grpc=True)
         servers.append(router)
         if not res.run("router ready", lambda: router.wait_ready(timeout=30)):
             return res.summary(start)
@@ -230,6 +230,37 @@ def main():
             assert pulled() >= before + len(LONG) // BLOCK, "a salted prompt's blocks were not pulled"
         res.run("router parity: logprobs, echo, prompt_logprobs, several prompts, cache_salt, tools, "
                 "response_format, structured outputs, n, errors == unified (plain and streamed)", parity)
+
+        def grpc_router():
+            """The router's gRPC API against the unified instance's: same answers, through prefill -> decode."""
+            ug, rg = f"127.0.0.1:{ports(uni)['grpc']}", f"127.0.0.1:{ports(router)['grpc']}"
+            chat = {"messages": [{"role": "user", "content": "Tell me about caches. " * 12}]}
+            reqs = [
+                ("Generate", {"token_ids": {"ids": LONG}, "params": {"temperature": 0, "max_tokens": 8}}),
+                ("GenerateStream", {"token_ids": {"ids": LONG2}, "params": {"temperature": 0, "max_tokens": 8,
+                                                                            "top_logprobs": 2}}),
+                ("GenerateStream", {"chat": chat, "params": {"temperature": 0, "max_tokens": 8}}),
+                ("GenerateStream", {"text": {"text": "Caches " * 40}, "params": {"temperature": 0.8, "seed": 7,
+                                                                                "n": 2, "max_tokens": 6}}),
+                ("Generate", {"token_ids": {"ids": LONG}, "params": {"temperature": -1}}),
+                ("Tokenize", {"text": {"text": "Hello world"}}),
+            ]
+            before = pulled()
+            calls = [{"target": t, "method": m, "request": r} for m, r in reqs for t in (ug, rg)]
+            calls += [{"target": rg, "method": "Health", "request": {"service": "tessera.v1.Tessera"}},
+                      {"target": rg, "method": "ListModels", "request": {}},
+                      {"target": ug, "method": "ListModels", "request": {}}]
+            out = _grpc_calls(workdir, calls)
+            for i, (m, r) in enumerate(reqs):
+                want, got = out[2 * i], out[2 * i + 1]
+                _same(_fold_grpc(got), _fold_grpc(want), f"gRPC {m} {json.dumps(r)[:120]}")
+            assert out[-3] == {"code": 0, "details": "", "response": {"status": "SERVING"}}, out[-3]
+            got_m, want_m = out[-2]["response"]["models"][0], out[-1]["response"]["models"][0]
+            assert (got_m["id"], got_m["vocab_size"]) == (want_m["id"], want_m["vocab_size"]), (got_m, want_m)
+            assert pulled() >= before + 2 * (len(LONG2) // BLOCK), "gRPC decodes pulled no blocks"
+            assert "grpc:GenerateStream" in request(R, "GET", "/metrics")[1]["_body"]
+        res.run("router gRPC (Generate, GenerateStream: token ids, chat, logprobs, n=2; errors, Tokenize, "
+                "ListModels, health) == unified gRPC; KV pulled", grpc_router)
 
         def instances_file():
             path = os.path.join(workdir, "instances.json")
@@ -484,6 +515,44 @@ def _answer(port, path, body):
             if c.get("prompt_logprobs") is not None:
                 f["prompt_logprobs"] = c["prompt_logprobs"]
     return status, {"done": done, "choices": folded, "usage": usage}
+
+
+def _grpc_calls(workdir, calls):
+    """Runs gRPC calls through tests/e2e/grpc_call.mjs (@grpc/grpc-js); one result dict per call."""
+    path = os.path.join(workdir, "grpc_calls.json")
+    with open(path, "w") as f:
+        json.dump(calls, f)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["node", os.path.join(here, "grpc_call.mjs"), path], capture_output=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    out = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    assert len(out) == len(calls), out
+    return out
+
+
+def _fold_grpc(result):
+    """A gRPC result with its request id and cache-dependent counts dropped; a stream folded per choice."""
+    def usage(u):
+        return {k: v for k, v in (u or {}).items() if k != "cached_tokens"}
+    if "messages" not in result:
+        r = json.loads(json.dumps(result.get("response")))
+        if isinstance(r, dict):
+            r.pop("request_id", None)
+            if "usage" in r:
+                r["usage"] = usage(r["usage"])
+        return result["code"], result["details"], r
+    folded, last = {}, None
+    for m in result["messages"]:
+        for c in m["choices"]:
+            f = folded.setdefault(c["index"], {"text": "", "token_ids": [], "logprobs": [], "finish_reason": ""})
+            f["text"] += c["text"]
+            f["token_ids"] += c["token_ids"]
+            f["logprobs"] += c["logprobs"]
+            f["finish_reason"] = c["finish_reason"] or f["finish_reason"]
+        last = m
+    assert last is None or last["finished"], last
+    return result["code"], result["details"], folded, usage(last and last["usage"])
 
 
 def _same(got, want, what, path=""):
