@@ -255,6 +255,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
                      d->first.address, c.ids.size());
         v1::GenerateRequest next = request;
         v1::TokenIds* ids = next.mutable_token_ids();  // clears text/chat
+        ids->clear_ids();
         ids->mutable_ids()->Add(call.prompt.begin(), call.prompt.end());
         ids->mutable_ids()->Add(c.ids.begin(), c.ids.end());
         v1::SamplingParams* p = next.mutable_params();

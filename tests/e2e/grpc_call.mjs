@@ -58,4 +58,5 @@ function run(c) {
 
 const calls = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 for (const c of calls) console.log(JSON.stringify(await run(c)));
-process.exit(0);
+// Not process.exit(): stdout to a pipe is written asynchronously and would be cut.
+for (const c of clients.values()) c.close();

@@ -129,6 +129,7 @@ def main():
         p2 = start_srv("prefill2", "prefill", ["--kv-pin-timeout", "5"])
         d1 = start_srv("decode1", "decode", grpc=True)
         d2 = start_srv("decode2", "decode", grpc=True)
+        d3 = start_srv("decode3", "decode", grpc=True)  # joins the survivor of the HTTP kill for the gRPC one
         dfault = start_srv("decode-fault", "decode", ["--kv-transfer-fault", "drop"])
         dother = start_srv("decode-other", "decode", m=other)
         ddeep = start_srv("decode-deeper", "decode", m=deeper)
@@ -441,6 +442,47 @@ def main():
         state = {}
         res.run("decode killed -9 mid-stream: the router resumes on the other decode, every token once",
                 decode_killed)
+
+        def grpc_decode_killed():
+            survivor = state["survivor"]
+            r3 = Server(tessera, ["--role", "router", "--decode-instances",
+                                  f"127.0.0.1:{survivor.port},127.0.0.1:{d3.port}", "--router-poll-interval", "0.2"],
+                        workdir, "router-grpc", grpc=True)
+            servers.append(r3)
+            r3.wait_ready(timeout=30)
+            path = os.path.join(workdir, "grpc_kill.json")
+            with open(path, "w") as f:
+                json.dump([{"target": f"127.0.0.1:{ports(r3)['grpc']}", "method": "GenerateStream",
+                            "request": {"token_ids": {"ids": LONG2},
+                                        "params": {"temperature": 0, "max_tokens": 400, "ignore_eos": True}}}], f)
+            here = os.path.dirname(os.path.abspath(__file__))
+            node = subprocess.Popen(["node", os.path.join(here, "grpc_call.mjs"), path], stdout=subprocess.PIPE,
+                                    cwd=os.path.dirname(os.path.dirname(here)))
+            killed = None
+            deadline = time.time() + 60
+            while killed is None and time.time() < deadline and node.poll() is None:
+                for d in (survivor, d3):
+                    if metric(d.port, "tessera:num_requests_running") > 0 and \
+                            metric(d.port, "tessera:generation_tokens_total") > 0:
+                        time.sleep(0.3)  # some tokens out first
+                        d.proc.send_signal(signal.SIGKILL)
+                        killed = d
+                        break
+                time.sleep(0.05)
+            out = json.loads(node.communicate(timeout=120)[0].decode().splitlines()[-1])
+            assert killed is not None, "no decode was running the gRPC request"
+            code, _, folded, usage = _fold_grpc(out)
+            assert code == 0, out.get("details")
+            want_ids, want_text, _ = ref["long_stream"][0]
+            got = folded[0]
+            assert got["token_ids"] == want_ids, f"{len(got['token_ids'])} ids vs {len(want_ids)}"
+            assert got["text"] == want_text and got["finish_reason"] == "length"
+            assert usage == {"prompt_tokens": len(LONG2), "completion_tokens": 400}, usage
+            assert get_metrics(r3.port)["tessera:router_migrations_total"] >= 1
+            state["survivor"] = d3 if killed is survivor else survivor
+            r3.stop()
+        res.run("gRPC: decode killed -9 mid-stream: the router continues on another decode, every token once",
+                grpc_decode_killed)
 
         def no_leaks():
             for s in [state.get("survivor"), dfault, dother, ddeep]:
