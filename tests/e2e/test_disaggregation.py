@@ -462,15 +462,14 @@ def main():
             deadline = time.time() + 60
             while killed is None and time.time() < deadline and node.poll() is None:
                 for d in (survivor, d3):
-                    if metric(d.port, "tessera:num_requests_running") > 0 and \
-                            metric(d.port, "tessera:generation_tokens_total") > 0:
-                        time.sleep(0.3)  # some tokens out first
+                    if metric(d.port, "tessera:num_requests_running") > 0:
+                        time.sleep(0.1)  # some tokens out first
                         d.proc.send_signal(signal.SIGKILL)
                         killed = d
                         break
-                time.sleep(0.05)
+                time.sleep(0.02)
             out = json.loads(node.communicate(timeout=120)[0].decode().splitlines()[-1])
-            assert killed is not None, "no decode was running the gRPC request"
+            assert killed is not None, f"no decode was running the gRPC request: {json.dumps(out)[:300]}"
             code, _, folded, usage = _fold_grpc(out)
             assert code == 0, out.get("details")
             want_ids, want_text, _ = ref["long_stream"][0]
