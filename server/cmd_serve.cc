@@ -256,6 +256,7 @@ int RunServe(ServeFlags f) {
     ro.max_body_bytes = f.max_body_bytes;
     ro.idle_timeout_s = f.idle_timeout_s;
     ro.drain_timeout_s = f.drain_timeout_s;
+    ro.grpc_port = f.grpc_port;
     ro.flags = f.router;
     return RunRouter(ro);
   }
@@ -348,6 +349,7 @@ int RunServe(ServeFlags f) {
     shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
   }
   const int grpc_port = grpc ? grpc->port() : -1;
+  if (f.role == "prefill" || f.role == "decode") ctx.grpc_port.store(grpc_port);  // a router reads it on /ready
   if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
   spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
                grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,

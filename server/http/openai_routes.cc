@@ -30,7 +30,11 @@ void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
     }
   }
   switch (ctx->state.load()) {
-    case ModelState::kReady: return ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ready"}}));
+    case ModelState::kReady: {
+      nlohmann::json body = {{"status", "ready"}};
+      if (const int g = ctx->grpc_port.load(); g >= 0) body["grpc_port"] = g;
+      return ex->Send(JsonResponse(HttpStatus::ok, body));
+    }
     case ModelState::kLoading:
       return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "loading"}}));
     case ModelState::kFailed:

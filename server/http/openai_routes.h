@@ -43,6 +43,9 @@ struct ServeContext {
   std::atomic<ServingEngine*> engine{nullptr};
   std::atomic<ModelState> state{ModelState::kLoading};
   std::atomic<bool> draining{false};
+  // Prefill/decode roles: the gRPC API's port (-1: off or another role), on
+  // /ready ("grpc_port") so a router's gRPC front finds it.
+  std::atomic<int> grpc_port{-1};
 
   ServingEngine* ready_engine() const {
     return state.load(std::memory_order_acquire) == ModelState::kReady ? engine.load(std::memory_order_acquire)

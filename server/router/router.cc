@@ -15,6 +15,7 @@
 #include "server/router/http_client.h"
 #include "server/router/instance_registry.h"
 #include "server/router/proxy_job.h"
+#include "server/router/router_grpc.h"
 #include "server/router/router_metrics.h"
 
 namespace tessera {
@@ -141,9 +142,23 @@ int RunRouter(const RouterServeOptions& o) {
     spdlog::error("{}", s.ToString());
     return 1;
   }
+  std::unique_ptr<RouterGrpcServer> grpc;
+  if (o.grpc_port >= 0) {
+    RouterGrpcOptions go;
+    go.host = o.host;
+    go.port = o.grpc_port;
+    go.api_keys = o.api_keys;
+    go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_body_bytes, 1u << 30));
+    auto g = RouterGrpcServer::Start(go, &pctx);
+    if (!g.ok()) {
+      spdlog::error("{}", g.status().ToString());
+      return 1;
+    }
+    grpc = std::move(*g);
+  }
   if (!o.port_file.empty()) {
     const std::string tmp = o.port_file + ".tmp";
-    std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", -1}}.dump() << "\n";
+    std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", grpc ? grpc->port() : -1}}.dump() << "\n";
     std::filesystem::rename(tmp, o.port_file);
   }
   spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{})", server.address(),
@@ -168,12 +183,14 @@ int RunRouter(const RouterServeOptions& o) {
     if (ec) return;
     spdlog::info("serve: router received signal {}; draining", sig);
     server.BeginDrain();
+    if (grpc) grpc->BeginDrain();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
     poll();
   });
   std::vector<std::thread> io;
   for (int i = 0; i < 2; ++i) io.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io) t.join();
+  if (grpc) grpc->Shutdown(std::chrono::seconds(o.drain_timeout_s));
   server.MarkStopped();
   spdlog::info("serve: router stopped");
   spdlog::default_logger()->flush();
