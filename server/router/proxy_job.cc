@@ -8,6 +8,7 @@
 
 #include "server/openai/sse.h"
 #include "server/router/http_client.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 namespace {
@@ -90,9 +91,17 @@ class Proxy {
     std::vector<int> all(static_cast<size_t>(n_));
     for (int i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
     std::vector<std::string> failed;
-    std::optional<InstanceRef> decode = ctx_.registry->Pick(InstanceRole::kDecode);
-    if (!decode) return SendError(HttpStatus::service_unavailable, "no decode instance is available");
+    const std::string salt = body_.contains("cache_salt") && body_["cache_salt"].is_string()
+                                 ? body_["cache_salt"].get<std::string>() : "";
+    std::optional<RouteDecision> route = ctx_.kv_router->Choose(InstanceRole::kDecode, prompt_, salt,
+                                                                         max_tokens_ ? *max_tokens_ * n_ : -1);
+    if (!route) return SendError(HttpStatus::service_unavailable, "no decode instance is available");
+    const InstanceRef* decode = &route->target;
+    if (kv.is_null() && route->peer) {
+      kv = ctx_.kv_router->PeerExport(*route, prompt_, salt, body_.contains("model") ? body_["model"] : Json());
+    }
     LegOutcome out = DecodeLeg(*decode, InstanceBody(prompt_, n_, max_tokens_.value_or(-1), min_tokens_, kv), all);
+    ctx_.kv_router->Done(*route, out == LegOutcome::kDone);
     if (out == LegOutcome::kClientAnswered) return;
     if (out == LegOutcome::kFailed) failed.push_back(decode->address);
     // Migration: each unfinished choice continues on another decode from prompt + its tokens so far.
