@@ -149,8 +149,15 @@ void KvRouter::Tick() {
     if (auto it = infos_.find(ref.address); it != infos_.end() && !it->second.known) it->second = fresh;
   }
 
-  // Events owed and since received: settled.
   const auto now = Clock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = routed_.begin(); it != routed_.end();) {
+      std::erase_if(it->second, [&](const auto& e) { return now - e.second > options_.routed_ttl; });
+      it = it->second.empty() ? routed_.erase(it) : std::next(it);
+    }
+  }
+  // Events owed and since received: settled.
   const std::vector<kv_events::InstanceMatch> all = index_->Match(std::span<const kv_events::HashKey>());
   std::lock_guard lock(mu_);
   for (const kv_events::InstanceMatch& m : all) {
@@ -211,26 +218,47 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     infos = infos_;
     pending = pending_;
   }
+  std::map<int32_t, std::vector<BlockHash>> chains;  // block size -> the prompt's chain
+  auto chain = [&](int32_t bs) -> const std::vector<BlockHash>& {
+    auto it = chains.find(bs);
+    if (it == chains.end()) {
+      std::vector<BlockHash> hashes;
+      ExtendBlockHashes(prompt, bs, {}, &hashes, CacheSaltRoot(cache_salt));
+      it = chains.emplace(bs, std::move(hashes)).first;
+    }
+    return it->second;
+  };
+  // Leading blocks routed to `address` within routed_ttl (not yet in the index, perhaps).
+  auto routed_blocks = [&](const std::string& address, int32_t bs) -> int64_t {
+    const std::vector<BlockHash>& hashes = chain(bs);
+    std::lock_guard lock(mu_);
+    int64_t n = 0;
+    for (const BlockHash& h : hashes) {
+      auto it = routed_.find(h);
+      if (it == routed_.end()) break;
+      auto at = it->second.find(address);
+      if (at == it->second.end() || Clock::now() - at->second > options_.routed_ttl) break;
+      ++n;
+    }
+    return n;
+  };
   const int64_t decode_work = max_tokens >= 0 ? max_tokens : 256;
   const auto now = Clock::now();
-  const BlockHash root = CacheSaltRoot(cache_salt);
   std::map<int32_t, std::vector<kv_events::InstanceMatch>> matches;  // block size -> index answer
-  auto hit_blocks = [&](const std::string& address, int32_t bs, const kv_events::InstanceMatch** out) -> int64_t {
+  auto hit_blocks = [&](const std::string& address, int32_t bs, const kv_events::InstanceMatch** out,
+                        bool with_routed = true) -> int64_t {
     auto it = matches.find(bs);
-    if (it == matches.end()) {
-      std::vector<BlockHash> hashes;
-      ExtendBlockHashes(prompt, bs, {}, &hashes, root);
-      it = matches.emplace(bs, index_->Match(std::span<const BlockHash>(hashes))).first;
-    }
+    if (it == matches.end()) it = matches.emplace(bs, index_->Match(std::span<const BlockHash>(chain(bs)))).first;
+    // The instance computes at least the last prompt token itself.
+    const int64_t usable = d.prompt_tokens > 0 ? (d.prompt_tokens - 1) / bs : 0;
+    if (out) *out = nullptr;
+    int64_t held = 0;
     for (const kv_events::InstanceMatch& m : it->second) {
       if (m.instance != address) continue;
       if (out) *out = &m;
-      // The instance computes at least the last prompt token itself.
-      const int64_t usable = d.prompt_tokens > 0 ? (d.prompt_tokens - 1) / bs : 0;
-      return std::min(m.matched_blocks, usable);
+      held = m.matched_blocks;
     }
-    if (out) *out = nullptr;
-    return 0;
+    return std::min(with_routed ? std::max(held, routed_blocks(address, bs)) : held, usable);
   };
 
   bool fallback = false;
@@ -276,7 +304,8 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       const Info& info = infos[s.ref.address];
       if (!info.known || !info.has_kv_transfer || info.block_size != tinfo.block_size) continue;
       const kv_events::InstanceMatch* m = nullptr;
-      const int64_t hit = hit_blocks(s.ref.address, info.block_size, &m) * info.block_size;
+      // Computed blocks only (the index), not prompts still in flight there.
+      const int64_t hit = hit_blocks(s.ref.address, info.block_size, &m, false) * info.block_size;
       if (Stale(info, m, now)) continue;
       if (hit - d.hit_tokens >= options_.peer_fetch_min_tokens && hit > d.peer_tokens) {
         d.peer = s.ref;
@@ -285,9 +314,11 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
   }
   d.pending = d.prompt_tokens - std::max(d.hit_tokens, d.peer_tokens) + decode_work;
+  const std::vector<BlockHash>& routed_chain = chain(tinfo.block_size);
   {
     std::lock_guard lock(mu_);
     pending_[d.target.address] += d.pending;
+    for (const BlockHash& h : routed_chain) routed_[h][d.target.address] = d.dispatched;
   }
   Count(d);
   return d;

@@ -21,6 +21,11 @@
 // /server_info) and the request's cache_salt, over the token ids the router
 // already gets from an instance's /tokenize: no tokenizer in the router.
 //
+// In flight: a prompt routed to an instance counts as held there for
+// `routed_ttl` (its BlockStored events come only once it is computed), so a
+// burst of requests sharing a new prefix goes to one instance instead of
+// each computing it.
+//
 // Liveness: an instance the registry marks unhealthy (a failed call or poll)
 // is dropped from the index at the next maintenance tick (so within about
 // --router-poll-interval + 1.5 s of dying) and resubscribed (replay rebuilds
@@ -44,11 +49,13 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "scheduler/block_hash.h"
 #include "server/kv_events/kv_event_subscriber.h"
 #include "server/kv_events/kv_prefix_index.h"
 #include "server/router/instance_registry.h"
@@ -64,6 +71,7 @@ struct KvRouterOptions {
   std::chrono::milliseconds tick{200};          // maintenance: /server_info, subscriptions, drops
   std::chrono::milliseconds stale_after{3000};  // see the header comment
   int64_t peer_fetch_min_tokens = 64;           // 0: never fetch from a peer
+  std::chrono::milliseconds routed_ttl{10000};  // see "In flight" above
 };
 
 struct RouteDecision {
@@ -146,6 +154,9 @@ class KvRouter {
   mutable std::mutex mu_;
   std::map<std::string, Info> infos_;  // by address; guarded by mu_
   std::map<std::string, int64_t> pending_;  // address -> tokens of work in flight; guarded by mu_
+  // Chain hash -> instance -> when a prompt with that block was routed there; guarded by mu_.
+  std::unordered_map<BlockHash, std::map<std::string, std::chrono::steady_clock::time_point>, BlockHashHasher>
+      routed_;
   Counters counters_;                  // guarded by mu_
   bool stop_ = false;                  // guarded by mu_
   std::thread thread_;
