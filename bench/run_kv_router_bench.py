@@ -11,7 +11,10 @@ runs tessera-bench through the router (streamed /v1/completions, closed loop),
 reads each instance's /metrics before and after, and prints one markdown row:
 prefill tokens computed (prompt tokens - prefix-cache hits, summed over both
 instances), TTFT mean/p50/p99, throughput. Without --model it synthesizes a
-qwen3 checkpoint of hidden 256, 4 layers (random weights; real tokenizer).
+qwen3 checkpoint of hidden 384, 6 layers, FFN 1024, 6 query / 2 KV heads of 64,
+bf16 (random weights, the real Qwen3 tokenizer), where prefilling a 1k-token
+prompt costs a few hundred ms on one core: prefill dominates TTFT, as with a
+real model on a GPU. Run it under /work/notes/quiet_run.sh for figures.
 
 Workloads (fixed seeds, same requests for every policy):
   shared-prefix  98 requests, 7 system prompts of 1024 tokens + 32-token
@@ -147,9 +150,9 @@ def main():
         model = os.path.join(out, "model")
         if not os.path.isdir(model):
             subprocess.run([os.path.join(a.build, "tessera"), "--log-level", "warn", "synth", "--arch", "qwen3",
-                            "--dtype", "bf16", "--out", model, "--set", "hidden_size=256", "--set",
-                            "intermediate_size=768", "--set", "num_hidden_layers=4", "--set",
-                            "num_attention_heads=8", "--set", "num_key_value_heads=4", "--set", "head_dim=32"],
+                            "--dtype", "bf16", "--out", model, "--set", "hidden_size=384", "--set",
+                            "intermediate_size=1024", "--set", "num_hidden_layers=6", "--set",
+                            "num_attention_heads=6", "--set", "num_key_value_heads=2", "--set", "head_dim=64"],
                            check=True, capture_output=True)
     rows = []
     for w in a.workloads.split(","):
