@@ -107,13 +107,18 @@ void KvRouter::Tick() {
     for (const auto& [address, s] : by_address) {
       Info& info = infos_[address];
       if (!s.healthy) {
+        const auto now = Clock::now();
+        if (!info.unhealthy_since) info.unhealthy_since = now;
+        if (now - *info.unhealthy_since < options_.drop_after) continue;
         if (info.subscribed) {
           to_remove.push_back(address);
           spdlog::info("router: kv-aware: {} is down; dropped from the prefix index", address);
         }
         info = Info();  // relearn /server_info when it is back (a restart may move its endpoints)
+        info.unhealthy_since = now - options_.drop_after;
         continue;
       }
+      info.unhealthy_since.reset();
       if (!info.known) to_learn.push_back(s.ref);
     }
   }

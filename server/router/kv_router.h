@@ -27,8 +27,9 @@
 // each computing it.
 //
 // Liveness: an instance the registry marks unhealthy (a failed call or poll)
-// is dropped from the index at the next maintenance tick (so within about
-// --router-poll-interval + 1.5 s of dying) and resubscribed (replay rebuilds
+// for drop_after is dropped from the index (so within about
+// --router-poll-interval + 2.5 s of dying; unhealthy instances are never
+// chosen meanwhile) and resubscribed (replay rebuilds
 // it) when it answers again. Staleness: an instance that finished a request
 // which should have stored new blocks, but sent no event batch since that
 // request was dispatched, is stale after `stale_after`; a decision with a
@@ -72,6 +73,9 @@ struct KvRouterOptions {
   std::chrono::milliseconds stale_after{3000};  // see the header comment
   int64_t peer_fetch_min_tokens = 64;           // 0: never fetch from a peer
   std::chrono::milliseconds routed_ttl{10000};  // see "In flight" above
+  // An instance unhealthy this long leaves the index (a shorter outage, e.g.
+  // one failed poll under load, keeps its subscription and entries).
+  std::chrono::milliseconds drop_after{1000};
 };
 
 struct RouteDecision {
@@ -122,6 +126,7 @@ class KvRouter {
     bool has_kv_transfer = false;
     bool subscribed = false;
     bool healthy_seen = false;
+    std::optional<std::chrono::steady_clock::time_point> unhealthy_since;
     // Staleness: a request dispatched at owed_since finished and should have stored blocks.
     std::optional<std::chrono::steady_clock::time_point> owed_since;
     std::chrono::steady_clock::time_point owed_done;

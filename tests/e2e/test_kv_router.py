@@ -39,7 +39,7 @@ BLOCK = 16
 X = [(i * 7919) % 150000 + 100 for i in range(4 * BLOCK)]  # a 4-block shared prefix
 EVENTS = ('{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:*", '
           '"replay_endpoint": "tcp://127.0.0.1:*"}')
-DROP_BOUND_S = 3.0  # --router-poll-interval 0.1 + failed poll (connect timeout 0.5 s) + a tick
+DROP_BOUND_S = 3.0  # --router-poll-interval 0.1 + a failed poll (connect timeout 0.5 s) + 1 s unhealthy + a tick
 
 
 def post(port, body, timeout=60):
