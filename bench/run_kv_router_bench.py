@@ -45,6 +45,17 @@ WORKLOADS = {
 }
 
 
+def decisions(port):
+    """{policy or instance: decisions} from the router's tessera:router_routing_decisions_total."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for m in re.finditer(r'^tessera:router_routing_decisions_total\{instance="([^"]*)",policy="([^"]*)"\} (\S+)$',
+                         text, re.M):
+        for k in (m.group(1), m.group(2)):
+            out[k] = out.get(k, 0) + int(float(m.group(3)))
+    return out
+
+
 def metrics(port):
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out = {}
@@ -117,6 +128,7 @@ def run_one(a, model, workload, policy, out):
             raise RuntimeError(f"tessera-bench failed:\n{bench.stdout[-2000:]}\n{bench.stderr[-2000:]}")
         after = [metrics(p.port) for p in procs[:2]]
         rm = metrics(r.port)
+        dec = decisions(r.port)
     finally:
         for p in procs:
             p.stop()
@@ -130,7 +142,7 @@ def run_one(a, model, workload, policy, out):
             "ttft_p99": run["ttft_ms"]["p99"], "req_s": run["request_throughput"],
             "tok_s": run["total_token_throughput"],
             "router_hit": rm.get("tessera:router_prompt_hit_tokens_total", 0),
-            "peer": rm.get("tessera:router_kv_peer_fetch_tokens_total", 0)}
+            "peer": rm.get("tessera:router_kv_peer_fetch_tokens_total", 0), "decisions": dec}
 
 
 def main():
@@ -140,7 +152,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--policies", default="kv-aware,round-robin")
     ap.add_argument("--workloads", default="shared-prefix,multi-turn")
-    ap.add_argument("--num-kv-blocks", type=int, default=320)
+    ap.add_argument("--num-kv-blocks", type=int, default=416)
     ap.add_argument("--peer-fetch", action="store_true", help="instances run KV transfer (--kv-peer-fetch)")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="tessera-kv-router-bench-")
