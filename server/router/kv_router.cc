@@ -134,7 +134,6 @@ void KvRouter::Tick() {
     if (!j.is_object() || !j.contains("block_size") || !j["block_size"].is_number_integer()) continue;  // loading
     Info fresh;
     fresh.known = true;
-    fresh.healthy_seen = true;
     fresh.block_size = j["block_size"].get<int32_t>();
     if (fresh.block_size <= 0) continue;
     if (auto ev = j.find("kv_events"); ev != j.end() && ev->is_object() && ev->value("endpoint", "") != "") {

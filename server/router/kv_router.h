@@ -125,12 +125,10 @@ class KvRouter {
     std::string events_endpoint, replay_endpoint;  // "" : no events
     bool has_kv_transfer = false;
     bool subscribed = false;
-    bool healthy_seen = false;
     std::optional<std::chrono::steady_clock::time_point> unhealthy_since;
     // Staleness: a request dispatched at owed_since finished and should have stored blocks.
     std::optional<std::chrono::steady_clock::time_point> owed_since;
     std::chrono::steady_clock::time_point owed_done;
-    int64_t decisions_kv = 0;
   };
   struct Counters {
     std::map<std::pair<std::string, std::string>, int64_t> decisions;  // (instance, policy)
