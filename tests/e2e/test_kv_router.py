@@ -22,6 +22,7 @@ router flags).
     to load only.
 """
 import argparse
+import http.client
 import json
 import os
 import re
@@ -29,7 +30,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -179,11 +179,15 @@ def main():
             hp, op = addr[holder].port, addr[other].port
             z = X + [9, 9, 9, 9]
             reference = ids(hp, z)  # computed (prefix-cache hit) on the holder itself
-            # Keep the holder busy: with --max-num-seqs 2, four requests leave two waiting (512 tokens of load).
-            busy = [threading.Thread(target=post, args=(hp, dict(prompt=[5] * 8, max_tokens=60, ignore_eos=True)))
-                    for _ in range(4)]
-            for t in busy:
-                t.start()
+            # Keep the holder busy: with --max-num-seqs 2, four streams leave two waiting (512 tokens of
+            # load). They are long and cut short (connection closed: the instance aborts them) at the end.
+            busy = []
+            for _ in range(4):
+                c = http.client.HTTPConnection("127.0.0.1", hp, timeout=30)
+                c.request("POST", "/v1/completions", body=json.dumps(dict(
+                    prompt=[5] * 8, max_tokens=300, ignore_eos=True, stream=True)),
+                    headers={"Content-Type": "application/json"})
+                busy.append(c)
             try:
                 wait_for(lambda: scalar(hp, "tessera:num_requests_waiting") >= 2, 5, "the holder busy")
                 time.sleep(0.3)  # two router polls see it
@@ -199,8 +203,8 @@ def main():
                 pulled = scalar(op, "tessera:kv_transfer_blocks_total") - pulled0
                 assert pulled == 4, f"{pulled} blocks pulled or reused, want the 4 prefix blocks"
             finally:
-                for t in busy:
-                    t.join()
+                for c in busy:
+                    c.close()
         res.run("peer fetch: the idle instance pulls the prefix from the busy holder; same greedy tokens",
                 peer_fetch_is_exact)
 
