@@ -41,6 +41,11 @@ void AddRouterFlags(CLI::App* cmd, RouterFlags* f) {
                   "router: seconds between load/health polls of each instance (/metrics, /ready)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 60.0));
+  cmd->add_option("--router-dns-interval", f->dns_interval_s,
+                  "router: seconds between DNS lookups of instance names; a name (e.g. a Kubernetes headless "
+                  "Service) stands for every address it resolves to")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--max-migrations", f->max_migrations,
                   "router: decode instances a choice may move to after failures before the request fails")
       ->capture_default_str()
@@ -63,6 +68,7 @@ int RunRouter(const RouterServeOptions& o) {
   ro.decode = o.flags.decode_instances;
   ro.file = o.flags.instances_file;
   ro.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.poll_interval_s * 1000));
+  ro.dns_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.dns_interval_s * 1000));
   if (ro.decode.empty() && ro.file.empty()) {
     spdlog::error("serve --role router: give --decode-instances or --instances-file");
     return 1;
