@@ -332,9 +332,17 @@ int RunServe(ServeFlags f) {
   ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
   ctx.role = f.role;
   if (kv_event_publisher) {
-    ctx.kv_events_endpoint = kv_event_publisher->endpoint();
-    ctx.kv_events_replay_endpoint = kv_event_publisher->replay_endpoint();
-    ctx.kv_events_topic = kv_events::ParseKvEventsConfig(f.kv_events_config)->topic;
+    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);
+    if (kv_events::PublisherBinds(kc.endpoint)) {
+      // /server_info tells routers where to subscribe.
+      ctx.kv_events_endpoint = kv_event_publisher->endpoint();
+      ctx.kv_events_replay_endpoint = kv_event_publisher->replay_endpoint();
+      ctx.kv_events_topic = kc.topic;
+    } else {
+      spdlog::warn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
+                   "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
+                   kc.endpoint);
+    }
     ctx.extra_metrics = [p = kv_event_publisher.get()] {
       const kv_events::KvEventPublisherStats st = p->stats();
       return fmt::format(
