@@ -331,6 +331,34 @@ int RunServe(ServeFlags f) {
   ctx.workers = &workers;
   ctx.served_model_name = served;
   ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
+  ctx.role = f.role;
+  if (kv_event_publisher) {
+    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);
+    if (kv_events::PublisherBinds(kc.endpoint)) {
+      // /server_info tells routers where to subscribe.
+      ctx.kv_events_endpoint = kv_event_publisher->endpoint();
+      ctx.kv_events_replay_endpoint = kv_event_publisher->replay_endpoint();
+      ctx.kv_events_topic = kc.topic;
+    } else {
+      spdlog::warn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
+                   "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
+                   kc.endpoint);
+    }
+    ctx.extra_metrics = [p = kv_event_publisher.get()] {
+      const kv_events::KvEventPublisherStats st = p->stats();
+      return fmt::format(
+          "# HELP tessera:kv_events_published_total KV cache events published (BlockStored, BlockRemoved, "
+          "AllBlocksCleared).\n# TYPE tessera:kv_events_published_total counter\n"
+          "tessera:kv_events_published_total {}\n"
+          "# HELP tessera:kv_event_batches_published_total KV event batches published.\n"
+          "# TYPE tessera:kv_event_batches_published_total counter\ntessera:kv_event_batches_published_total {}\n"
+          "# HELP tessera:kv_events_dropped_total KV events lost to a full publisher queue.\n"
+          "# TYPE tessera:kv_events_dropped_total counter\ntessera:kv_events_dropped_total {}\n"
+          "# HELP tessera:kv_event_replays_served_total KV event replay requests answered.\n"
+          "# TYPE tessera:kv_event_replays_served_total counter\ntessera:kv_event_replays_served_total {}\n",
+          st.events_published, st.batches_published, st.events_dropped, st.replays_served);
+    };
+  }
   RegisterOpenAiRoutes(&ctx);
   Shutdown shutdown(ioc, server, ctx, std::chrono::seconds(f.drain_timeout_s));
 
@@ -398,7 +426,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
       o.loop.parallel = group;
-      if (f.role == "prefill" || f.role == "decode") {
+      if (f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch) {
         KvTransportOptions kt;
         kt.host = f.host;
         kt.port = f.kv_transfer_port;
@@ -613,6 +641,10 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "instead; the engine step waits for the pull")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 600.0));
+  cmd->add_flag("--kv-peer-fetch", f->kv_peer_fetch,
+                "unified: run the KV transfer agent too, so a KV-aware router (--routing-logic kv-aware) can have "
+                "this instance pull a prompt prefix that a peer instance holds instead of computing it, and "
+                "export its own prefixes to peers");
   cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
       ->group("");
   cmd->add_option("--kv-offload-host-gb", f->kv_offload_host_gb,

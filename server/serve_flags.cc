@@ -17,6 +17,7 @@
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 namespace {
@@ -82,6 +83,18 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (f.role != "router" &&
       (!f.router.prefill_instances.empty() || !f.router.decode_instances.empty() || !f.router.instances_file.empty())) {
     return InvalidArgument("serve: --prefill-instances, --decode-instances and --instances-file need --role router");
+  }
+  if (auto rl = ParseRoutingLogic(f.router.routing_logic); !rl.ok()) return rl.status();
+  if (f.role != "router" && (f.router.routing_logic != "load")) {
+    return InvalidArgument("serve: --routing-logic needs --role router");
+  }
+  if (f.kv_peer_fetch && f.role != "unified") {
+    return InvalidArgument("serve: --kv-peer-fetch is for --role unified (prefill and decode instances always run "
+                           "KV transfer)");
+  }
+  if (f.kv_peer_fetch && f.device != "cpu") {
+    return InvalidArgument("serve: --kv-peer-fetch needs --device cpu for now (the CUDA KV pool is not "
+                           "registered with UCX)");
   }
   if (!f.tool_call_parser.empty()) {
     if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {

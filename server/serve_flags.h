@@ -50,6 +50,7 @@ struct ServeFlags {
   double kv_pin_timeout_s = 60;
   double kv_pull_timeout_s = 5;
   std::string kv_transfer_fault;  // hidden: fault injection for tests
+  bool kv_peer_fetch = false;     // unified: KV transfer agent for peer fetch (issue 18)
   RouterFlags router;
   std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
   // KV tiers below the device pool (scheduler/kv_tiers/); each on when set.

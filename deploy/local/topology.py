@@ -107,8 +107,10 @@ def topology_kv(args, state):
                                    "--appendonly", "no", "--dir", state], redis=f"127.0.0.1:{redis_port}")
     procs = [redis]
     for i in (1, 2):
-        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{free_port()}",
-                  "replay_endpoint": f"tcp://127.0.0.1:{free_port()}"}
+        # A wildcard host: the publisher binds (vLLM's rule), so the router can subscribe (it learns the
+        # endpoints from the instance's /server_info).
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}",
+                  "replay_endpoint": f"tcp://*:{free_port()}"}
         procs.append(serve_process(args.tessera, f"instance{i}", state,
                                    ["--kv-offload-remote-url", f"redis://127.0.0.1:{redis_port}",
                                     "--kv-events-config", json.dumps(events)] + engine_args(args)))

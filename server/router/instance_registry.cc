@@ -160,6 +160,8 @@ void InstanceRegistry::PollLoop() {
         cur.backoff = std::chrono::milliseconds(0);
         cur.queue = static_cast<int64_t>(SumMetric(res.body, "tessera:num_requests_running") +
                                          SumMetric(res.body, "tessera:num_requests_waiting"));
+        cur.kv_usage = SumMetric(res.body, "tessera:kv_cache_usage_perc");
+        cur.waiting = static_cast<int64_t>(SumMetric(res.body, "tessera:num_requests_waiting"));
         cur.next_poll = std::chrono::steady_clock::now() + options_.poll_interval;
       } else {
         if (cur.healthy) {
@@ -215,7 +217,9 @@ void InstanceRegistry::MarkFailed(const std::string& address) {
 std::vector<InstanceSnapshot> InstanceRegistry::Snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<InstanceSnapshot> out;
-  for (const auto& [k, in] : instances_) out.push_back({in.ref, in.role, in.healthy, in.outstanding, in.queue});
+  for (const auto& [k, in] : instances_) {
+    out.push_back({in.ref, in.role, in.healthy, in.outstanding, in.queue, in.kv_usage, in.waiting});
+  }
   return out;
 }
 

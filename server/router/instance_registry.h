@@ -39,6 +39,8 @@ struct InstanceSnapshot {
   bool healthy = true;
   int64_t outstanding_tokens = 0;
   int64_t queue_depth = 0;  // running + waiting sequences at the last poll
+  double kv_usage = 0;      // tessera:kv_cache_usage_perc at the last poll (0..1)
+  int64_t waiting = 0;      // waiting sequences at the last poll (part of queue_depth)
 };
 
 class InstanceRegistry {
@@ -68,6 +70,8 @@ class InstanceRegistry {
     bool healthy = true;
     int64_t outstanding = 0;
     int64_t queue = 0;
+    double kv_usage = 0;
+    int64_t waiting = 0;
     std::chrono::milliseconds backoff{0};
     std::chrono::steady_clock::time_point next_poll{};
   };

@@ -9,6 +9,7 @@
 
 #include "server/openai/sse.h"
 #include "server/router/http_client.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 namespace {
@@ -117,16 +118,26 @@ class Proxy {
     // decode instance parses and answers it exactly as a unified one would.
     // While the client has seen nothing, a failed decode is replaced by
     // another running the same request (without the handle: it recomputes).
+    // The decode (or unified) instance is picked by --routing-logic; with no
+    // prefill handle, kv-aware may name a peer to export the prefix.
+    const std::string salt = body_.contains("cache_salt") && body_["cache_salt"].is_string()
+                                 ? body_["cache_salt"].get<std::string>() : "";
     Json relay_kv = kv;
     for (int attempt = 0; attempt <= ctx_.flags.max_migrations; ++attempt) {
       if (ex_->closed()) return;
-      std::optional<InstanceRef> decode = ctx_.registry->Pick(InstanceRole::kDecode, failed);
-      if (!decode) break;
+      std::optional<RouteDecision> route = ctx_.kv_router->Choose(InstanceRole::kDecode, prompt_, salt,
+                                                                  max_tokens_ ? *max_tokens_ * n_ : -1, failed);
+      if (!route) break;
+      const InstanceRef decode = route->target;
       if (attempt > 0) ctx_.metrics->Migration();
-      const LegOutcome out = RelayLeg(*decode, relay_kv);
+      if (attempt == 0 && relay_kv.is_null() && route->peer) {
+        relay_kv = ctx_.kv_router->PeerExport(*route, prompt_, salt, body_.contains("model") ? body_["model"] : Json());
+      }
+      const LegOutcome out = RelayLeg(decode, relay_kv);
+      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kClientAnswered);
       if (out == LegOutcome::kClientAnswered) return;
       if (out == LegOutcome::kDone) return Finish();
-      failed.push_back(decode->address);
+      failed.push_back(decode.address);
       relay_kv = nullptr;
       if (stream_started_) break;
     }

@@ -19,10 +19,13 @@
 
 namespace tessera {
 
+class KvRouter;
+
 struct ProxyContext {
   InstanceRegistry* registry = nullptr;
   RouterMetrics* metrics = nullptr;
   RouterFlags flags;
+  KvRouter* kv_router = nullptr;  // --routing-logic; null: least loaded
 };
 
 // Blocks until the client is answered (or gone).

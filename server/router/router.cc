@@ -14,6 +14,7 @@
 #include "server/http/http_server.h"
 #include "server/router/http_client.h"
 #include "server/router/instance_registry.h"
+#include "server/router/kv_router.h"
 #include "server/router/proxy_job.h"
 #include "server/router/router_grpc.h"
 #include "server/router/router_metrics.h"
@@ -50,6 +51,16 @@ void AddRouterFlags(CLI::App* cmd, RouterFlags* f) {
                   "router: decode instances a choice may move to after failures before the request fails")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
+  cmd->add_option("--routing-logic", f->routing_logic,
+                  "router: how an instance is chosen: load (least outstanding work), round-robin, or kv-aware "
+                  "(fewest prompt tokens to compute given the KV blocks each instance holds, learned from the "
+                  "instances' KV events (--kv-events-config on them), plus load)")
+      ->capture_default_str();
+  cmd->add_option("--kv-peer-fetch-min-tokens", f->kv_peer_fetch_min_tokens,
+                  "router, kv-aware: when another instance holds at least this many more prompt tokens than the "
+                  "chosen one and both run KV transfer (--kv-peer-fetch), the chosen one pulls them (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 int RunRouter(const RouterServeOptions& o) {
@@ -69,7 +80,16 @@ int RunRouter(const RouterServeOptions& o) {
     return 1;
   }
   RouterMetrics metrics;
-  ProxyContext pctx{registry->get(), &metrics, o.flags};
+  KvRouterOptions kro;
+  kro.logic = *ParseRoutingLogic(o.flags.routing_logic);  // validated by ValidateServeFlags
+  kro.peer_fetch_min_tokens = o.flags.kv_peer_fetch_min_tokens;
+  kro.tick = std::min(kro.tick, ro.poll_interval);
+  auto kv_router = KvRouter::Create(kro, registry->get());
+  if (!kv_router.ok()) {
+    spdlog::error("{}", kv_router.status().ToString());
+    return 1;
+  }
+  ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
 
   net::io_context ioc{2};
   HttpServerOptions ho;
@@ -110,7 +130,7 @@ int RunRouter(const RouterServeOptions& o) {
   server.Handle(http::verb::get, "/metrics", [&](std::shared_ptr<HttpExchange> ex) {
     HttpResponse res{HttpStatus::ok, 11};
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    std::string body = metrics.Serialize();
+    std::string body = metrics.Serialize() + (*kv_router)->SerializeMetrics();
     body += "# HELP tessera:router_instance_healthy Whether the router routes to the instance.\n"
             "# TYPE tessera:router_instance_healthy gauge\n";
     for (const InstanceSnapshot& s : (*registry)->Snapshot()) {
@@ -161,9 +181,9 @@ int RunRouter(const RouterServeOptions& o) {
     std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", grpc ? grpc->port() : -1}}.dump() << "\n";
     std::filesystem::rename(tmp, o.port_file);
   }
-  spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{})", server.address(),
-               server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
-               o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file);
+  spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{}; routing {})",
+               server.address(), server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
+               o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file, o.flags.routing_logic);
   server.Start();
 
   // SIGINT/SIGTERM: stop taking requests, let those in flight finish (bounded), exit.

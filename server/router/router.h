@@ -26,6 +26,8 @@ struct RouterFlags {
   double poll_interval_s = 0.5;     // load and health polling of each instance
   double dns_interval_s = 5;        // re-resolution of instance names (headless Services)
   int max_migrations = 3;           // decode replacements per choice before the request fails
+  std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
+  int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
 };
 
 struct RouterServeOptions {
