@@ -21,7 +21,12 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/model.h"
+#include "engine/parallel/shard/model_shard.h"
+#include "engine/parallel/shard/sharded_forward.h"
+#include "engine/synth.h"
 #include "tests/unit/engine/parallel/collective_checks.h"
+#include "tests/unit/engine/parallel/model_steps.h"
 
 extern char** environ;
 
@@ -145,6 +150,32 @@ TEST(GlooChild, DISABLED_Rank) {
     ASSERT_EQ(err, "");
     return;
   }
+  if (scenario == "eplb") {  // expert parallelism with EPLB on the model in $TESSERA_GLOO_MODEL
+    const std::string dir = std::getenv("TESSERA_GLOO_MODEL");
+    ShardOptions ep;
+    ep.world_size = world;
+    ep.rank = rank;
+    ep.expert_parallel = true;
+    ep.data_parallel_attention = true;
+    ep.eplb.enabled = true;
+    ep.eplb.num_redundant_experts = world;
+    ep.eplb.step_interval = 1;
+    ep.eplb.window_size = 2;
+    ParallelSetup setup{ep, &c};
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(dir, backend.get(), &setup);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto cache = (*m)->CreateKvCache(steps::kBlocks, steps::kBlockSize);
+    std::ofstream bin(out + ".bin", std::ios::binary);
+    for (const ForwardBatch& b : steps::BatchedSteps(static_cast<int>((*m)->config().vocab_size), false)) {
+      std::vector<float> logits;
+      Status st = ShardedForward(**m, b, cache->get(), &logits);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      bin.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+    }
+    result << "OK rebalances=" << (*m)->shard()->rebalances() << " moved=" << (*m)->shard()->experts_moved();
+    return;
+  }
   if (scenario == "unmatched_send") {  // rank 0 sends, rank 1 never receives
     if (rank == 0) {
       float x = 1.f;
@@ -257,6 +288,54 @@ TEST(Gloo, RankThatStopsTakingPartGivesTheOthersADeadlineError) {
               std::string::npos) << l;
   }
 }
+
+// EPLB over Gloo processes: replicas and a rebalance after every step (experts
+// move between processes); rank 0's logits bitwise equal one rank's.
+void ExpectEplbBitwise(int world) {
+  tessera::testing::TempDir dir;
+  SynthOptions o;
+  o.arch = "mixtral";
+  o.dtype = DType::kBF16;
+  o.out_dir = dir.path();
+  o.router_skew = 3.0;
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  std::string expected;
+  {
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(dir.path(), backend.get());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto cache = (*m)->CreateKvCache(steps::kBlocks, steps::kBlockSize);
+    for (const ForwardBatch& b : steps::BatchedSteps(static_cast<int>((*m)->config().vocab_size), false)) {
+      std::vector<float> logits;
+      ASSERT_TRUE((*m)->Forward(b, cache->get(), &logits).ok());
+      expected.append(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
+    }
+  }
+  ::setenv("TESSERA_GLOO_MODEL", dir.path().c_str(), 1);
+  std::vector<int> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(r);
+  bool hung = false;
+  // Results are read before RunRanks removes them: the logits go to <out>.bin,
+  // which it leaves; find it by the line's path.
+  const std::string bin = ::testing::TempDir() + "/gloo_child_" + std::to_string(::getpid()) + "_0.bin";
+  auto res = RunRanks("eplb", world, ranks, 10000, std::chrono::milliseconds(30000), &hung);
+  ::unsetenv("TESSERA_GLOO_MODEL");
+  EXPECT_FALSE(hung);
+  for (const auto& r : res) {
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << "\n" << r.log;
+    EXPECT_EQ(r.line.rfind("OK rebalances=3 moved=", 0), 0u) << "rank " << r.rank << ": " << r.line;
+  }
+  EXPECT_EQ(res[0].line.find(" moved=0"), std::string::npos) << "the rebalances should have moved experts";
+  const std::string got = ReadFile(bin);
+  std::remove(bin.c_str());
+  for (int r = 1; r < world; ++r) std::remove((::testing::TempDir() + "/gloo_child_" + std::to_string(::getpid()) +
+                                               "_" + std::to_string(r) + ".bin").c_str());
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected) << "EP+EPLB logits over Gloo differ from one rank's";
+}
+
+TEST(Gloo, TwoProcessesExpertParallelWithEplbBitwiseEqualOneRank) { ExpectEplbBitwise(2); }
+TEST(Gloo, FourProcessesExpertParallelWithEplbBitwiseEqualOneRank) { ExpectEplbBitwise(4); }
 
 TEST(Gloo, UnmatchedSendFailsAtTheTimeout) {
   bool hung = false;
