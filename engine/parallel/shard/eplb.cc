@@ -23,7 +23,8 @@ Status CheckShape(int world, int64_t experts, int64_t redundant) {
 
 }  // namespace
 
-StatusOr<EplbOptions> ParseEplbConfig(const std::string& text, EplbOptions o) {
+StatusOr<EplbOptions> ParseEplbConfig(const std::string& text, EplbOptions o, bool* sets_redundant) {
+  if (sets_redundant != nullptr) *sets_redundant = false;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("--eplb-config: not a JSON object: " + text);
   for (const auto& [key, v] : j.items()) {
@@ -46,6 +47,7 @@ StatusOr<EplbOptions> ParseEplbConfig(const std::string& text, EplbOptions o) {
                              v.dump());
     }
     *field = v.get<int64_t>();
+    if (field == &o.num_redundant_experts && sets_redundant != nullptr) *sets_redundant = true;
   }
   return o;
 }

@@ -32,7 +32,9 @@ struct EplbOptions {
 
 // Parses --eplb-config (a JSON object with any of window_size, step_interval,
 // num_redundant_experts, log_balancedness) onto `base`; errors name the field.
-StatusOr<EplbOptions> ParseEplbConfig(const std::string& json_text, EplbOptions base);
+// `sets_redundant` (optional): whether the JSON gave num_redundant_experts.
+StatusOr<EplbOptions> ParseEplbConfig(const std::string& json_text, EplbOptions base,
+                                      bool* sets_redundant = nullptr);
 
 class ExpertMap {
  public:

@@ -96,18 +96,16 @@ Status GatherTimes(Communicator* comm, double step_s, double coll_s, std::vector
 StatusOr<EplbOptions> EplbFromFlags(bool enable, const std::string& config, int64_t redundant) {
   EplbOptions e;
   e.enabled = enable;
+  bool in_config = false;
   if (!config.empty()) {
-    ASSIGN_OR_RETURN(e, ParseEplbConfig(config, e));
-    if (redundant >= 0 && config.find("num_redundant_experts") != std::string::npos &&
-        e.num_redundant_experts != redundant) {
-      return InvalidArgument("--num-redundant-experts " + std::to_string(redundant) +
-                             " and --eplb-config's num_redundant_experts " + std::to_string(e.num_redundant_experts) +
-                             " disagree; give one");
-    }
+    ASSIGN_OR_RETURN(e, ParseEplbConfig(config, e, &in_config));
   }
-  if (redundant >= 0 && (config.empty() || config.find("num_redundant_experts") == std::string::npos)) {
-    e.num_redundant_experts = redundant;
+  if (redundant >= 0 && in_config && e.num_redundant_experts != redundant) {
+    return InvalidArgument("--num-redundant-experts " + std::to_string(redundant) +
+                           " and --eplb-config's num_redundant_experts " + std::to_string(e.num_redundant_experts) +
+                           " disagree; give one");
   }
+  if (redundant >= 0 && !in_config) e.num_redundant_experts = redundant;
   if (!enable && !config.empty()) {
     return InvalidArgument("--eplb-config needs --enable-eplb (for static replicas without rebalancing use "
                            "--num-redundant-experts alone)");
