@@ -408,6 +408,14 @@ Status Model::ForwardIdle() {
   return shard_->TakeError();
 }
 
+Status Model::FinishParallelStep() {
+  if (!shard_) return Status::Ok();
+  bool rebalance = false;
+  shard_->FinishStep(&rebalance);
+  if (rebalance && moe_) RETURN_IF_ERROR(moe_->Rebalance());
+  return shard_->TakeError();
+}
+
 StatusOr<ExpertLoad> Model::ReadExpertLoad() const {
   if (!moe_) return ExpertLoad{};
   return moe_->ReadExpertLoad();

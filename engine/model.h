@@ -55,6 +55,10 @@ class Model {
   // Data-parallel attention ranks whose share of a step has no sequence: takes
   // part in the step's collectives (each MoE layer's all-to-alls) with no tokens.
   Status ForwardIdle();
+  // Parallel ranks, every rank after every step (ShardedForward calls it): the
+  // group's expert load gathered and, when an EPLB interval ends, the experts
+  // rebalanced (collective).
+  Status FinishParallelStep();
 
   // Runs the batch; `logits` receives [batch.logits_indices.size(), vocab] f32.
   // Fails with the backend's first asynchronous error (Backend::TakeError).

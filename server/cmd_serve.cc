@@ -76,6 +76,7 @@ parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
   g.tensor_parallel_size = f.tensor_parallel_size;
   g.data_parallel_size = f.data_parallel_size;
   g.enable_expert_parallel = f.enable_expert_parallel;
+  g.eplb = *parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);  // checked at startup
   g.launch.nnodes = f.nnodes;
   g.launch.node_rank = f.node_rank;
   g.launch.leader_addr = f.leader_addr;
@@ -604,6 +605,17 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--enable-expert-parallel", f->enable_expert_parallel,
                 "MoE models: place the routed experts on the ranks and move tokens to them with all-to-all");
+  cmd->add_option("--num-redundant-experts", f->num_redundant_experts,
+                  "expert parallelism: extra expert slots per MoE layer holding replicas of hot experts; a "
+                  "replicated expert's tokens go to its least-loaded replica (experts + this must be a multiple "
+                  "of the ranks)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_flag("--enable-eplb", f->enable_eplb,
+                "expert parallelism: rebalance the experts (and their replicas) over the ranks from the "
+                "measured load every step_interval steps (vLLM's EPLB)");
+  cmd->add_option("--eplb-config", f->eplb_config,
+                  "JSON: window_size (steps of load used, default 1000), step_interval (steps between "
+                  "rebalances, default 3000), num_redundant_experts, log_balancedness");
   cmd->add_option("--nnodes", f->nnodes,
                   "processes in the group, one rank each, joined over Gloo/TCP (default: $LWS_GROUP_SIZE or 1)")
       ->check(CLI::Range(1, 64));

@@ -110,11 +110,18 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
   }
   if (Status s = ValidateKvOffloadFlags(f); !s.ok()) return s;
+  StatusOr<parallel::EplbOptions> eplb = parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);
+  if (!eplb.ok()) return InvalidArgument("serve: " + eplb.status().message());
+  if (eplb->uses_map() && (f.tensor_parallel_size * f.data_parallel_size < 2 || !f.enable_expert_parallel)) {
+    return InvalidArgument("serve: --enable-eplb / --num-redundant-experts need --enable-expert-parallel with "
+                           "--tensor-parallel-size or --data-parallel-size > 1");
+  }
   if (f.tensor_parallel_size * f.data_parallel_size > 1) {
     parallel::GroupOptions g;
     g.tensor_parallel_size = f.tensor_parallel_size;
     g.data_parallel_size = f.data_parallel_size;
     g.enable_expert_parallel = f.enable_expert_parallel;
+    g.eplb = *eplb;
     if (auto so = parallel::ShardOptionsFor(g, 0); !so.ok()) return InvalidArgument("serve: " + so.status().message());
     if (f.device != "cpu") {
       return InvalidArgument("serve: --tensor-parallel-size / --data-parallel-size > 1 run on --device cpu for now");

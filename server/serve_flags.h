@@ -65,6 +65,9 @@ struct ServeFlags {
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;
   bool enable_expert_parallel = false;
+  int64_t num_redundant_experts = -1;  // -1: not given
+  bool enable_eplb = false;
+  std::string eplb_config;             // JSON, vLLM's EPLBConfig fields
   int nnodes = 0;              // 0: $LWS_GROUP_SIZE or 1
   int node_rank = -1;          // -1: $LWS_WORKER_INDEX or 0
   std::string leader_addr;     // host[:port]; empty: $LWS_LEADER_ADDRESS or 127.0.0.1

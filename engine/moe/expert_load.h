@@ -13,6 +13,11 @@ struct ExpertLoad {
   int64_t num_experts = 0;
   std::vector<int64_t> layers;
   std::vector<int64_t> counts;
+  // Expert parallelism: the same pairs by the rank that computed them,
+  // rank_counts[(i * num_experts + e) * world_size + r]; EPLB rebalances done.
+  int world_size = 0;
+  std::vector<int64_t> rank_counts;
+  int64_t rebalances = 0;
   bool empty() const { return layers.empty(); }
   // Over all layers: the most loaded expert's share of the mean load (1 = balanced).
   double MaxOverMean() const {

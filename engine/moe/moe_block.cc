@@ -61,37 +61,49 @@ Status MoeBlock::Bind(const WeightSpec& spec, const WeightView& w, const std::st
   }
   // Every routed expert of a layer must share the first one's dtype (one kernel call runs them all).
   if (spec.IsExpert()) {
-    const int64_t first_id = ep_ ? ep_->plan().experts.begin : 0;
-    const WeightView& first = L.experts.gate[first_id].empty() ? w : L.experts.gate[first_id];
-    if (w.dtype != first.dtype) {
+    const WeightView* first = &w;
+    for (const WeightView& g : L.experts.gate) {
+      if (!g.empty()) {
+        first = &g;
+        break;
+      }
+    }
+    if (w.dtype != first->dtype) {
       return InvalidArgument(file + ": tensor '" + spec.name + "' is " + std::string(DTypeName(w.dtype)) +
-                             " but the layer's experts are " + std::string(DTypeName(first.dtype)) +
+                             " but the layer's experts are " + std::string(DTypeName(first->dtype)) +
                              "; all routed experts of a layer must share one dtype");
     }
   }
   return Status::Ok();
 }
 
+void MoeBlock::BuildLocal() {
+  local_.clear();
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const MoeExpertWeights& all = weights_[i].experts;
+    MoeExpertWeights x;
+    x.hidden = all.hidden;
+    x.inter = all.inter;
+    for (int64_t e : ep_->SlotExperts(static_cast<int64_t>(i))) {
+      x.gate.push_back(all.gate[e]);
+      x.up.push_back(all.up[e]);
+      x.down.push_back(all.down[e]);
+    }
+    x.num_experts = static_cast<int64_t>(x.gate.size());
+    local_.push_back(std::move(x));
+  }
+}
+
 Status MoeBlock::Validate() {
   const MoeConfig& m = config_.moe;
-  const parallel::Range held = ep_ ? ep_->plan().experts : parallel::Range{0, m.num_experts};
-  local_.clear();
+  if (ep_) BuildLocal();
   for (size_t i = 0; i < weights_.size(); ++i) {
     const MoeLayerWeights& L = weights_[i];
     const std::string where = "moe layer " + std::to_string(moe_layers_[i]);
     bool missing = L.router.empty();
-    if (ep_) {
-      MoeExpertWeights x;
-      x.num_experts = held.count;
-      x.hidden = L.experts.hidden;
-      x.inter = L.experts.inter;
-      x.gate.assign(L.experts.gate.begin() + held.begin, L.experts.gate.begin() + held.end());
-      x.up.assign(L.experts.up.begin() + held.begin, L.experts.up.begin() + held.end());
-      x.down.assign(L.experts.down.begin() + held.begin, L.experts.down.begin() + held.end());
-      local_.push_back(std::move(x));
-    }
-    for (int64_t e = held.begin; e < held.end(); ++e) {
-      missing |= L.experts.gate[e].empty() || L.experts.up[e].empty() || L.experts.down[e].empty();
+    const MoeExpertWeights& held = ep_ ? local_[i] : L.experts;
+    for (int64_t e = 0; e < held.num_experts; ++e) {
+      missing |= held.gate[e].empty() || held.up[e].empty() || held.down[e].empty();
     }
     missing |= m.shared_inter > 0 && (L.shared_gate.empty() || L.shared_up.empty() || L.shared_down.empty());
     missing |= m.shared_gate && L.shared_expert_gate.empty();
@@ -135,7 +147,7 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
     b.MoeCountExperts(ids, t * m.top_k, m.num_experts, static_cast<int64_t*>(counts_.get()) + idx * m.num_experts);
   }
   if (ep_) {
-    ep_->MoeExperts(x, t, ids, F(ws_.weights), local_[idx], out);
+    ep_->MoeExperts(idx, x, t, ids, F(ws_.weights), local_[idx], out);
   } else {
     b.MoeExperts(x, t, ids, F(ws_.weights), m.top_k, L.experts, out);
   }
@@ -154,19 +166,35 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
 
 int64_t MoeBlock::expert_bytes() const {
   if (weights_.empty()) return 0;
-  const MoeExpertWeights& x = weights_[0].experts;
-  const int64_t e = ep_ ? ep_->plan().experts.begin : 0;
-  return x.gate[e].bytes() + x.up[e].bytes() + x.down[e].bytes();
+  const MoeExpertWeights& x = ep_ ? local_[0] : weights_[0].experts;
+  return x.gate[0].bytes() + x.up[0].bytes() + x.down[0].bytes();
 }
 
 StatusOr<ExpertLoad> MoeBlock::ReadExpertLoad() const {
   ExpertLoad load;
   load.num_experts = config_.moe.num_experts;
   load.layers = moe_layers_;
+  if (ep_ && ep_->plan().expert_parallel()) {
+    // Each rank routes only its tokens: the group's counts, gathered every step.
+    load.counts = ep_->expert_totals();
+    load.world_size = ep_->plan().options.world_size;
+    load.rank_counts = ep_->expert_rank_totals();
+    load.rebalances = ep_->rebalances();
+    return load;
+  }
   load.counts.resize(moe_layers_.size() * static_cast<size_t>(load.num_experts));
   backend_->CopyToHost(load.counts.data(), counts_.get(), static_cast<int64_t>(load.counts.size()) * 8);
   RETURN_IF_ERROR(backend_->TakeError());
   return load;
+}
+
+Status MoeBlock::Rebalance() {
+  if (!ep_) return Status::Ok();
+  std::vector<MoeExpertWeights*> tables;
+  for (MoeLayerWeights& w : weights_) tables.push_back(&w.experts);
+  RETURN_IF_ERROR(ep_->Rebalance(tables));
+  BuildLocal();
+  return Status::Ok();
 }
 
 void MoeBlock::ResetExpertLoad() {

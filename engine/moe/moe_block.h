@@ -58,19 +58,25 @@ class MoeBlock {
   int64_t expert_bytes() const;
   int64_t num_moe_layers() const { return static_cast<int64_t>(moe_layers_.size()); }
 
-  // Copies the counts from the backend (a device sync on CUDA).
+  // Expert parallelism with EPLB: installs new expert maps and moves expert
+  // weights between ranks (ModelShard::Rebalance); collective, every rank.
+  Status Rebalance();
+
+  // Copies the counts from the backend (a device sync on CUDA). Under expert
+  // parallelism: the whole group's counts (ModelShard gathers them every step).
   StatusOr<ExpertLoad> ReadExpertLoad() const;
   void ResetExpertLoad();
 
  private:
   MoeBlock() = default;
+  void BuildLocal();  // local_ from the shard's slots
   ModelConfig config_;
   Backend* backend_ = nullptr;  // not owned
   std::vector<int64_t> moe_index_;      // per layer: index among MoE layers, or -1
   std::vector<int64_t> moe_layers_;     // layer id of each MoE layer
   std::vector<MoeLayerWeights> weights_;  // per MoE layer
   parallel::ModelShard* ep_ = nullptr;    // not owned; null without expert parallelism
-  std::vector<MoeExpertWeights> local_;   // per MoE layer: this rank's experts (EP)
+  std::vector<MoeExpertWeights> local_;   // per MoE layer: this rank's slots' experts (EP)
   std::shared_ptr<void> counts_;        // int64 [moe layers, num_experts], backend memory
   struct Workspace {
     int64_t capacity = 0;

@@ -133,6 +133,17 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                           "KV tiers: requests whose prompt blocks missing from the KV pool were looked up in the tiers.");
   tier_fetches_refused_ = counter("tessera:kv_offload_lookups_refused_total",
                                   "KV tiers: lookups refused because too many were in flight (prompt computed).");
+  expert_rank_tokens_ = &BuildCounter()
+                             .Name("tessera:moe_expert_rank_tokens_total")
+                             .Help("Expert parallelism: (token, expert) pairs each rank computed for each expert "
+                                   "of each MoE layer, i.e. the physical load of the replicas on that rank "
+                                   "(layer=\"all\" sums the layers when there are too many series).")
+                             .Register(r);
+  eplb_rebalances_ = &BuildCounter()
+                          .Name("tessera:eplb_rebalances_total")
+                          .Help("Expert parallelism with --enable-eplb: expert placements rebalanced.")
+                          .Register(r)
+                          .Add({{"model_name", model_name_}});
   rank_step_ = &BuildCounter()
                     .Name("tessera:parallel_step_seconds_total")
                     .Help("Parallel groups: seconds each rank spent in engine steps.")
@@ -246,6 +257,40 @@ void ServingMetrics::UpdateExpertLoad(const ExpertLoad& load) {
     if (now[i] > last_expert_[i]) expert_series_[i]->Increment(static_cast<double>(now[i] - last_expert_[i]));
   }
   last_expert_ = std::move(now);
+  if (load.world_size < 1 || load.rank_counts.empty()) return;
+  // By computing rank, [layer][expert][rank] (or summed over layers).
+  const int64_t n = load.world_size;
+  const bool rank_per_layer = layers * experts * n <= kMaxExpertSeries;
+  std::vector<int64_t> by_rank = load.rank_counts;
+  if (!rank_per_layer) {
+    by_rank.assign(static_cast<size_t>(experts * n), 0);
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t i = 0; i < experts * n; ++i) by_rank[i] += load.rank_counts[l * experts * n + i];
+    }
+  }
+  if (rank_series_.size() != by_rank.size()) {
+    rank_series_.clear();
+    for (int64_t l = 0; l < (rank_per_layer ? layers : 1); ++l) {
+      for (int64_t e = 0; e < experts; ++e) {
+        for (int64_t r = 0; r < n; ++r) {
+          rank_series_.push_back(&expert_rank_tokens_->Add(
+              {{"model_name", model_name_}, {"layer", rank_per_layer ? std::to_string(load.layers[l]) : "all"},
+               {"expert", std::to_string(e)}, {"rank", std::to_string(r)}}));
+        }
+      }
+    }
+    last_rank_expert_.assign(by_rank.size(), 0);
+  }
+  for (size_t i = 0; i < by_rank.size(); ++i) {
+    if (by_rank[i] > last_rank_expert_[i]) {
+      rank_series_[i]->Increment(static_cast<double>(by_rank[i] - last_rank_expert_[i]));
+    }
+  }
+  last_rank_expert_ = std::move(by_rank);
+  if (load.rebalances > last_rebalances_) {
+    eplb_rebalances_->Increment(static_cast<double>(load.rebalances - last_rebalances_));
+    last_rebalances_ = load.rebalances;
+  }
 }
 
 void ServingMetrics::ObserveKvPull(int64_t bytes, double seconds) {

@@ -52,6 +52,9 @@ class ServingMetrics {
   // MoE models: tessera:moe_expert_tokens_total{layer, expert} advances to the
   // engine's counts. Series are bounded: past kMaxExpertSeries (layers x
   // experts) the counts are summed over layers and exported with layer="all".
+  // Expert parallelism adds tessera:moe_expert_rank_tokens_total{layer,
+  // expert, rank} (the same pairs by the rank that computed them) and
+  // tessera:eplb_rebalances_total.
   void UpdateExpertLoad(const ExpertLoad& load);
   // Disaggregation, decode side: one successful KV pull (bytes, latency).
   // Blocks pulled vs reused and failures come with UpdateFromScheduler.
@@ -131,6 +134,12 @@ class ServingMetrics {
   prometheus::Counter* tier_fetches_refused_;
   std::map<std::string, KvTierStats> last_tier_;  // guarded by mu_
   KvTierTotals last_tier_totals_;                 // guarded by mu_
+  // Expert parallelism: pairs by computing rank; EPLB rebalances (guarded by mu_).
+  prometheus::Family<prometheus::Counter>* expert_rank_tokens_;
+  prometheus::Counter* eplb_rebalances_;
+  std::vector<prometheus::Counter*> rank_series_;
+  std::vector<int64_t> last_rank_expert_;
+  int64_t last_rebalances_ = 0;
 };
 
 }  // namespace tessera

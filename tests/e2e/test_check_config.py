@@ -75,6 +75,16 @@ def main():
             stream="stdout"))
         res.run("chat output parsers", expect(t, ["--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
                                                   "--enable-auto-tool-choice"], 0, "OK", stream="stdout"))
+        eplb = ["-dp", "2", "--enable-expert-parallel", "--enable-eplb"]
+        res.run("eplb config", expect(t, eplb + ["--eplb-config", '{"window_size": 10, "step_interval": 20, '
+                                                 '"num_redundant_experts": 2, "log_balancedness": true}'], 0, "OK",
+                                      stream="stdout"))
+        res.run("eplb config bad value", expect(t, eplb + ["--eplb-config", '{"window_size": 0}'], 1,
+                                                "--eplb-config", "'window_size'"))
+        res.run("eplb config unknown field", expect(t, eplb + ["--eplb-config", '{"windw_size": 5}'], 1,
+                                                    "'windw_size'"))
+        res.run("eplb without expert parallelism", expect(t, ["--num-redundant-experts", "2"], 1,
+                                                          "--enable-expert-parallel"))
         res.run("unknown tool-call parser", expect(t, ["--tool-call-parser", "bogus"], 1, "--tool-call-parser"))
         res.run("kv-aware router", expect(t, ["--role", "router", "--decode-instances", "127.0.0.1:8001",
                                               "--routing-logic", "kv-aware"], 0, "OK", stream="stdout"))

@@ -4,11 +4,15 @@
 Greedy completions of tiny synthetic models, against the same server on one rank:
   - MoE (Mixtral): expert parallelism with data-parallel attention
     (--data-parallel-size 2 --enable-expert-parallel), ranks as threads and as
-    two Gloo processes (--nnodes 2): same text (its logits are bitwise those of
-    one rank); tensor-parallel attention with experts on ranks (-tp 2
+    two Gloo processes (--nnodes 2), the latter with EPLB (--num-redundant-experts
+    2 --enable-eplb, a rebalance every 3 steps, so experts move between the
+    processes mid-generation): same text (its logits are bitwise those of one
+    rank); the router is skewed (synth --router-skew) so that balancing moves
+    experts; tensor-parallel attention with experts on ranks (-tp 2
     --enable-expert-parallel): same greedy text;
   - dense (Llama): -tp 2 as threads: same greedy text;
-  - /metrics has per-rank step and collective seconds.
+  - /metrics has per-rank step and collective seconds, the expert load by
+    computing rank (summing to the group's expert load) and EPLB rebalances.
 Faults (Gloo processes):
   - a worker that never joins: /ready is 503 meanwhile, then the leader exits
     with an error naming the missing rank within the timeout;
@@ -33,8 +37,8 @@ from serve_util import PROMPT, Results, Server, complete, free_port, request  # 
 PROMPTS = [PROMPT, [791, 6864, 315, 9822, 374], [16, 17, 18, 19, 20, 21, 22, 23]]
 
 
-def synth(tessera, out, arch):
-    cmd = [tessera, "synth", "--arch", arch, "--size", "tiny", "--dtype", "bf16", "--out", out]
+def synth(tessera, out, arch, extra=()):
+    cmd = [tessera, "synth", "--arch", arch, "--size", "tiny", "--dtype", "bf16", "--out", out] + list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return out
@@ -93,7 +97,7 @@ def main():
     res = Results()
     workdir = tempfile.mkdtemp(prefix="tessera_parallel_e2e_")
     try:
-        moe = synth(tessera, os.path.join(workdir, "mixtral"), "mixtral")
+        moe = synth(tessera, os.path.join(workdir, "mixtral"), "mixtral", ["--router-skew", "3"])
         dense = synth(tessera, os.path.join(workdir, "llama"), "llama")
 
         base_moe = run_server(res, tessera, workdir, "moe-1", moe, [])
@@ -109,7 +113,9 @@ def main():
                     if got is None or got != base else None)
 
         # Gloo processes: rank 0 serves, rank 1 computes.
-        ep = ["--data-parallel-size", "2", "--enable-expert-parallel", "--parallel-timeout", "5"]
+        ep = ["--data-parallel-size", "2", "--enable-expert-parallel", "--parallel-timeout", "5",
+              "--num-redundant-experts", "2", "--enable-eplb", "--eplb-config",
+              '{"window_size": 4, "step_interval": 3}']
         port = free_port()
         worker = Worker(tessera, workdir, "gloo-worker", gloo_args(moe, port, 1, ep))
         leader = Server(tessera, gloo_args(moe, port, 0, ep), workdir, "gloo-leader")
@@ -117,7 +123,7 @@ def main():
         try:
             if res.run("gloo: ready", leader.wait_ready):
                 texts = {}
-                res.run("gloo ep2: greedy text equals one rank's",
+                res.run("gloo ep2 + eplb: greedy text equals one rank's",
                         lambda: (texts.setdefault("t", greedy(leader.port)),
                                  None if texts["t"] == base_moe else
                                  (_ for _ in ()).throw(AssertionError(f"{texts['t']} != {base_moe}"))))
@@ -130,7 +136,15 @@ def main():
                         for name in ("tessera:parallel_step_seconds_total", "tessera:parallel_collective_seconds_total"):
                             line = [l for l in body.splitlines() if l.startswith(name) and f'rank="{rank}"' in l]
                             assert line and float(line[0].split()[-1]) > 0, f"{name} rank {rank}: {line}"
-                res.run("gloo: per-rank step and collective metrics", metrics)
+
+                    def total(name, rank=None):
+                        return sum(float(l.split()[-1]) for l in body.splitlines()
+                                   if l.startswith(name + "{") and (rank is None or f'rank="{rank}"' in l))
+                    routed = total("tessera:moe_expert_tokens_total")
+                    by_rank = [total("tessera:moe_expert_rank_tokens_total", r) for r in ("0", "1")]
+                    assert routed > 0 and min(by_rank) > 0 and sum(by_rank) == routed, (routed, by_rank)
+                    assert total("tessera:eplb_rebalances_total") >= 3, "EPLB should have rebalanced"
+                res.run("gloo: per-rank step, collective, expert load and EPLB metrics", metrics)
 
                 # Kill the worker while a long request runs.
                 outcome = {}

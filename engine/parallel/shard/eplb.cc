@@ -4,6 +4,8 @@
 #include <numeric>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace tessera::parallel {
 namespace {
 
@@ -20,6 +22,50 @@ Status CheckShape(int world, int64_t experts, int64_t redundant) {
 }
 
 }  // namespace
+
+StatusOr<EplbOptions> ParseEplbConfig(const std::string& text, EplbOptions o, bool* sets_redundant) {
+  if (sets_redundant != nullptr) *sets_redundant = false;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("--eplb-config: not a JSON object: " + text);
+  for (const auto& [key, v] : j.items()) {
+    if (key == "log_balancedness") {
+      if (!v.is_boolean()) return InvalidArgument("--eplb-config: 'log_balancedness' must be true or false");
+      o.log_balancedness = v.get<bool>();
+      continue;
+    }
+    int64_t* field = key == "window_size"             ? &o.window_size
+                     : key == "step_interval"         ? &o.step_interval
+                     : key == "num_redundant_experts" ? &o.num_redundant_experts
+                                                      : nullptr;
+    if (field == nullptr) {
+      return InvalidArgument("--eplb-config: unknown field '" + key +
+                             "' (supported: window_size, step_interval, num_redundant_experts, log_balancedness)");
+    }
+    const int64_t min = key == "num_redundant_experts" ? 0 : 1;
+    if (!v.is_number_integer() || v.get<int64_t>() < min) {
+      return InvalidArgument("--eplb-config: '" + key + "' must be an integer >= " + std::to_string(min) + ", got " +
+                             v.dump());
+    }
+    *field = v.get<int64_t>();
+    if (field == &o.num_redundant_experts && sets_redundant != nullptr) *sets_redundant = true;
+  }
+  return o;
+}
+
+StatusOr<ExpertMap> ExpertMap::FromLogical(int world, int64_t experts, std::vector<int64_t> logical) {
+  RETURN_IF_ERROR(CheckShape(world, experts, static_cast<int64_t>(logical.size()) - experts));
+  for (int64_t e : logical) {
+    if (e < 0 || e >= experts) return InvalidArgument("eplb: slot names expert " + std::to_string(e));
+  }
+  return FromSlots(world, std::move(logical), experts);
+}
+
+bool ExpertMap::RankHolds(int r, int64_t expert) const {
+  for (int64_t s : replicas_[expert]) {
+    if (RankOfSlot(s) == r) return true;
+  }
+  return false;
+}
 
 StatusOr<ExpertMap> ExpertMap::FromSlots(int world, std::vector<int64_t> logical, int64_t experts) {
   ExpertMap m;

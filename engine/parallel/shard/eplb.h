@@ -5,18 +5,36 @@
 // replicas onto ranks heaviest first, each to the least-loaded rank with a free
 // slot that does not yet hold that expert, then improve by pairwise swaps).
 //
-// Status: the algorithm and its checks only. It is not wired into ModelShard's
-// dispatch or `tessera serve` yet (no --num-redundant-experts flag): that needs
-// a rank to load a new replica's weights at a step boundary.
+// ModelShard dispatches with one map per MoE layer and installs new maps at a
+// step boundary (model_shard.h); EplbOptions are vLLM's --enable-eplb,
+// --eplb-config and --num-redundant-experts.
 // Thread safety: immutable after construction.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace tessera::parallel {
+
+// vLLM's EPLBConfig fields (--eplb-config JSON) and --enable-eplb.
+struct EplbOptions {
+  bool enabled = false;               // --enable-eplb: rebalance every step_interval steps
+  int64_t num_redundant_experts = 0;  // extra physical slots per MoE layer (replicas of hot experts)
+  int64_t window_size = 1000;         // steps of measured load a rebalance uses
+  int64_t step_interval = 3000;       // steps between rebalances
+  bool log_balancedness = false;      // log max/mean load per rank after every step
+  // Whether dispatch goes through an ExpertMap (replicas or rebalancing).
+  bool uses_map() const { return enabled || num_redundant_experts > 0; }
+};
+
+// Parses --eplb-config (a JSON object with any of window_size, step_interval,
+// num_redundant_experts, log_balancedness) onto `base`; errors name the field.
+// `sets_redundant` (optional): whether the JSON gave num_redundant_experts.
+StatusOr<EplbOptions> ParseEplbConfig(const std::string& json_text, EplbOptions base,
+                                      bool* sets_redundant = nullptr);
 
 class ExpertMap {
  public:
@@ -27,6 +45,11 @@ class ExpertMap {
   // From per-expert load (tokens routed to each logical expert).
   static StatusOr<ExpertMap> Balanced(int world_size, int64_t num_experts, int64_t num_redundant,
                                       const std::vector<int64_t>& load);
+  // From the logical expert of each physical slot (a broadcast map); checks it.
+  static StatusOr<ExpertMap> FromLogical(int world_size, int64_t num_experts, std::vector<int64_t> logical);
+  const std::vector<int64_t>& logical_slots() const { return logical_; }
+  // Whether rank r holds expert e in one of its slots.
+  bool RankHolds(int r, int64_t expert) const;
 
   int world_size() const { return world_; }
   int64_t num_experts() const { return static_cast<int64_t>(replicas_.size()); }

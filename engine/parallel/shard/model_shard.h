@@ -16,6 +16,18 @@
 //                           to one rank. With replicated hidden states (TP
 //                           attention) each rank dispatches its slice of the tokens
 //                           and the results are all-gathered.
+//   EPLB                    with an expert map (shard/eplb.h) a rank holds
+//                           physical slots; a pair of a replicated expert goes
+//                           to the replica on the rank with the fewest pairs so
+//                           far in this dispatch. Every replica has the same
+//                           weights, so the output does not depend on the choice.
+//   FinishStep              after every step, on every rank: per-slot pair counts
+//                           all-gathered (the whole group's expert load, on every
+//                           rank); every step_interval steps a rebalance: rank 0
+//                           computes new maps from the window of load and
+//                           broadcasts them, then expert weights move between
+//                           ranks with one all-to-all per MoE layer. Requests in
+//                           flight keep going: only that step is longer.
 // Hooks return void like Backend ops; the first failure (a dead or missing rank)
 // is kept and returned by TakeError(). After a failure the communicator is broken,
 // so later hooks fail at once and no rank hangs.
@@ -31,6 +43,7 @@
 #include "common/status.h"
 #include "engine/backend.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/shard/eplb.h"
 #include "engine/parallel/shard/shard_plan.h"
 #include "engine/weight_source.h"
 
@@ -79,10 +92,32 @@ class ModelShard {
   void Embed(const WeightView& table, const int32_t* host_ids, int64_t t, float* out);
   // logits[rows, vocab] from x[rows, hidden] with the rank's lm_head slice.
   void LmHead(const float* x, int64_t rows, const WeightView& lm_head, float* logits);
-  // out[t, :] = MoE routed-expert output (see top); `local` holds this rank's
-  // experts (indices relative to plan().experts.begin).
-  void MoeExperts(const float* x, int64_t t, const int32_t* ids, const float* weights,
+  // out[t, :] = MoE routed-expert output (see top) of MoE layer `moe_layer`
+  // (index among MoE layers); `local` holds this rank's slots' experts
+  // (local[j] = SlotExperts(moe_layer)[j]).
+  void MoeExperts(int64_t moe_layer, const float* x, int64_t t, const int32_t* ids, const float* weights,
                   const MoeExpertWeights& local, float* out);
+  // Logical expert of each of this rank's physical slots in MoE layer `moe_layer`.
+  std::vector<int64_t> SlotExperts(int64_t moe_layer) const;
+
+  // --- Expert load and EPLB (expert parallelism only; no-ops otherwise).
+  // Collective, every rank after every step: gathers the step's per-slot pair
+  // counts and adds them to the totals. Sets *rebalance when this step ends
+  // an EPLB interval (the same answer on every rank).
+  void FinishStep(bool* rebalance);
+  // Collective, every rank: new maps (rank 0 computes them from the window and
+  // broadcasts), expert weights moved so that tables[l] holds every expert of
+  // this rank's new slots in MoE layer l; replicas this rank received earlier
+  // and no longer holds are freed (the experts loaded at start stay).
+  Status Rebalance(const std::vector<MoeExpertWeights*>& tables);
+  // Since load: pairs of each logical expert computed anywhere, [moe layer][expert];
+  // the same by computing rank, [moe layer][expert][rank]; rebalances done.
+  const std::vector<int64_t>& expert_totals() const { return expert_totals_; }
+  const std::vector<int64_t>& expert_rank_totals() const { return expert_rank_totals_; }
+  int64_t rebalances() const { return rebalances_; }
+  int64_t experts_moved() const { return experts_moved_; }  // expert copies sent between ranks
+  // max / mean over ranks of the pairs computed in the last step (1 = balanced; 0: none).
+  double last_step_imbalance() const { return last_imbalance_; }
   // Collective time of the hooks since construction (seconds).
   double collective_seconds() const { return collective_seconds_; }
 
@@ -94,8 +129,11 @@ class ModelShard {
   // Times a collective; records failure.
   template <class Fn>
   bool Collective(Fn&& fn);
-  void DispatchCombine(const float* x, int64_t t, const int32_t* ids, const float* weights,
+  void DispatchCombine(int64_t moe_layer, const float* x, int64_t t, const int32_t* ids, const float* weights,
                        const MoeExpertWeights& local, float* out);
+  int64_t SlotsPerRank() const;  // physical slots of the fullest rank
+  int64_t LogicalOfSlot(int64_t moe_layer, int rank, int64_t slot) const;  // -1: no such slot
+  StatusOr<std::vector<ExpertMap>> BroadcastMaps();
 
   ShardPlan plan_;
   ModelConfig config_, local_;
@@ -111,6 +149,17 @@ class ModelShard {
   std::vector<float> lm_local_, lm_all_, gather_out_, send_x_, recv_x_, y_in_, y_back_, ones_;
   std::vector<int32_t> send_e_, recv_e_, pos_;
   std::vector<int64_t> send_counts_, recv_counts_, scratch_counts_;
+  // Expert load (EP). slot_pairs_: this step's pairs per [moe layer][local slot].
+  int64_t num_moe_layers_ = 0;
+  std::vector<int64_t> slot_pairs_, expert_totals_, expert_rank_totals_;
+  // EPLB: one map per MoE layer (empty without); the load at start; the window.
+  std::vector<ExpertMap> maps_;
+  std::unique_ptr<ExpertMap> initial_;
+  std::vector<std::vector<int64_t>> window_;  // ring of per-step [moe layer][expert] loads
+  std::vector<int64_t> window_sum_;
+  int64_t steps_ = 0, rebalances_ = 0, experts_moved_ = 0;
+  double last_imbalance_ = 0;
+  std::vector<std::vector<std::shared_ptr<void>>> received_;  // [moe layer][expert]: moved-in weights
 };
 
 }  // namespace tessera::parallel

@@ -93,6 +93,26 @@ Status GatherTimes(Communicator* comm, double step_s, double coll_s, std::vector
 
 }  // namespace
 
+StatusOr<EplbOptions> EplbFromFlags(bool enable, const std::string& config, int64_t redundant) {
+  EplbOptions e;
+  e.enabled = enable;
+  bool in_config = false;
+  if (!config.empty()) {
+    ASSIGN_OR_RETURN(e, ParseEplbConfig(config, e, &in_config));
+  }
+  if (redundant >= 0 && in_config && e.num_redundant_experts != redundant) {
+    return InvalidArgument("--num-redundant-experts " + std::to_string(redundant) +
+                           " and --eplb-config's num_redundant_experts " + std::to_string(e.num_redundant_experts) +
+                           " disagree; give one");
+  }
+  if (redundant >= 0 && !in_config) e.num_redundant_experts = redundant;
+  if (!enable && !config.empty()) {
+    return InvalidArgument("--eplb-config needs --enable-eplb (for static replicas without rebalancing use "
+                           "--num-redundant-experts alone)");
+  }
+  return e;
+}
+
 StatusOr<ShardOptions> ShardOptionsFor(const GroupOptions& o, int rank) {
   if (o.tensor_parallel_size < 1 || o.data_parallel_size < 1) {
     return InvalidArgument("--tensor-parallel-size and --data-parallel-size must be >= 1");
@@ -100,6 +120,10 @@ StatusOr<ShardOptions> ShardOptionsFor(const GroupOptions& o, int rank) {
   if (o.tensor_parallel_size > 1 && o.data_parallel_size > 1) {
     return InvalidArgument("--tensor-parallel-size and --data-parallel-size > 1 together are not supported yet; "
                            "use one of them");
+  }
+  if (o.eplb.uses_map() && (!o.enable_expert_parallel || o.world_size() < 2)) {
+    return InvalidArgument("--enable-eplb / --num-redundant-experts balance experts over ranks: they need "
+                           "--enable-expert-parallel with --tensor-parallel-size or --data-parallel-size > 1");
   }
   if (o.data_parallel_size > 1 && !o.enable_expert_parallel) {
     return InvalidArgument("--data-parallel-size > 1 shares one group only with --enable-expert-parallel "
@@ -111,6 +135,7 @@ StatusOr<ShardOptions> ShardOptionsFor(const GroupOptions& o, int rank) {
   s.rank = rank;
   s.expert_parallel = o.enable_expert_parallel;
   s.data_parallel_attention = o.data_parallel_size > 1;
+  s.eplb = o.eplb;
   return s;
 }
 
@@ -170,9 +195,13 @@ StatusOr<std::unique_ptr<RankGroup>> RankGroup::Create(const GroupOptions& o, co
       });
     }
   }
-  spdlog::info("parallel: {} ranks ({}; tensor-parallel {}, data-parallel {}, expert-parallel {})", o.world_size(),
-               g->gloo_ ? "gloo processes" : "in-process threads", o.tensor_parallel_size, o.data_parallel_size,
-               o.enable_expert_parallel ? "on" : "off");
+  spdlog::info("parallel: {} ranks ({}; tensor-parallel {}, data-parallel {}, expert-parallel {}, "
+               "redundant experts {}, eplb {})",
+               o.world_size(), g->gloo_ ? "gloo processes" : "in-process threads", o.tensor_parallel_size,
+               o.data_parallel_size, o.enable_expert_parallel ? "on" : "off", o.eplb.num_redundant_experts,
+               o.eplb.enabled ? "every " + std::to_string(o.eplb.step_interval) + " steps over a window of " +
+                                    std::to_string(o.eplb.window_size)
+                              : std::string("off"));
   return g;
 }
 

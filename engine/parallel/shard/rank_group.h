@@ -38,11 +38,17 @@ struct GroupOptions {
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;
   bool enable_expert_parallel = false;
+  EplbOptions eplb;      // --enable-eplb, --eplb-config, --num-redundant-experts
   LaunchOptions launch;  // --nnodes / --node-rank / --leader-addr (or LWS_* env)
   std::chrono::milliseconds timeout{30000};
   int world_size() const { return tensor_parallel_size * data_parallel_size; }
   bool parallel() const { return world_size() > 1; }
 };
+
+// vLLM's EPLB flags as options: --eplb-config fields over the defaults, and
+// --num-redundant-experts (-1: not given) where the config does not set it
+// (both set and different: an error). Checks no model.
+StatusOr<EplbOptions> EplbFromFlags(bool enable_eplb, const std::string& eplb_config, int64_t num_redundant_experts);
 
 // The shard layout of `rank` for these flags (DP > 1 means data-parallel
 // attention with expert parallelism; TP and DP together are not supported).

@@ -21,6 +21,14 @@ int ShardPlan::OwnerOfExpert(int64_t e, int64_t num_experts) const {
   return world - 1;
 }
 
+bool ShardPlan::HoldsExpert(int64_t e) const {
+  if (!expert_map()) return experts.Contains(e);
+  for (int64_t x : slot_experts) {
+    if (x == e) return true;
+  }
+  return false;
+}
+
 ModelConfig ShardPlan::LocalConfig(const ModelConfig& global) const {
   ModelConfig c = global;
   c.num_q_heads = q_heads.count;
@@ -83,6 +91,22 @@ StatusOr<ShardPlan> MakeShardPlan(const ModelConfig& c, const ShardOptions& o) {
     p.expert_inter = All(c.moe.expert_inter);
   }
   p.experts = p.expert_parallel() ? Slice(c.moe.num_experts, n, r) : All(c.moe.num_experts);
+  if (o.eplb.uses_map() && !p.expert_parallel()) {
+    return InvalidArgument("expert load balancing (--enable-eplb, --num-redundant-experts) needs expert parallelism "
+                           "(--enable-expert-parallel) over more than one rank");
+  }
+  if (p.expert_map()) {
+    StatusOr<ExpertMap> m = ExpertMap::Initial(n, c.moe.num_experts, o.eplb.num_redundant_experts);
+    if (!m.ok()) {
+      return InvalidArgument("expert parallelism with " + std::to_string(o.eplb.num_redundant_experts) +
+                             " redundant experts: " + c.architecture + " has " + std::to_string(c.moe.num_experts) +
+                             " experts per MoE layer, and experts + redundant experts must be a multiple of the " +
+                             std::to_string(n) + " ranks (" + m.status().message() + ")");
+    }
+    for (int64_t j = 0; j < m->slots_per_rank(); ++j) p.slot_experts.push_back(m->logical(r * m->slots_per_rank() + j));
+  } else {
+    for (int64_t e = p.experts.begin; e < p.experts.end(); ++e) p.slot_experts.push_back(e);
+  }
   return p;
 }
 
@@ -95,7 +119,7 @@ TensorSlice SliceFor(const ShardPlan& p, const ModelConfig& c, const WeightSpec&
   const TensorSlice whole{};
   const TensorSlice skip{K::kSkip, {}, false};
   if (spec.IsExpert()) {
-    if (!p.experts.Contains(spec.expert)) return skip;
+    if (!p.HoldsExpert(spec.expert)) return skip;
     if (p.expert_inter.count == c.moe.expert_inter) return whole;
     return spec.role == R::kExpertDown ? cols(p.expert_inter) : rows(p.expert_inter);
   }

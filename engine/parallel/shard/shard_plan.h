@@ -19,9 +19,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/model_config.h"
+#include "engine/parallel/shard/eplb.h"
 #include "engine/weight_specs.h"
 
 namespace tessera::parallel {
@@ -31,6 +33,7 @@ struct ShardOptions {
   int rank = 0;
   bool expert_parallel = false;          // MoE: place experts on ranks (needs an MoE model)
   bool data_parallel_attention = false;  // replicate the dense parts, split sequences (needs expert_parallel)
+  EplbOptions eplb;                      // replicas and rebalancing (needs expert_parallel)
 };
 
 // A contiguous range [begin, begin + count).
@@ -48,13 +51,20 @@ struct ShardPlan {
   Range expert_inter;       // routed experts' columns (TP without EP; else the whole width)
   Range shared_inter;       // shared expert columns
   Range vocab;              // embedding / lm_head rows
-  Range experts;            // routed experts held (all without EP)
+  Range experts;            // routed experts held (all without EP; unused with an expert map)
+  // The logical expert of each of this rank's physical expert slots at load:
+  // experts.begin.. without a map; ExpertMap::Initial's slots with EPLB. Every
+  // MoE layer starts with this placement.
+  std::vector<int64_t> slot_experts;
   int64_t vocab_stride = 0; // largest vocab slice of any rank (all-gather block)
 
   bool tensor_parallel() const { return options.world_size > 1 && !options.data_parallel_attention; }
   bool expert_parallel() const { return options.expert_parallel && options.world_size > 1; }
-  // Rank holding routed expert e (contiguous placement).
+  bool expert_map() const { return expert_parallel() && options.eplb.uses_map(); }
+  // Rank holding routed expert e (contiguous placement, no expert map).
   int OwnerOfExpert(int64_t e, int64_t num_experts) const;
+  // Whether this rank loads expert e's weights at start.
+  bool HoldsExpert(int64_t e) const;
   // The config this rank computes with: local head counts and FFN widths
   // (vocab_size stays global: logits are gathered to the full vocabulary).
   ModelConfig LocalConfig(const ModelConfig& global) const;

@@ -32,7 +32,10 @@ ForwardBatch SubBatch(const ForwardBatch& b, int64_t seq_begin, int64_t seq_coun
 
 Status ShardedForward(Model& model, const ForwardBatch& b, KvCache* cache, std::vector<float>* logits) {
   const ModelShard* shard = model.shard();
-  if (shard == nullptr || !shard->plan().options.data_parallel_attention) return model.Forward(b, cache, logits);
+  if (shard == nullptr || !shard->plan().options.data_parallel_attention) {
+    RETURN_IF_ERROR(model.Forward(b, cache, logits));
+    return shard == nullptr ? Status::Ok() : model.FinishParallelStep();
+  }
   Communicator* comm = shard->comm();
   const int n = comm->world_size(), r = comm->rank();
   const int64_t vocab = model.config().vocab_size;
@@ -62,6 +65,7 @@ Status ShardedForward(Model& model, const ForwardBatch& b, KvCache* cache, std::
   if (local.empty()) local.resize(1);
   RETURN_IF_ERROR(comm->AllToAllV(local.data(), send, all.data(), recv, DType::kF32));
   logits->clear();
+  RETURN_IF_ERROR(model.FinishParallelStep());
   if (r != 0) return Status::Ok();
   logits->resize(b.logits_indices.size() * vocab);
   int64_t at = 0;

@@ -1,4 +1,5 @@
-// ShardedForward: one step of a parallel model on one rank. Every rank of the
+// ShardedForward: one step of a parallel model on one rank (then
+// Model::FinishParallelStep: expert load, EPLB). Every rank of the
 // group calls it with the same batch (rank 0's plan, broadcast).
 //   tensor parallel (with or without EP): every rank runs the whole batch on its
 //     heads/columns; logits are all-gathered inside Model::Forward.

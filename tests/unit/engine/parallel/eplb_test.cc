@@ -8,6 +8,7 @@
 
 #include "engine/batch_builder.h"
 #include "engine/model.h"
+#include "engine/parallel/shard/rank_group.h"
 #include "tests/unit/engine/test_model_util.h"
 
 namespace tessera::parallel {
@@ -20,6 +21,45 @@ TEST(ExpertMapTest, InitialPlacesEveryExpertAndItsReplicas) {
   EXPECT_EQ(m->slots_per_rank(), 3);
   for (int64_t e = 0; e < 8; ++e) EXPECT_EQ(m->replicas(e).size(), e < 4 ? 2u : 1u) << e;
   EXPECT_FALSE(ExpertMap::Initial(4, 8, 3).ok());  // 11 slots over 4 ranks
+}
+
+TEST(EplbConfigTest, ParsesVllmFieldsAndNamesTheBadOne) {
+  auto o = ParseEplbConfig(R"({"window_size": 8, "step_interval": 4, "num_redundant_experts": 2,
+                               "log_balancedness": true})", {});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->window_size, 8);
+  EXPECT_EQ(o->step_interval, 4);
+  EXPECT_EQ(o->num_redundant_experts, 2);
+  EXPECT_TRUE(o->log_balancedness);
+  auto bad = ParseEplbConfig(R"({"step_interval": 0})", {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'step_interval' must be an integer >= 1"), std::string::npos);
+  auto unknown = ParseEplbConfig(R"({"window": 3})", {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown field 'window'"), std::string::npos);
+  EXPECT_FALSE(ParseEplbConfig("[1]", {}).ok());
+}
+
+TEST(EplbConfigTest, ServeFlagsCombine) {
+  auto both = EplbFromFlags(true, R"({"num_redundant_experts": 2})", 4);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("disagree"), std::string::npos);
+  auto same = EplbFromFlags(true, R"({"num_redundant_experts": 2})", 2);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->num_redundant_experts, 2);
+  auto replicas = EplbFromFlags(false, "", 2);  // static replicas, no rebalancing
+  ASSERT_TRUE(replicas.ok());
+  EXPECT_TRUE(replicas->uses_map());
+  EXPECT_FALSE(replicas->enabled);
+  EXPECT_FALSE(EplbFromFlags(false, R"({"window_size": 5})", -1).ok());  // config without --enable-eplb
+  GroupOptions g;
+  g.tensor_parallel_size = 2;
+  g.eplb = *replicas;
+  EXPECT_FALSE(ShardOptionsFor(g, 0).ok());  // no --enable-expert-parallel
+  g.enable_expert_parallel = true;
+  auto so = ShardOptionsFor(g, 1);
+  ASSERT_TRUE(so.ok());
+  EXPECT_EQ(so->eplb.num_redundant_experts, 2);
 }
 
 TEST(ExpertMapTest, ChoosesTheLeastLoadedReplica) {

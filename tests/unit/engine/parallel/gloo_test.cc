@@ -15,13 +15,21 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "engine/model.h"
+#include "engine/parallel/shard/model_shard.h"
+#include "engine/parallel/shard/sharded_forward.h"
+#include "engine/synth.h"
 #include "tests/unit/engine/parallel/collective_checks.h"
+#include "tests/unit/engine/parallel/model_steps.h"
 
 extern char** environ;
 
@@ -145,6 +153,36 @@ TEST(GlooChild, DISABLED_Rank) {
     ASSERT_EQ(err, "");
     return;
   }
+  if (scenario == "eplb" || scenario == "tp") {
+    // The model in $TESSERA_GLOO_MODEL: expert parallelism with EPLB (a
+    // rebalance after every step), or tensor parallelism.
+    const std::string dir = std::getenv("TESSERA_GLOO_MODEL");
+    ShardOptions ep;
+    ep.world_size = world;
+    ep.rank = rank;
+    if (scenario == "eplb") {
+      ep.expert_parallel = true;
+      ep.data_parallel_attention = true;
+      ep.eplb.enabled = true;
+      ep.eplb.num_redundant_experts = world;
+      ep.eplb.step_interval = 1;
+      ep.eplb.window_size = 2;
+    }
+    ParallelSetup setup{ep, &c};
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(dir, backend.get(), &setup);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto cache = (*m)->CreateKvCache(steps::kBlocks, steps::kBlockSize);
+    std::ofstream bin(out + ".bin", std::ios::binary);
+    for (const ForwardBatch& b : steps::BatchedSteps(static_cast<int>((*m)->config().vocab_size), false)) {
+      std::vector<float> logits;
+      Status st = ShardedForward(**m, b, cache->get(), &logits);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      bin.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
+    }
+    result << "OK rebalances=" << (*m)->shard()->rebalances() << " moved=" << (*m)->shard()->experts_moved();
+    return;
+  }
   if (scenario == "unmatched_send") {  // rank 0 sends, rank 1 never receives
     if (rank == 0) {
       float x = 1.f;
@@ -257,6 +295,71 @@ TEST(Gloo, RankThatStopsTakingPartGivesTheOthersADeadlineError) {
               std::string::npos) << l;
   }
 }
+
+// Rank 0's logits of a model run over Gloo processes: "eplb" (replicas and a
+// rebalance after every step, so experts move between processes) must equal
+// one rank's bit for bit; "tp" within f32 rounding (1e-4 of the largest logit).
+void ExpectGlooModel(const std::string& scenario, const std::string& arch, int world) {
+  tessera::testing::TempDir dir;
+  SynthOptions o;
+  o.arch = arch;
+  o.dtype = DType::kBF16;
+  o.out_dir = dir.path();
+  o.router_skew = scenario == "eplb" ? 3.0 : 0.0;
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  std::string expected;
+  {
+    auto backend = MakeCpuBackend({.num_threads = 1});
+    auto m = Model::Load(dir.path(), backend.get());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto cache = (*m)->CreateKvCache(steps::kBlocks, steps::kBlockSize);
+    for (const ForwardBatch& b : steps::BatchedSteps(static_cast<int>((*m)->config().vocab_size), false)) {
+      std::vector<float> logits;
+      ASSERT_TRUE((*m)->Forward(b, cache->get(), &logits).ok());
+      expected.append(reinterpret_cast<const char*>(logits.data()), logits.size() * 4);
+    }
+  }
+  ::setenv("TESSERA_GLOO_MODEL", dir.path().c_str(), 1);
+  std::vector<int> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(r);
+  bool hung = false;
+  // Results are read before RunRanks removes them: the logits go to <out>.bin,
+  // which it leaves; find it by the line's path.
+  const std::string bin = ::testing::TempDir() + "/gloo_child_" + std::to_string(::getpid()) + "_0.bin";
+  auto res = RunRanks(scenario, world, ranks, 10000, std::chrono::milliseconds(30000), &hung);
+  ::unsetenv("TESSERA_GLOO_MODEL");
+  EXPECT_FALSE(hung);
+  const std::string ok = scenario == "eplb" ? "OK rebalances=3 moved=" : "OK rebalances=0 moved=0";
+  for (const auto& r : res) {
+    EXPECT_EQ(r.exit_code, 0) << "rank " << r.rank << "\n" << r.log;
+    EXPECT_EQ(r.line.rfind(ok, 0), 0u) << "rank " << r.rank << ": " << r.line;
+  }
+  if (scenario == "eplb") {
+    EXPECT_EQ(res[0].line.find(" moved=0"), std::string::npos) << "the rebalances should have moved experts";
+  }
+  const std::string got = ReadFile(bin);
+  std::remove(bin.c_str());
+  for (int r = 1; r < world; ++r) std::remove((::testing::TempDir() + "/gloo_child_" + std::to_string(::getpid()) +
+                                               "_" + std::to_string(r) + ".bin").c_str());
+  ASSERT_EQ(got.size(), expected.size());
+  if (scenario == "eplb") {
+    EXPECT_TRUE(got == expected) << "EP+EPLB logits over Gloo differ from one rank's";
+    return;
+  }
+  std::vector<float> a(expected.size() / 4), b(got.size() / 4);
+  std::memcpy(a.data(), expected.data(), expected.size());
+  std::memcpy(b.data(), got.data(), got.size());
+  float scale = 1, diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) scale = std::max(scale, std::abs(a[i])), diff = std::max(diff, std::abs(a[i] - b[i]));
+  EXPECT_LE(diff, 1e-4f * scale) << "TP logits over Gloo";
+}
+
+TEST(Gloo, TwoProcessesExpertParallelWithEplbBitwiseEqualOneRankMixtral) { ExpectGlooModel("eplb", "mixtral", 2); }
+TEST(Gloo, FourProcessesExpertParallelWithEplbBitwiseEqualOneRankMixtral) { ExpectGlooModel("eplb", "mixtral", 4); }
+TEST(Gloo, TwoProcessesExpertParallelWithEplbBitwiseEqualOneRankQwen2Moe) { ExpectGlooModel("eplb", "qwen2_moe", 2); }
+TEST(Gloo, FourProcessesExpertParallelWithEplbBitwiseEqualOneRankQwen3Moe) { ExpectGlooModel("eplb", "qwen3_moe", 4); }
+TEST(Gloo, TwoProcessesTensorParallelWithinToleranceOfOneRank) { ExpectGlooModel("tp", "qwen3", 2); }
+TEST(Gloo, FourProcessesTensorParallelWithinToleranceOfOneRank) { ExpectGlooModel("tp", "llama", 4); }
 
 TEST(Gloo, UnmatchedSendFailsAtTheTimeout) {
   bool hung = false;

@@ -15,6 +15,7 @@
 
 #include "engine/batch_builder.h"
 #include "engine/parallel/inproc.h"
+#include "tests/unit/engine/parallel/model_steps.h"
 #include "tests/unit/engine/test_model_util.h"
 
 namespace tessera::parallel {
@@ -23,47 +24,24 @@ namespace {
 using testing::MakeTinyModel;
 using testing::TempDir;
 
-constexpr int64_t kBlocks = 64, kBlockSize = 16;
-
-// Three prompts prefilled together, then two decode steps of all three; logits
-// at every prompt token of sequence 0 and the last token of the others.
-std::vector<ForwardBatch> BatchedSteps(int vocab, bool only_first) {
-  std::mt19937 rng(7);
-  BatchBuilder bb(kBlocks, kBlockSize);
-  const int nseq = only_first ? 1 : 3;
-  std::vector<int> seqs;
-  for (int i = 0; i < nseq; ++i) seqs.push_back(bb.AddSequence());
-  std::vector<ForwardBatch> steps;
-  std::vector<BatchBuilder::Chunk> chunks;
-  const std::vector<int> lens = {19, 7, 4};
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 3; ++i) prompts.push_back(testing::RandomTokens(rng, lens[i], vocab));
-  for (int i = 0; i < nseq; ++i) {
-    BatchBuilder::Chunk c{seqs[i], prompts[i], {}};
-    if (i == 0) {
-      for (int p = 0; p < lens[0]; ++p) c.logits_at.push_back(p);
-    } else {
-      c.logits_at.push_back(lens[i] - 1);
-    }
-    chunks.push_back(c);
-  }
-  steps.push_back(*bb.Build(chunks));
-  for (int step = 0; step < 2; ++step) {
-    chunks.clear();
-    for (int i = 0; i < nseq; ++i) {
-      chunks.push_back({seqs[i], {static_cast<int32_t>((101 * step + 13 * i) % vocab)}, {0}});
-    }
-    steps.push_back(*bb.Build(chunks));
-  }
-  return steps;
-}
+using steps::BatchedSteps;
+using steps::kBlocks;
+using steps::kBlockSize;
 
 struct RunResult {
   std::vector<std::vector<float>> logits;  // rank 0, per step
   std::vector<TensorReads> reads;          // rank 0's weight reads
   std::vector<std::vector<TensorReads>> all_reads;
   std::string error;
+  ExpertLoad load;  // rank 0's, after the last step
+  int64_t rebalances = 0, experts_moved = 0;
 };
+
+RunResult Err(const std::string& e) {
+  RunResult r;
+  r.error = e;
+  return r;
+}
 
 RunResult RunRanks(const std::string& dir, int world, ShardOptions opts, const std::vector<ForwardBatch>& steps,
               bool record_reads = false) {
@@ -71,17 +49,18 @@ RunResult RunRanks(const std::string& dir, int world, ShardOptions opts, const s
   if (world == 1 && !opts.expert_parallel) {
     auto backend = MakeCpuBackend({.num_threads = 1});
     auto m = Model::Load(dir, backend.get());
-    if (!m.ok()) return {{}, {}, {}, m.status().ToString()};
+    if (!m.ok()) return Err(m.status().ToString());
     auto cache = (*m)->CreateKvCache(kBlocks, kBlockSize);
     for (const ForwardBatch& b : steps) {
       res.logits.emplace_back();
       Status s = (*m)->Forward(b, cache->get(), &res.logits.back());
-      if (!s.ok()) return {{}, {}, {}, s.ToString()};
+      if (!s.ok()) return Err(s.ToString());
     }
+    if (auto l = (*m)->ReadExpertLoad(); l.ok()) res.load = *l;
     return res;
   }
   auto g = InProcessGroup::Create(world, {std::chrono::milliseconds(20000)});
-  if (!g.ok()) return {{}, {}, {}, g.status().ToString()};
+  if (!g.ok()) return Err(g.status().ToString());
   std::vector<std::string> errors(world);
   res.all_reads.resize(world);
   std::vector<std::thread> ts;
@@ -107,6 +86,11 @@ RunResult RunRanks(const std::string& dir, int world, ShardOptions opts, const s
         if (r == 0) res.logits.push_back(std::move(logits));
       }
       res.all_reads[r] = (*m)->shard()->reads();
+      if (r == 0) {
+        if (auto l = (*m)->ReadExpertLoad(); l.ok()) res.load = *l;
+        res.rebalances = (*m)->shard()->rebalances();
+        res.experts_moved = (*m)->shard()->experts_moved();
+      }
     });
   }
   for (auto& t : ts) t.join();
@@ -235,6 +219,104 @@ INSTANTIATE_TEST_SUITE_P(Moe, ExpertParallel,
                          ::testing::Combine(::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"),
                                             ::testing::Values(2, 4)));
 
+// A tiny MoE whose router favours a few experts (synth --router-skew).
+void MakeSkewedMoe(const std::string& dir, const std::string& arch) {
+  SynthOptions o;
+  o.arch = arch;
+  o.dtype = DType::kBF16;
+  o.out_dir = dir;
+  o.router_skew = 3.0;
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+}
+
+// The group's expert load (every rank routes only its own sequences under
+// data-parallel attention) equals one rank's routing counts exactly.
+TEST(ExpertLoadTest, DataParallelRanksReportTheWholeGroupsLoad) {
+  TempDir dir;
+  MakeSkewedMoe(dir.path(), "mixtral");
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.data_parallel_attention = true;
+  RunResult par = RunRanks(dir.path(), 2, ep, steps);
+  ASSERT_EQ(par.error, "");
+  EXPECT_EQ(par.load.counts, one.load.counts);
+  EXPECT_EQ(par.load.world_size, 2);
+  // By computing rank: sums to the same counts.
+  ASSERT_EQ(par.load.rank_counts.size(), par.load.counts.size() * 2);
+  for (size_t i = 0; i < par.load.counts.size(); ++i) {
+    EXPECT_EQ(par.load.rank_counts[2 * i] + par.load.rank_counts[2 * i + 1], par.load.counts[i]) << i;
+  }
+}
+
+// EPLB: redundant replicas and a rebalance after every step (window of 2
+// steps), so the placement changes between the prefill and the decode steps
+// and experts move between ranks; logits stay bitwise those of one rank.
+class Eplb : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(Eplb, RebalancingMidGenerationKeepsLogitsBitwiseEqualOneRank) {
+  const auto& [arch, world] = GetParam();
+  TempDir dir;
+  MakeSkewedMoe(dir.path(), arch);
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.data_parallel_attention = true;
+  ep.eplb.enabled = true;
+  ep.eplb.num_redundant_experts = world;
+  ep.eplb.step_interval = 1;
+  ep.eplb.window_size = 2;
+  RunResult par = RunRanks(dir.path(), world, ep, steps);
+  ASSERT_EQ(par.error, "");
+  ASSERT_EQ(par.logits.size(), one.logits.size());
+  for (size_t s = 0; s < steps.size(); ++s) EXPECT_TRUE(Bitwise(one.logits[s], par.logits[s])) << arch << " step " << s;
+  EXPECT_EQ(par.rebalances, static_cast<int64_t>(steps.size()));
+  EXPECT_GT(par.experts_moved, 0) << "the rebalances should have moved experts";
+  EXPECT_EQ(par.load.counts, one.load.counts);
+}
+
+TEST(EplbTest, TensorParallelAttentionWithReplicasWithinTolerance) {
+  TempDir dir;
+  MakeSkewedMoe(dir.path(), "qwen2_moe");
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.eplb.enabled = true;
+  ep.eplb.num_redundant_experts = 2;
+  ep.eplb.step_interval = 1;
+  ep.eplb.window_size = 1;
+  RunResult par = RunRanks(dir.path(), 2, ep, steps);
+  ASSERT_EQ(par.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double scale = 1;
+    EXPECT_LE(MaxAbsDiff(one.logits[s], par.logits[s], &scale), 1e-4 * scale) << "step " << s;
+  }
+  EXPECT_EQ(par.rebalances, static_cast<int64_t>(steps.size()));
+  EXPECT_EQ(par.load.counts, one.load.counts);
+}
+
+TEST(EplbTest, RedundantExpertsMustFillTheRanksEvenly) {
+  TempDir dir;
+  MakeTinyModel(dir.path(), "mixtral", DType::kBF16);
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.data_parallel_attention = true;
+  ep.eplb.num_redundant_experts = 1;  // 9 slots over 2 ranks
+  RunResult par = RunRanks(dir.path(), 2, ep, BatchedSteps(VocabOf(dir.path()), true));
+  EXPECT_NE(par.error.find("experts + redundant experts must be a multiple of the 2 ranks"), std::string::npos)
+      << par.error;
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, Eplb,
+                         ::testing::Combine(::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"),
+                                            ::testing::Values(2, 4)));
+
 // Each rank reads a disjoint part of every split tensor; together the ranks read
 // each split tensor exactly once.
 TEST(ShardedLoad, EachRankReadsOnlyItsSlice) {
@@ -279,7 +361,7 @@ TEST(ShardPlanTest, RejectsLayoutsThatDoNotSplit) {
   c.num_kv_heads = 3;
   c.vocab_size = 100;
   c.intermediate_size = 64;
-  ShardOptions o{4, 0, false, false};
+  ShardOptions o{4, 0, false, false, {}};
   EXPECT_FALSE(MakeShardPlan(c, o).ok());  // 6 heads over 4 ranks
   o.world_size = 3;
   auto p = MakeShardPlan(c, o);
@@ -290,7 +372,7 @@ TEST(ShardPlanTest, RejectsLayoutsThatDoNotSplit) {
   EXPECT_FALSE(MakeShardPlan(c, o).ok());  // no experts
   c.num_q_heads = 4;
   c.num_kv_heads = 2;
-  o = {4, 3, false, false};
+  o = {4, 3, false, false, {}};
   p = MakeShardPlan(c, o);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->kv_heads.begin, 1);  // q heads 3 read KV head 1, replicated on ranks 2 and 3

@@ -35,7 +35,10 @@ TEST(ServingMetricsTest, ExpertTokensPerLayerAndExpert) {
   const std::string name = "tessera:moe_expert_tokens_total";
   m.UpdateExpertLoad({});  // dense model: nothing exported
   EXPECT_EQ(CountSeries(m.Serialize(), name), 0);
-  ExpertLoad load{4, {1, 3}, {5, 0, 2, 1, 0, 0, 7, 9}};
+  ExpertLoad load;
+  load.num_experts = 4;
+  load.layers = {1, 3};
+  load.counts = {5, 0, 2, 1, 0, 0, 7, 9};
   m.UpdateExpertLoad(load);
   std::string text = m.Serialize();
   EXPECT_EQ(CountSeries(text, name), 8);
@@ -48,6 +51,31 @@ TEST(ServingMetricsTest, ExpertTokensPerLayerAndExpert) {
   text = m.Serialize();
   EXPECT_EQ(Sample(text, {name, "layer=\"1\"", "expert=\"0\""}), 6);
   EXPECT_EQ(Sample(text, {name, "layer=\"3\"", "expert=\"1\""}), 4);
+}
+
+// Expert parallelism: the pairs each rank computed, and EPLB rebalances.
+TEST(ServingMetricsTest, ExpertLoadByRankAndRebalances) {
+  ServingMetrics m("ep");
+  ExpertLoad load;
+  load.num_experts = 2;
+  load.layers = {0};
+  load.counts = {5, 3};
+  load.world_size = 2;
+  load.rank_counts = {4, 1, 0, 3};  // [expert][rank]
+  load.rebalances = 2;
+  m.UpdateExpertLoad(load);
+  std::string text = m.Serialize();
+  const std::string name = "tessera:moe_expert_rank_tokens_total";
+  EXPECT_EQ(CountSeries(text, name), 4);
+  EXPECT_EQ(Sample(text, {name, "layer=\"0\"", "expert=\"0\"", "rank=\"1\""}), 1);
+  EXPECT_EQ(Sample(text, {name, "layer=\"0\"", "expert=\"1\"", "rank=\"1\""}), 3);
+  EXPECT_EQ(Sample(text, {"tessera:eplb_rebalances_total", "model_name=\"ep\""}), 2);
+  load.rank_counts = {6, 1, 0, 3};
+  load.rebalances = 3;
+  m.UpdateExpertLoad(load);
+  text = m.Serialize();
+  EXPECT_EQ(Sample(text, {name, "layer=\"0\"", "expert=\"0\"", "rank=\"0\""}), 6);
+  EXPECT_EQ(Sample(text, {"tessera:eplb_rebalances_total"}), 3);
 }
 
 TEST(ServingMetricsTest, ExpertSeriesAreBounded) {
