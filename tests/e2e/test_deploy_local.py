@@ -166,7 +166,19 @@ def main():
                 assert set(eps) == {"redis", "instance1", "instance2", "router"}, eps
                 router = port_of(eps["router"]["http"])
                 assert greedy(router, LONG) == ref["long"], "kv through the router != unified"
+                # The first request's blocks reach Redis (write-through) and the router's index (events).
+                deadline = time.time() + 10
+                while True:
+                    inst = [get_metrics(port_of(eps[n]["http"])) for n in ("instance1", "instance2")]
+                    r = get_metrics(router)
+                    if (sum(m.get("tessera:kv_offload_stored_blocks_total", 0) for m in inst) >= len(LONG) // BLOCK
+                            and r.get("tessera:router_kv_index_blocks", 0) >= len(LONG) // BLOCK):
+                        break
+                    assert time.time() < deadline, ("blocks never reached Redis and the router's index", inst, r)
+                    time.sleep(0.1)
                 assert greedy(router, LONG) == ref["long"], "kv through the router != unified (again)"
+                r = get_metrics(router)
+                assert r.get("tessera:router_prompt_hit_tokens_total", 0) >= (len(LONG) // BLOCK) * BLOCK, r
             finally:
                 left = topology.down(os.path.abspath(state))
             assert not left, f"killed: {left}"
