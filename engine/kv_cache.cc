@@ -30,6 +30,39 @@ int64_t KvCache::TokenBytes(const ModelConfig& c, DType dtype) {
   return c.num_kv_heads * c.head_dim * static_cast<int64_t>(DTypeSize(dtype));
 }
 
+Status KvCache::ReadBlock(int64_t block, std::string* out) const {
+  if (block < 0 || block >= num_blocks_) {
+    return OutOfRange("kv cache: block " + std::to_string(block) + " outside [0, " + std::to_string(num_blocks_) + ")");
+  }
+  out->resize(static_cast<size_t>(BlockBytes()));
+  char* dst = out->data();
+  for (size_t l = 0; l < k_.size(); ++l) {
+    for (const auto* base : {&k_[l], &v_[l]}) {
+      backend_->CopyToHost(dst, static_cast<const char*>(base->get()) + block * block_bytes_, block_bytes_);
+      dst += block_bytes_;
+    }
+  }
+  return Status::Ok();
+}
+
+Status KvCache::WriteBlock(int64_t block, std::string_view bytes) {
+  if (block < 0 || block >= num_blocks_) {
+    return OutOfRange("kv cache: block " + std::to_string(block) + " outside [0, " + std::to_string(num_blocks_) + ")");
+  }
+  if (static_cast<int64_t>(bytes.size()) != BlockBytes()) {
+    return InvalidArgument("kv cache: block bytes " + std::to_string(bytes.size()) + ", expected " +
+                           std::to_string(BlockBytes()));
+  }
+  const char* src = bytes.data();
+  for (size_t l = 0; l < k_.size(); ++l) {
+    for (auto* base : {&k_[l], &v_[l]}) {
+      backend_->CopyFromHost(static_cast<char*>(base->get()) + block * block_bytes_, src, block_bytes_);
+      src += block_bytes_;
+    }
+  }
+  return Status::Ok();
+}
+
 Status KvCache::CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs) {
   std::vector<std::pair<int64_t, int64_t>> todo;
   for (const auto& [src, dst] : pairs) {

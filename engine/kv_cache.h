@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +35,14 @@ class KvCache {
   Status CopyBlock(int64_t src, int64_t dst) { return CopyBlocks({{src, dst}}); }
   // Several (src, dst) pairs in one backend call; pairs must not chain.
   Status CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs);
+  // One block's K and V of every layer as one byte string (layer 0 K, layer 0
+  // V, layer 1 K, ...): what the KV tiers store (scheduler/kv_tiers). Device
+  // to host / host to device copies, O(BlockBytes()); the caller must not run
+  // a step on the block meanwhile. OUT_OF_RANGE for a bad block, INVALID_ARGUMENT
+  // for bytes of another size.
+  int64_t BlockBytes() const { return 2 * static_cast<int64_t>(k_.size()) * block_bytes_; }
+  Status ReadBlock(int64_t block, std::string* out) const;
+  Status WriteBlock(int64_t block, std::string_view bytes);
   // Bytes of one token's K (or V) in one layer.
   static int64_t TokenBytes(const ModelConfig& config, DType dtype);
 

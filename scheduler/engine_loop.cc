@@ -224,6 +224,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
     RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
   }
   if (options.speculative) so.num_lookahead_tokens = options.speculative->num_speculative_tokens;
+  so.kv_tiers = options.kv_tiers.has_value();
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   RETURN_IF_ERROR(loop->InitSpeculation(options));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -231,6 +232,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->on_finished_ = std::move(options.on_finished);
   loop->max_step_ms_ = options.max_step_ms;
   loop->on_kv_pull_ = std::move(options.on_kv_pull);
+  if (options.kv_tiers) RETURN_IF_ERROR(loop->InitKvTiers(options));
   if (options.kv_transfer) {
     if (options.device != "cpu") {
       return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
@@ -321,7 +323,7 @@ void EngineLoop::ThreadMain() {
       // scheduler_ is read here only by this (the loop) thread.
       cv_.wait(lock, [&] {
         return stop_ || kv_wake_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() ||
-               scheduler_->HasUnfinished();
+               (scheduler_->HasUnfinished() && !scheduler_->WaitingOnTiersOnly());
       });
       if (stop_) break;
     }
@@ -362,6 +364,10 @@ Status EngineLoop::RunUntilDone() {
       if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished()) {
         return Status::Ok();
       }
+    }
+    if (kv_tiers_ && scheduler_->WaitingOnTiersOnly()) {
+      std::unique_lock lock(mu_);  // nothing to run until a tier fetch answers
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return kv_wake_; });
     }
     Status s = Step();
     if (!s.ok()) {
@@ -424,6 +430,7 @@ void EngineLoop::DrainInbox() {
 Status EngineLoop::Step() {
   DrainInbox();
   if (kv_transport_) RunKvTransfers();
+  if (kv_tiers_) RunKvTiers();
   const bool ran = scheduler_->HasUnfinished();
   Status s = ran ? RunStep() : Status::Ok();
   DeliverFinished();
@@ -552,6 +559,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   prompt_logprobs_.clear();
   ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
   if (kv_transport_) PublishExports();
+  if (kv_tiers_) SpillComputedBlocks();
   for (SequenceOutput& o : outputs) {
     auto it = active_.find(o.request_id);
     if (it == active_.end()) continue;

@@ -32,6 +32,7 @@
 #include "engine/model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
+#include "scheduler/kv_tiers/kv_tier_manager.h"
 #include "scheduler/mask_worker.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/spec/acceptance.h"
@@ -91,6 +92,11 @@ struct EngineLoopOptions {
   std::optional<KvTransportOptions> kv_transfer;
   // Called on the loop thread after each pull attempt (metrics). Cheap.
   std::function<void(const KvPullEvent&)> on_kv_pull;
+  // KV tiers below the pool (--kv-offload-*; engine_loop_tiers.cc): computed
+  // blocks spill to them, prompts missing from the pool are fetched back
+  // before their prefill. The loop fills in fingerprint, layout, block_bytes
+  // and notify. Needs prefix caching and a single rank.
+  std::optional<KvTierOptions> kv_tiers;
 };
 
 
@@ -214,6 +220,8 @@ class EngineLoop {
   }
   // Null unless options.kv_transfer was given.
   const KvTransport* kv_transport() const { return kv_transport_.get(); }
+  // Null unless options.kv_tiers was given. Its stats are thread-safe.
+  KvTierManager* kv_tiers() const { return kv_tiers_.get(); }
 
  private:
   struct Pending {
@@ -256,6 +264,12 @@ class EngineLoop {
   void RunKvTransfers();
   void PublishExports();
   void AttachExport(const std::string& request_id, RequestOutput* out);
+  // KV tiers (engine_loop_tiers.cc): applies fetched blocks and starts new
+  // fetches (before a step); copies the step's newly cached blocks out to the
+  // tiers (after one).
+  Status InitKvTiers(EngineLoopOptions& options);
+  void RunKvTiers();
+  void SpillComputedBlocks();
   // Speculative decoding (engine_loop_spec.cc).
   Status InitSpeculation(const EngineLoopOptions& options);
   // Verifies a sequence's drafts against its 1 + k logits rows at `rows`.
@@ -314,12 +328,13 @@ class EngineLoop {
   double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
   bool stop_ = false;
   bool started_ = false;
-  bool kv_wake_ = false;  // the transport released exports; under mu_
+  bool kv_wake_ = false;  // the transport released exports, or a tier fetch finished; under mu_
   std::thread thread_;
   // Loop-thread state of exports whose final output is not yet pushed.
   std::unordered_map<std::string, KvExportInfo> pending_exports_;
   std::function<void(const KvPullEvent&)> on_kv_pull_;
-  // Last member: destroyed first (it reads cache_ memory and wakes mu_/cv_).
+  // Last members: destroyed first (they read cache_ memory and wake mu_/cv_).
+  std::unique_ptr<KvTierManager> kv_tiers_;
   std::unique_ptr<KvTransport> kv_transport_;
 };
 

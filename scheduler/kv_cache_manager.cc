@@ -95,7 +95,8 @@ bool KvCacheManager::AllocateSlots(SeqId seq, int64_t num_computed, int64_t num_
 }
 
 void KvCacheManager::CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed,
-                                         std::span<const int32_t> token_ids) {
+                                         std::span<const int32_t> token_ids,
+                                         std::vector<std::pair<BlockId, BlockHash>>* newly_cached) {
   if (!pool_.caching_enabled()) return;
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
@@ -114,6 +115,7 @@ void KvCacheManager::CacheComputedBlocks(SeqId seq, std::span<const BlockHash> h
   };
   for (int64_t i = s.num_cached; i < full; ++i) {
     const bool stored = pool_.Cache(s.blocks[i], hashes[i]);
+    if (stored && newly_cached) newly_cached->emplace_back(s.blocks[i], hashes[i]);
     if (!report) continue;
     if (stored && run < 0) run = i;
     if (!stored) flush(i);

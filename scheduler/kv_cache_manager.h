@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -92,8 +93,10 @@ class KvCacheManager {
   // the prefix cache; `hashes` must cover them. Call after the step computed them.
   // `token_ids` (the sequence's tokens, covering them) feed the event sink's
   // BlockStored; with an empty span no store is reported.
+  // `newly_cached` (optional) receives each block registered now with its hash.
   void CacheComputedBlocks(SeqId seq, std::span<const BlockHash> hashes, int64_t num_computed,
-                           std::span<const int32_t> token_ids = {});
+                           std::span<const int32_t> token_ids = {},
+                           std::vector<std::pair<BlockId, BlockHash>>* newly_cached = nullptr);
 
   // `child` (new) shares `parent`'s blocks covering its first `num_computed`
   // tokens; a later write into the shared partial block copies it first.

@@ -54,6 +54,7 @@ Sequence* Scheduler::NewSequence(std::shared_ptr<const Request> request, int32_t
   seq->arrival_order = arrival_order;
   seq->arrival_time_ns = arrival_ns;
   seq->kv_load_pending = index == 0 && request->remote_kv.has_value();
+  seq->tier_fetch_pending = options_.kv_tiers && index == 0 && !request->remote_kv;
   seq->request = std::move(request);
   Sequence* raw = seq.get();
   requests_[raw->request_id()].push_back(raw->id);
@@ -181,6 +182,7 @@ void Scheduler::Preempt(Sequence* seq) {
   seq->num_computed_tokens = 0;
   seq->draft_token_ids.clear();
   seq->status = SeqStatus::kWaiting;
+  seq->tier_fetch_pending = options_.kv_tiers && seq->index == 0 && !seq->request->remote_kv;  // blocks the pool drops
   ++seq->num_preemptions;
   ++counters_.preemptions;
   EraseRunning(seq);
@@ -331,7 +333,10 @@ SchedulerOutput Scheduler::Schedule() {
   // after a preemption: memory is short, and the victim must not bounce.
   while (!preempted_any && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
-    Sequence* seq = *waiting_.begin();
+    auto next = waiting_.begin();
+    while (next != waiting_.end() && (*next)->tier_loading) ++next;  // its KV is on the way from a tier
+    if (next == waiting_.end()) break;
+    Sequence* seq = *next;
     UpdateHashes(seq);
     PrefixHit hit;
     if (!seq->params().prompt_logprobs) hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
@@ -343,7 +348,7 @@ SchedulerOutput Scheduler::Schedule() {
       seq->num_computed_tokens = 0;
       break;
     }
-    waiting_.erase(waiting_.begin());
+    waiting_.erase(next);
     seq->status = SeqStatus::kRunning;
     InsertRunning(seq);
     if (seq->first_scheduled_ns < 0) {
@@ -448,7 +453,10 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       outputs.push_back(std::move(o));
     }
     UpdateHashes(s);
-    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids);
+    std::vector<std::pair<BlockId, BlockHash>> fresh;
+    kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids,
+                             options_.kv_tiers ? &fresh : nullptr);
+    for (const auto& [block, hash] : fresh) tier_spills_.push_back({block, hash, s->request->cache_salt});
     if (reason != FinishReason::kNone) Finish(s, reason);
   }
   plan_.clear();

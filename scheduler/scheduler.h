@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "scheduler/kv_cache_manager.h"
+#include "scheduler/kv_tiers/kv_tier_plan.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_output.h"
@@ -72,6 +73,10 @@ struct SchedulerOptions {
   ModelLimits limits;
   std::vector<int32_t> eos_token_ids;
   std::function<int64_t()> clock;  // monotonic ns; default steady_clock
+  // KV tiers below the device pool (scheduler_tiers.cc): computed full blocks
+  // are listed for spilling, and a new request's prompt blocks missing from
+  // the pool are looked up in the tiers before its prefill.
+  bool kv_tiers = false;
 };
 
 class Scheduler {
@@ -137,6 +142,30 @@ class Scheduler {
   void ReleaseExport(const std::string& request_id);
   int64_t num_exported() const { return static_cast<int64_t>(exports_.size()); }
 
+  // KV tiers (options.kv_tiers; scheduler_tiers.cc, DESIGN §6). The engine
+  // loop moves the bytes; the scheduler decides what moves.
+  //
+  // Full blocks registered by the last UpdateFromOutput (computed here, not
+  // loaded): copy their bytes out before the next Schedule().
+  std::vector<KvTierSpill> TakeTierSpills();
+  // New waiting leaders (tried once each) whose prompt has full blocks past
+  // the device pool's prefix hit (never the last prompt token): each is held
+  // back from admission until EndTierLoad; other requests keep running.
+  std::vector<KvTierFetch> PlanTierFetches();
+  // The tiers returned the first `num_blocks` blocks of `fetch`: allocates
+  // device blocks for those the pool still lacks and returns them (block index
+  // of the first in *first_block); empty when nothing is to be written (the
+  // sequence ended, the pool no longer holds the blocks before the fetched
+  // ones, or no room now). Always follow with EndTierLoad.
+  std::vector<BlockId> BeginTierLoad(const KvTierFetch& fetch, int64_t num_blocks, int64_t* first_block);
+  // ok: the blocks written since BeginTierLoad (the sequence's first
+  // `num_blocks_total` blocks) join the prefix cache, so admission finds them
+  // as a hit; otherwise they are freed uncached (recompute). Releases the
+  // sequence for admission either way.
+  void EndTierLoad(const KvTierFetch& fetch, int64_t num_blocks_total, bool ok);
+  // Every unfinished sequence waits for a tier fetch: no step can run now.
+  bool WaitingOnTiersOnly() const;
+
   bool HasUnfinished() const { return !seqs_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
@@ -192,6 +221,7 @@ class Scheduler {
   SchedulerCounters counters_;
   std::unordered_map<std::string, SeqId> exports_;  // request id -> KV holder id (sequence gone)
   std::vector<KvExport> new_exports_;
+  std::vector<KvTierSpill> tier_spills_;  // since the last TakeTierSpills
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;

@@ -256,6 +256,7 @@ int RunServe(ServeFlags f) {
     ro.max_body_bytes = f.max_body_bytes;
     ro.idle_timeout_s = f.idle_timeout_s;
     ro.drain_timeout_s = f.drain_timeout_s;
+    ro.grpc_port = f.grpc_port;
     ro.flags = f.router;
     return RunRouter(ro);
   }
@@ -330,6 +331,34 @@ int RunServe(ServeFlags f) {
   ctx.workers = &workers;
   ctx.served_model_name = served;
   ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
+  ctx.role = f.role;
+  if (kv_event_publisher) {
+    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);
+    if (kv_events::PublisherBinds(kc.endpoint)) {
+      // /server_info tells routers where to subscribe.
+      ctx.kv_events_endpoint = kv_event_publisher->endpoint();
+      ctx.kv_events_replay_endpoint = kv_event_publisher->replay_endpoint();
+      ctx.kv_events_topic = kc.topic;
+    } else {
+      spdlog::warn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
+                   "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
+                   kc.endpoint);
+    }
+    ctx.extra_metrics = [p = kv_event_publisher.get()] {
+      const kv_events::KvEventPublisherStats st = p->stats();
+      return fmt::format(
+          "# HELP tessera:kv_events_published_total KV cache events published (BlockStored, BlockRemoved, "
+          "AllBlocksCleared).\n# TYPE tessera:kv_events_published_total counter\n"
+          "tessera:kv_events_published_total {}\n"
+          "# HELP tessera:kv_event_batches_published_total KV event batches published.\n"
+          "# TYPE tessera:kv_event_batches_published_total counter\ntessera:kv_event_batches_published_total {}\n"
+          "# HELP tessera:kv_events_dropped_total KV events lost to a full publisher queue.\n"
+          "# TYPE tessera:kv_events_dropped_total counter\ntessera:kv_events_dropped_total {}\n"
+          "# HELP tessera:kv_event_replays_served_total KV event replay requests answered.\n"
+          "# TYPE tessera:kv_event_replays_served_total counter\ntessera:kv_event_replays_served_total {}\n",
+          st.events_published, st.batches_published, st.events_dropped, st.replays_served);
+    };
+  }
   RegisterOpenAiRoutes(&ctx);
   Shutdown shutdown(ioc, server, ctx, std::chrono::seconds(f.drain_timeout_s));
 
@@ -348,6 +377,7 @@ int RunServe(ServeFlags f) {
     shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
   }
   const int grpc_port = grpc ? grpc->port() : -1;
+  if (f.role == "prefill" || f.role == "decode") ctx.grpc_port.store(grpc_port);  // a router reads it on /ready
   if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
   spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
                grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
@@ -396,7 +426,7 @@ int RunServe(ServeFlags f) {
       o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
       o.loop.speculative = speculative;
       o.loop.parallel = group;
-      if (f.role == "prefill" || f.role == "decode") {
+      if (f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch) {
         KvTransportOptions kt;
         kt.host = f.host;
         kt.port = f.kv_transfer_port;
@@ -405,6 +435,14 @@ int RunServe(ServeFlags f) {
         kt.fault = f.kv_transfer_fault;
         kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
         o.loop.kv_transfer = kt;
+      }
+      if (f.kv_offload_host_gb > 0 || !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty()) {
+        KvTierOptions t;
+        t.host_bytes = static_cast<int64_t>(f.kv_offload_host_gb * 1e9);
+        t.disk_dir = f.kv_offload_disk_dir;
+        if (f.kv_offload_disk_gb > 0) t.disk_bytes = static_cast<int64_t>(f.kv_offload_disk_gb * 1e9);
+        t.remote_url = f.kv_offload_remote_url;
+        o.loop.kv_tiers = std::move(t);
       }
       o.served_model_name = served;
       o.max_in_flight = f.max_pending_requests;
@@ -603,8 +641,22 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "instead; the engine step waits for the pull")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 600.0));
+  cmd->add_flag("--kv-peer-fetch", f->kv_peer_fetch,
+                "unified: run the KV transfer agent too, so a KV-aware router (--routing-logic kv-aware) can have "
+                "this instance pull a prompt prefix that a peer instance holds instead of computing it, and "
+                "export its own prefixes to peers");
   cmd->add_option("--kv-transfer-fault", f->kv_transfer_fault, "fault injection for tests: corrupt | drop")
       ->group("");
+  cmd->add_option("--kv-offload-host-gb", f->kv_offload_host_gb,
+                  "KV tier in host DRAM below the KV pool, in GB (LRU): computed prompt blocks are copied there "
+                  "and loaded back on a later prefix hit instead of recomputed (0: off)");
+  cmd->add_option("--kv-offload-disk-dir", f->kv_offload_disk_dir,
+                  "KV tier on local disk (one checked file per block; kept across restarts of the instance)");
+  cmd->add_option("--kv-offload-disk-gb", f->kv_offload_disk_gb,
+                  "bound of the disk KV tier in GB, LRU eviction (default 10)");
+  cmd->add_option("--kv-offload-remote-url", f->kv_offload_remote_url,
+                  "shared KV tier on Redis/Valkey: redis://HOST:PORT[/DB] (keys: model fingerprint + layout + "
+                  "block hash + tenant digest; an unreachable server means recompute, never a failed request)");
   AddRouterFlags(cmd, &f->router);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "

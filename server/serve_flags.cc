@@ -13,9 +13,11 @@
 #include "engine/model_config.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "scheduler/engine_loop.h"
+#include "engine/kv_tiers/redis_kv_store.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 namespace {
@@ -49,6 +51,25 @@ StatusOr<std::string> CheckModelPath(const std::string& flag, const std::string&
   return fmt::format("{} {}: {}", flag, path, mc->Summary());
 }
 
+Status ValidateKvOffloadFlags(const ServeFlags& f) {
+  if (f.kv_offload_host_gb < 0) return InvalidArgument("serve: --kv-offload-host-gb must be >= 0");
+  if (f.kv_offload_disk_gb < 0) return InvalidArgument("serve: --kv-offload-disk-gb must be >= 0");
+  if (f.kv_offload_disk_gb > 0 && f.kv_offload_disk_dir.empty()) {
+    return InvalidArgument("serve: --kv-offload-disk-gb needs --kv-offload-disk-dir");
+  }
+  if (!f.kv_offload_remote_url.empty()) {
+    if (auto r = kv_tiers::ParseRedisUrl(f.kv_offload_remote_url); !r.ok()) {
+      return InvalidArgument("serve: --kv-offload-remote-url " + r.status().message());
+    }
+  }
+  const bool any = f.kv_offload_host_gb > 0 || !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty();
+  if (any && f.role == "router") return InvalidArgument("serve: --kv-offload-* need a model (not --role router)");
+  if (any && f.tensor_parallel_size * f.data_parallel_size > 1) {
+    return InvalidArgument("serve: --kv-offload-* with more than one rank is not supported yet");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& f) {
@@ -63,6 +84,18 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
       (!f.router.prefill_instances.empty() || !f.router.decode_instances.empty() || !f.router.instances_file.empty())) {
     return InvalidArgument("serve: --prefill-instances, --decode-instances and --instances-file need --role router");
   }
+  if (auto rl = ParseRoutingLogic(f.router.routing_logic); !rl.ok()) return rl.status();
+  if (f.role != "router" && (f.router.routing_logic != "load")) {
+    return InvalidArgument("serve: --routing-logic needs --role router");
+  }
+  if (f.kv_peer_fetch && f.role != "unified") {
+    return InvalidArgument("serve: --kv-peer-fetch is for --role unified (prefill and decode instances always run "
+                           "KV transfer)");
+  }
+  if (f.kv_peer_fetch && f.device != "cpu") {
+    return InvalidArgument("serve: --kv-peer-fetch needs --device cpu for now (the CUDA KV pool is not "
+                           "registered with UCX)");
+  }
   if (!f.tool_call_parser.empty()) {
     if (auto k = openai::tools::ToolParserFromName(f.tool_call_parser); !k.ok()) {
       return InvalidArgument("serve: --tool-call-parser: " + k.status().message());
@@ -76,6 +109,7 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (!f.kv_events_config.empty()) {
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
   }
+  if (Status s = ValidateKvOffloadFlags(f); !s.ok()) return s;
   if (f.tensor_parallel_size * f.data_parallel_size > 1) {
     parallel::GroupOptions g;
     g.tensor_parallel_size = f.tensor_parallel_size;

@@ -50,8 +50,14 @@ struct ServeFlags {
   double kv_pin_timeout_s = 60;
   double kv_pull_timeout_s = 5;
   std::string kv_transfer_fault;  // hidden: fault injection for tests
+  bool kv_peer_fetch = false;     // unified: KV transfer agent for peer fetch (issue 18)
   RouterFlags router;
   std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
+  // KV tiers below the device pool (scheduler/kv_tiers/); each on when set.
+  double kv_offload_host_gb = 0;      // host DRAM LRU tier
+  std::string kv_offload_disk_dir;    // local disk tier (kept across restarts)
+  double kv_offload_disk_gb = 0;      // its bound; 0: 10 GB
+  std::string kv_offload_remote_url;  // redis://HOST:PORT[/DB]: shared Redis/Valkey tier
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here

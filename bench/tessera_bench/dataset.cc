@@ -120,6 +120,55 @@ std::vector<RequestSpec> RandomDataset(const RandomOptions& opt, const PromptBui
   return out;
 }
 
+std::vector<RequestSpec> MultiTurnDataset(const MultiTurnOptions& opt, const PromptBuilder& pb, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t turns = std::max<int64_t>(opt.turns, 1);
+  const int64_t convs = (std::max<int64_t>(opt.num, 0) + turns - 1) / turns;
+  std::vector<std::string> prefixes;
+  if (opt.prefix_len > 0) {
+    for (int64_t g = 0; g < std::max<int64_t>(opt.num_prefix_groups, 1); ++g) prefixes.push_back(pb.Make(opt.prefix_len, rng));
+  }
+  struct Conv {
+    std::string system;
+    int group = -1;
+    std::vector<std::string> users, replies;
+  };
+  std::vector<Conv> cs(static_cast<size_t>(convs));
+  for (int64_t c = 0; c < convs; ++c) {
+    Conv& cv = cs[static_cast<size_t>(c)];
+    if (!prefixes.empty()) {
+      cv.group = static_cast<int>(c % static_cast<int64_t>(prefixes.size()));
+      cv.system = prefixes[static_cast<size_t>(cv.group)];
+    }
+    for (int64_t t = 0; t < turns; ++t) {
+      cv.users.push_back(pb.Make(opt.input_len, rng));
+      cv.replies.push_back(pb.Make(opt.output_len, rng));
+    }
+  }
+  std::vector<RequestSpec> out;
+  for (int64_t t = 0; t < turns; ++t) {
+    for (int64_t c = 0; c < convs && static_cast<int64_t>(out.size()) < opt.num; ++c) {
+      const Conv& cv = cs[static_cast<size_t>(c)];
+      RequestSpec r;
+      r.system = cv.system;
+      r.group = cv.group;
+      for (int64_t k = 0; k < t; ++k) {
+        r.history.push_back(cv.users[static_cast<size_t>(k)]);
+        r.history.push_back(cv.replies[static_cast<size_t>(k)]);
+      }
+      r.prompt = cv.users[static_cast<size_t>(t)];
+      r.max_tokens = opt.output_len;
+      std::string all = r.system;
+      for (const std::string& h : r.history) all += " " + h;
+      all += " " + r.prompt;
+      r.prompt_tokens = pb.exact() ? pb.Count(all) : (t * (opt.input_len + opt.output_len) + opt.input_len +
+                                                      (r.system.empty() ? 0 : opt.prefix_len));
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
 StatusOr<std::vector<Conversation>> ParseShareGpt(std::string_view json, const std::string& name,
                                                   int64_t* skipped) {
   auto doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);

@@ -31,6 +31,9 @@ struct RequestSpec {
   int64_t prompt_tokens = 0;  // exact with a tokenizer, an estimate otherwise
   int64_t max_tokens = 1;
   int group = -1;       // shared-prefix group, -1 if none
+  // multi-turn: earlier turns of the conversation, user and assistant text
+  // alternating, sent before `prompt` (chat: as messages).
+  std::vector<std::string> history;
 };
 
 class PromptBuilder {
@@ -60,6 +63,23 @@ struct RandomOptions {
   int64_t num_prefix_groups = 1;  // distinct shared prefixes
 };
 std::vector<RequestSpec> RandomDataset(const RandomOptions& opt, const PromptBuilder& pb, uint64_t seed);
+
+// Multi-turn chat replay: `num` requests from ceil(num / turns) conversations
+// of `turns` user turns each (input_len tokens; assistant replies of
+// output_len tokens, synthetic, replayed as history). Each conversation opens
+// with one of num_prefix_groups shared system prompts of prefix_len tokens
+// (0: none). Ordered turn by turn (every conversation's turn 1, then turn 2,
+// ...), so a turn's history was sent as an earlier request: the workload of a
+// chat service whose requests re-send the growing conversation.
+struct MultiTurnOptions {
+  int64_t num = 100;
+  int64_t turns = 4;
+  int64_t input_len = 64;
+  int64_t output_len = 32;
+  int64_t prefix_len = 0;
+  int64_t num_prefix_groups = 1;
+};
+std::vector<RequestSpec> MultiTurnDataset(const MultiTurnOptions& opt, const PromptBuilder& pb, uint64_t seed);
 
 // ShareGPT: [{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}, ...]
 struct Conversation {

@@ -38,6 +38,7 @@ struct Flags {
   std::string tokenizer_dir;
   int64_t num_prompts = 100;
   int64_t input_len = 128, output_len = 32, prefix_len = 256, num_prefix_groups = 4, sharegpt_output_len = 0;
+  int64_t turns = 4;
   double range_ratio = 0.0;
   std::string request_rate = "inf";
   int sweep = 0;
@@ -128,8 +129,10 @@ int Main(int argc, char** argv) {
   app.add_flag("--allow-remote", f.allow_remote, "allow a host that is not a loopback address")->group("Target");
   // Workload.
   app.add_option("--dataset", f.dataset,
-                 "random | shared-prefix | sharegpt (JSON, --dataset-path) | burstgpt (CSV trace, --dataset-path)")
-      ->check(CLI::IsMember({"random", "shared-prefix", "sharegpt", "burstgpt"}))
+                 "random | shared-prefix | multi-turn (chat replay: --turns, --input-len per user turn, "
+                 "--output-len per reply, optional shared system prompt --prefix-len) | sharegpt (JSON, "
+                 "--dataset-path) | burstgpt (CSV trace, --dataset-path)")
+      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "sharegpt", "burstgpt"}))
       ->group("Workload");
   app.add_option("--dataset-path", f.dataset_path, "ShareGPT JSON or BurstGPT CSV file")->group("Workload");
   app.add_option("--tokenizer", f.tokenizer_dir,
@@ -147,8 +150,14 @@ int Main(int argc, char** argv) {
   app.add_option("--range-ratio", f.range_ratio, "lengths uniform in [len*(1-r), len*(1+r)]")
       ->check(CLI::Range(0.0, 1.0))
       ->group("Workload");
-  app.add_option("--prefix-len", f.prefix_len, "shared-prefix: tokens of the shared system prompt")
+  CLI::Option* prefix_len_opt =
+      app.add_option("--prefix-len", f.prefix_len,
+                     "shared-prefix: tokens of the shared system prompt (multi-turn: only when given)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}))
+      ->group("Workload");
+  app.add_option("--turns", f.turns, "multi-turn: user turns per conversation")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000))
       ->group("Workload");
   app.add_option("--num-prefix-groups", f.num_prefix_groups, "shared-prefix: distinct prefixes (requests round-robin)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
@@ -248,8 +257,17 @@ int Main(int argc, char** argv) {
   std::vector<double> trace_offsets;
   int64_t skipped = 0;
   RandomOptions ro;
-  const bool synthetic = f.dataset == "random" || f.dataset == "shared-prefix";
-  if (synthetic) {
+  const bool synthetic = f.dataset == "random" || f.dataset == "shared-prefix" || f.dataset == "multi-turn";
+  MultiTurnOptions mo;
+  if (f.dataset == "multi-turn") {
+    mo.num = f.num_prompts;
+    mo.turns = f.turns;
+    mo.input_len = f.input_len;
+    mo.output_len = f.output_len;
+    mo.prefix_len = prefix_len_opt->count() > 0 ? f.prefix_len : 0;
+    mo.num_prefix_groups = f.num_prefix_groups;
+    specs = MultiTurnDataset(mo, pb, f.seed);
+  } else if (synthetic) {
     ro.num = f.num_prompts;
     ro.input_len = f.input_len;
     ro.output_len = f.output_len;
@@ -333,6 +351,11 @@ int Main(int argc, char** argv) {
     config["prefix_len"] = f.prefix_len;
     config["num_prefix_groups"] = f.num_prefix_groups;
   }
+  if (f.dataset == "multi-turn") {
+    config["turns"] = f.turns;
+    config["prefix_len"] = mo.prefix_len;
+    config["num_prefix_groups"] = f.num_prefix_groups;
+  }
 
   // --- Runs.
   std::vector<double> run_rates = trace ? std::vector<double>{0.0} : rates.value();
@@ -354,7 +377,9 @@ int Main(int argc, char** argv) {
     }
     // Fresh random prompts per run (seed + k), so a later rate of a sweep does
     // not hit the server's prefix cache with the earlier runs' prompts.
-    if (synthetic && k > 0) specs = RandomDataset(ro, pb, f.seed + k);
+    if (synthetic && k > 0) {
+      specs = f.dataset == "multi-turn" ? MultiTurnDataset(mo, pb, f.seed + k) : RandomDataset(ro, pb, f.seed + k);
+    }
     const std::optional<SpecDecodeCounts> spec_before = FetchSpecDecodeCounts(*base);
     RunOutput run = RunBenchmark(cfg, specs, offsets);
     const std::optional<SpecDecodeCounts> spec_after = spec_before ? FetchSpecDecodeCounts(*base) : std::nullopt;

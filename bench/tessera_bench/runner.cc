@@ -100,10 +100,15 @@ std::string BuildRequestBody(const RunConfig& cfg, const RequestSpec& spec) {
   if (cfg.chat) {
     auto msgs = nlohmann::json::array();
     if (!spec.system.empty()) msgs.push_back({{"role", "system"}, {"content", spec.system}});
+    for (size_t i = 0; i < spec.history.size(); ++i) {
+      msgs.push_back({{"role", i % 2 == 0 ? "user" : "assistant"}, {"content", spec.history[i]}});
+    }
     msgs.push_back({{"role", "user"}, {"content", spec.prompt}});
     b["messages"] = std::move(msgs);
   } else {
-    b["prompt"] = spec.system.empty() ? spec.prompt : spec.system + " " + spec.prompt;
+    std::string text = spec.system;
+    for (const std::string& h : spec.history) text += (text.empty() ? "" : " ") + h;
+    b["prompt"] = text.empty() ? spec.prompt : text + " " + spec.prompt;
   }
   b["max_tokens"] = spec.max_tokens;
   b["temperature"] = cfg.temperature;

@@ -314,6 +314,50 @@ TEST(Dataset, RandomLengthsWithinRangeAndDeterministic) {
   EXPECT_NE(RandomDataset(o, pb, 43)[0].prompt, a[0].prompt);
 }
 
+TEST(Dataset, MultiTurnReplaysGrowingConversationsTurnByTurn) {
+  PromptBuilder pb(nullptr);
+  MultiTurnOptions o;
+  o.num = 10;  // 3 conversations of 4 turns, cut at 10 requests
+  o.turns = 4;
+  o.input_len = 5;
+  o.output_len = 3;
+  auto a = MultiTurnDataset(o, pb, 7);
+  ASSERT_EQ(a.size(), 10u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const size_t turn = i / 3, conv = i % 3;
+    EXPECT_EQ(a[i].history.size(), 2 * turn) << i;
+    EXPECT_EQ(a[i].max_tokens, 3);
+    EXPECT_TRUE(a[i].system.empty());
+    EXPECT_EQ(a[i].prompt_tokens, static_cast<int64_t>(turn * 8 + 5)) << i;
+    if (turn > 0) {
+      // The previous turn of the same conversation is a prefix of this one.
+      const RequestSpec& prev = a[i - 3];
+      EXPECT_EQ(a[i].history[2 * turn - 2], prev.prompt);
+      for (size_t k = 0; k + 2 < 2 * turn; ++k) EXPECT_EQ(a[i].history[k], prev.history[k]);
+    }
+    if (conv > 0 && turn == 0) {
+      EXPECT_NE(a[i].prompt, a[i - 1].prompt);
+    }
+  }
+  // The completions body sends history before the new turn; chat sends them as messages.
+  RunConfig cfg;
+  const RequestSpec& last = a[9];  // conversation 0, turn 4
+  const auto b = nlohmann::json::parse(BuildRequestBody(cfg, last));
+  EXPECT_EQ(b["prompt"].get<std::string>().rfind(last.history[0], 0), 0u);
+  EXPECT_NE(b["prompt"].get<std::string>().find(last.prompt), std::string::npos);
+  cfg.chat = true;
+  const auto c = nlohmann::json::parse(BuildRequestBody(cfg, last));
+  ASSERT_EQ(c["messages"].size(), 7u);
+  EXPECT_EQ(c["messages"][1]["role"], "assistant");
+  EXPECT_EQ(c["messages"][6]["content"], last.prompt);
+  o.prefix_len = 4;
+  o.num_prefix_groups = 2;
+  auto s = MultiTurnDataset(o, pb, 7);
+  EXPECT_EQ(s[0].system, s[2].system);
+  EXPECT_NE(s[0].system, s[1].system);
+  EXPECT_EQ(s[3].system, s[0].system);  // a conversation keeps its system prompt
+}
+
 TEST(Dataset, SharedPrefixGroups) {
   PromptBuilder pb(nullptr);
   RandomOptions o;

@@ -1,24 +1,31 @@
 #!/usr/bin/env python3
 """Runs a deploy/k8s topology as local processes, from the same config files the manifests
-mount (deploy/k8s/base/serve.toml), for development and the e2e tests. Stdlib only.
+mount (deploy/k8s/config/serve.toml), for development and the e2e tests. Stdlib only.
 
-  deploy/local/topology.py [--state DIR] up unified [--tessera build/tessera] [--model DIR] [-- SERVE_FLAGS...]
+  deploy/local/topology.py [--state DIR] up TOPOLOGY [--tessera build/tessera] [--model DIR] [-- SERVE_FLAGS...]
   deploy/local/topology.py [--state DIR] status
-  deploy/local/topology.py [--state DIR] down         # SIGTERM: each server drains, then exits
+  deploy/local/topology.py [--state DIR] down   # SIGTERM: router, then servers (they drain), then redis
 
 `up` starts the processes in the background (logs and state.json in --state, default
-.local-topology/), waits until every /ready answers 200 and prints the endpoints as JSON.
-Only loopback: every process gets --host 127.0.0.1 and free ports, overriding serve.toml (flags
-win over the file, as in the manifests' args).
+.local-topology/), waits until every /ready answers 200 (redis: PING) and prints the endpoints
+as JSON; the endpoint named "entry" is where clients go. Only loopback: every process gets
+--host 127.0.0.1 and free ports, overriding serve.toml (flags win over the file, as in the
+manifests' args). SERVE_FLAGS after `--` go to every engine server (not to the router).
 
 Topologies:
-  unified        one `tessera serve` (the base/cpu/gpu overlays' Deployment)
-  disaggregated  1 prefill + 1 decode + router: not yet (needs `serve --role`, see README)
-  redis          2 instances + router + Redis KV tier: not yet (needs the router and Redis tier)
+  unified   one `tessera serve` (the base/cpu/gpu overlays' Deployment)
+  pd        1 prefill + 1 decode + router (overlays/disaggregated): the role flags of its
+            manifests, KV over UCX tcp, and the router given `localhost:PORT` names, which it
+            resolves to every address as it does the pools' headless Services
+  kv        2 instances + router + redis-server: the instances share a Redis KV tier
+            (--kv-offload-remote-url) and publish KV events (--kv-events-config), the router
+            routes on them (--routing-logic kv-aware)
+Use it from Python: start(topology, state, tessera, model, serve_args) and stop(procs).
 """
 import argparse
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -28,7 +35,7 @@ import urllib.error
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVE_TOML = os.path.join(REPO, "deploy", "k8s", "base", "serve.toml")
+SERVE_TOML = os.path.join(REPO, "deploy", "k8s", "config", "serve.toml")
 READY_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 60  # > serve.toml drain-timeout (30) + the server's abort grace
 
@@ -47,41 +54,72 @@ def get(url, timeout=5):
         return e.code, e.read()
 
 
-def serve_process(tessera, name, state, extra):
-    """One `tessera serve` with the manifests' config file, on loopback ports of its own."""
-    http, grpc = free_port(), free_port()
-    cmd = [tessera, "serve", "--config", SERVE_TOML, "--host", "127.0.0.1", "--port", str(http),
-           "--grpc-port", str(grpc)] + extra
+def spawn(name, state, cmd, **endpoints):
     log = open(os.path.join(state, f"{name}.log"), "ab")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return {"name": name, "pid": proc.pid, "http": f"http://127.0.0.1:{http}", "grpc": f"127.0.0.1:{grpc}",
-            "cmd": cmd, "log": log.name}
+    log.close()
+    return dict({"name": name, "pid": proc.pid, "cmd": cmd, "log": log.name}, **endpoints)
+
+
+def serve_process(tessera, name, state, extra, grpc=True):
+    """One `tessera serve` with the manifests' config file, on loopback ports of its own."""
+    http = free_port()
+    grpc_port = free_port() if grpc else -1
+    cmd = [tessera, "serve", "--config", SERVE_TOML, "--host", "127.0.0.1", "--port", str(http),
+           "--grpc-port", str(grpc_port)] + extra
+    return spawn(name, state, cmd, http=f"http://127.0.0.1:{http}",
+                 grpc=f"127.0.0.1:{grpc_port}" if grpc else None)
+
+
+def engine_args(args):
+    return (["--model", os.path.abspath(args.model)] if args.model else []) + list(args.serve_args)
 
 
 def topology_unified(args, state):
-    extra = []
-    if args.model:
-        extra += ["--model", os.path.abspath(args.model)]
-    extra += args.serve_args
-    return [serve_process(args.tessera, "unified", state, extra)]
+    return [serve_process(args.tessera, "unified", state, engine_args(args))]
 
 
-def topology_not_yet(what):
-    def start(args, state):
-        raise SystemExit(f"topology.py: the {what} topology is not available yet: {TOPOLOGIES_NOT_YET[what]}")
-    return start
+def router_process(args, state, decode, prefill=(), extra=()):
+    """The router (no model, no gRPC) given `localhost:PORT` names, as the manifests give it the
+    pools' headless Service names: it resolves each to every address."""
+    def names(procs):
+        return ",".join("localhost:" + p["http"].rsplit(":", 1)[1] for p in procs)
+    cmd = ["--role", "router", "--decode-instances", names(decode), "--router-poll-interval", "0.2",
+           "--router-dns-interval", "1"]
+    if prefill:
+        cmd += ["--prefill-instances", names(prefill)]
+    return serve_process(args.tessera, "router", state, cmd + list(extra), grpc=False)
 
 
-TOPOLOGIES_NOT_YET = {
-    "disaggregated": "it needs `tessera serve --role prefill|decode|router` (the disaggregation work); "
-                     "the slot is here: start prefill and decode servers with serve.toml plus their role flags, "
-                     "then the router pointed at them, as deploy/k8s/overlays/disaggregated will",
-    "redis": "it needs the router and the Redis/Valkey KV tier; the slot is here: redis-server on a free "
-             "loopback port, two instances with the tier's flags, and a router",
-}
-TOPOLOGIES = {"unified": topology_unified,
-              "disaggregated": topology_not_yet("disaggregated"),
-              "redis": topology_not_yet("redis")}
+def topology_pd(args, state):
+    """overlays/disaggregated as processes: its pools' role flags (--kv-ucx-tls tcp,self: tcp as
+    between pods, self for the instance's own endpoint)."""
+    procs = []
+    for role in ("prefill", "decode"):
+        procs.append(serve_process(args.tessera, role, state, ["--role", role, "--kv-transfer-port", str(free_port()),
+                                                               "--kv-ucx-tls", "tcp,self"] + engine_args(args)))
+    return procs + [router_process(args, state, decode=[procs[1]], prefill=[procs[0]], extra=args.router_args)]
+
+
+def topology_kv(args, state):
+    redis_port = free_port()
+    redis = spawn("redis", state, ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no", "--dir", state], redis=f"127.0.0.1:{redis_port}")
+    procs = [redis]
+    for i in (1, 2):
+        # A wildcard host: the publisher binds (vLLM's rule), so the router can subscribe (it learns the
+        # endpoints from the instance's /server_info).
+        events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{free_port()}",
+                  "replay_endpoint": f"tcp://*:{free_port()}"}
+        procs.append(serve_process(args.tessera, f"instance{i}", state,
+                                   ["--kv-offload-remote-url", f"redis://127.0.0.1:{redis_port}",
+                                    "--kv-events-config", json.dumps(events)] + engine_args(args)))
+    return procs + [router_process(args, state, decode=procs[1:], extra=["--routing-logic", "kv-aware"] +
+                                   list(args.router_args))]
+
+
+TOPOLOGIES = {"unified": topology_unified, "pd": topology_pd, "kv": topology_kv}
+ENTRY = {"unified": "unified", "pd": "router", "kv": "router"}
 
 
 def alive(pid):
@@ -105,48 +143,94 @@ def load_state(state):
 
 
 def stop(procs):
-    for p in procs:
-        if alive(p["pid"]):
-            os.kill(p["pid"], signal.SIGTERM)
-    deadline = time.time() + STOP_TIMEOUT_S
-    while time.time() < deadline and any(alive(p["pid"]) for p in procs):
-        time.sleep(0.1)
-    left = [p for p in procs if alive(p["pid"])]
-    for p in left:
-        os.kill(p["pid"], signal.SIGKILL)
+    """SIGTERM in stages, each waited for: the router (it drains its clients' requests), then
+    the engine servers (they drain theirs), then redis. SIGKILL for what outlives
+    STOP_TIMEOUT_S. Returns the processes killed."""
+    def stage(p):
+        return 0 if p["name"] == "router" else 2 if p.get("redis") else 1
+    left = []
+    for n in range(3):
+        group = [p for p in procs if stage(p) == n]
+        for p in group:
+            if alive(p["pid"]):
+                os.kill(p["pid"], signal.SIGTERM)
+        deadline = time.time() + STOP_TIMEOUT_S
+        while time.time() < deadline and any(alive(p["pid"]) for p in group):
+            time.sleep(0.05)
+        for p in group:
+            if alive(p["pid"]):
+                os.kill(p["pid"], signal.SIGKILL)
+                left.append(p)
     return left
 
 
-def cmd_up(args):
-    state = os.path.abspath(args.state)
+class TopologyError(Exception):
+    pass
+
+
+def ready(p):
+    """/ready answers 200 (servers) or PING answers PONG (redis)."""
+    if p.get("redis"):
+        host, port = p["redis"].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=2) as c:
+            c.sendall(b"PING\r\n")
+            return c.recv(64).startswith(b"+PONG")
+    return get(p["http"] + "/ready")[0] == 200
+
+
+def start(topology, state, tessera, model=None, serve_args=(), router_args=()):
+    """Starts `topology` with logs and state.json in `state`; returns {"topology", "endpoints",
+    "processes"} once every process is ready. Raises TopologyError (after stopping what it
+    started) when one exits or is not ready in time."""
+    state = os.path.abspath(state)
     os.makedirs(state, exist_ok=True)
     old = load_state(state)
     if old and any(alive(p["pid"]) for p in old["processes"]):
-        raise SystemExit(f"topology.py: {state} already runs a topology; `down` it first")
-    procs = TOPOLOGIES[args.topology](args, state)
+        raise TopologyError(f"topology.py: {state} already runs a topology; `down` it first")
+    args = argparse.Namespace(tessera=tessera, model=model, serve_args=list(serve_args),
+                              router_args=list(router_args))
+    procs = TOPOLOGIES[topology](args, state)
     with open(os.path.join(state, "state.json"), "w") as f:
-        json.dump({"topology": args.topology, "processes": procs}, f, indent=1)
+        json.dump({"topology": topology, "processes": procs}, f, indent=1)
     deadline = time.time() + READY_TIMEOUT_S
     pending = list(procs)
     while pending and time.time() < deadline:
         for p in list(pending):
             if not alive(p["pid"]):
-                stop(procs)
+                down(state)
                 with open(p["log"], "rb") as f:
                     tail = f.read()[-2000:].decode(errors="replace")
-                raise SystemExit(f"topology.py: {p['name']} exited during start-up; log:\n{tail}")
+                raise TopologyError(f"topology.py: {p['name']} exited during start-up; log:\n{tail}")
             try:
-                if get(p["http"] + "/ready")[0] == 200:
+                if ready(p):
                     pending.remove(p)
             except OSError:
                 pass
         time.sleep(0.1)
     if pending:
-        stop(procs)
-        raise SystemExit(f"topology.py: not ready within {READY_TIMEOUT_S}s: {[p['name'] for p in pending]}")
-    print(json.dumps({"topology": args.topology,
-                      "endpoints": {p["name"]: {"http": p["http"], "grpc": p["grpc"], "pid": p["pid"]}
-                                    for p in procs}}))
+        down(state)
+        raise TopologyError(f"topology.py: not ready within {READY_TIMEOUT_S}s: {[p['name'] for p in pending]}")
+    endpoints = {p["name"]: {k: p[k] for k in ("http", "grpc", "redis", "pid") if p.get(k) is not None}
+                 for p in procs}
+    return {"topology": topology, "entry": ENTRY[topology], "endpoints": endpoints, "processes": procs}
+
+
+def down(state):
+    """Stops what state.json lists (SIGTERM, SIGKILL after STOP_TIMEOUT_S); returns the names killed."""
+    st = load_state(state)
+    if not st:
+        return []
+    left = stop(st["processes"])
+    os.unlink(os.path.join(state, "state.json"))
+    return [p["name"] for p in left]
+
+
+def cmd_up(args):
+    try:
+        up = start(args.topology, args.state, args.tessera, args.model, args.serve_args, shlex.split(args.router_args))
+    except TopologyError as e:
+        raise SystemExit(str(e))
+    print(json.dumps({k: up[k] for k in ("topology", "entry", "endpoints")}))
 
 
 def cmd_status(args):
@@ -156,25 +240,21 @@ def cmd_status(args):
         return
     out = {}
     for p in st["processes"]:
-        ready = None
+        is_ready = None
         if alive(p["pid"]):
             try:
-                ready = get(p["http"] + "/ready")[0] == 200
+                is_ready = ready(p)
             except OSError:
-                ready = False
-        out[p["name"]] = {"pid": p["pid"], "alive": alive(p["pid"]), "ready": ready, "http": p["http"]}
+                is_ready = False
+        out[p["name"]] = {"pid": p["pid"], "alive": alive(p["pid"]), "ready": is_ready,
+                          "address": p.get("http") or p.get("redis")}
     print(json.dumps({"topology": st["topology"], "processes": out}))
 
 
 def cmd_down(args):
-    state = os.path.abspath(args.state)
-    st = load_state(state)
-    if not st:
-        return
-    left = stop(st["processes"])
-    os.unlink(os.path.join(state, "state.json"))
+    left = down(os.path.abspath(args.state))
     if left:
-        raise SystemExit(f"topology.py: killed after {STOP_TIMEOUT_S}s: {[p['name'] for p in left]}")
+        raise SystemExit(f"topology.py: killed after {STOP_TIMEOUT_S}s: {left}")
 
 
 def main():
@@ -185,6 +265,7 @@ def main():
     up.add_argument("topology", choices=sorted(TOPOLOGIES))
     up.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     up.add_argument("--model", help="checkpoint (the manifests mount it at /models/model)")
+    up.add_argument("--router-args", default="", help="more flags for the router (pd, kv), one string")
     sub.add_parser("status")
     sub.add_parser("down")
     argv = sys.argv[1:]

@@ -8,6 +8,45 @@
 #include "engine/kv_tiers/kv_block_record.h"
 
 namespace tessera::kv_tiers {
+
+StatusOr<RedisKvStoreOptions> ParseRedisUrl(const std::string& url, RedisKvStoreOptions base) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("'" + url + "': " + why + " (expected redis://HOST:PORT or redis://HOST:PORT/DB)");
+  };
+  std::string rest;
+  for (const char* scheme : {"redis://", "valkey://"}) {
+    if (url.rfind(scheme, 0) == 0) rest = url.substr(std::string(scheme).size());
+  }
+  if (rest.empty()) return bad("not a redis:// URL");
+  if (const size_t at = rest.rfind('@'); at != std::string::npos) {
+    const std::string userinfo = rest.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    base.password = colon == std::string::npos ? userinfo : userinfo.substr(colon + 1);
+    rest = rest.substr(at + 1);
+  }
+  std::string hostport = rest;
+  if (const size_t slash = rest.find('/'); slash != std::string::npos) {
+    hostport = rest.substr(0, slash);
+    const std::string db = rest.substr(slash + 1);
+    if (!db.empty()) {
+      if (db.size() > 4 || db.find_first_not_of("0123456789") != std::string::npos) return bad("bad database number");
+      base.db = std::stoi(db);
+    }
+  }
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("missing HOST:PORT");
+  const std::string port = hostport.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) < 1 || std::stoi(port) > 65535) {
+    return bad("bad port");
+  }
+  base.host = hostport.substr(0, colon);
+  if (base.host.size() > 2 && base.host.front() == '[' && base.host.back() == ']') {
+    base.host = base.host.substr(1, base.host.size() - 2);  // [IPv6]
+  }
+  base.port = std::stoi(port);
+  return base;
+}
 namespace {
 
 timeval Ms(int ms) { return {ms / 1000, (ms % 1000) * 1000}; }

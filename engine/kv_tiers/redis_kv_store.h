@@ -39,6 +39,12 @@ struct RedisKvStoreOptions {
   int max_connections = 4;
 };
 
+// `redis://[[user]:password@]HOST:PORT[/DB]` (the --kv-offload-remote-url
+// form; `valkey://` too) into host, port, password and db of `base`.
+// INVALID_ARGUMENT naming what is wrong. The user name is ignored (AUTH with
+// the password only, Redis < 6 style).
+StatusOr<RedisKvStoreOptions> ParseRedisUrl(const std::string& url, RedisKvStoreOptions base = {});
+
 class RedisKvStore final : public KvBlockStore {
  public:
   // Does not connect: an unreachable server is not an error until used.

@@ -173,6 +173,11 @@ StatusOr<std::string> GenerateRequestToJson(const v1::GenerateRequest& request, 
   }
   RETURN_IF_ERROR(PutSamplingParams(request.params(), *chat, &body));
   if (request.has_cache_salt()) body["cache_salt"] = request.cache_salt();
+  if (request.has_kv_transfer_params()) {
+    Json kv = Json::parse(request.kv_transfer_params(), nullptr, /*allow_exceptions=*/false);
+    if (!kv.is_object()) return InvalidArgument("'kv_transfer_params' must be a JSON object (as text)");
+    body["kv_transfer_params"] = std::move(kv);
+  }
   return Dump(body);
 }
 

@@ -276,6 +276,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   opts.top_logprobs = req.top_logprobs;
   opts.echo_prefix = openai::ChatEchoPrefix(req);
   opts.output = prepared.output;
+  opts.return_token_ids = req.return_token_ids;
   if (req.stream) {
     job->chat_stream.emplace(job->id(), job->created(), job->model(), req.params.n, opts, req.continuous_usage);
   } else {

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include "engine/kv_transfer/kv_transport.h"
 #include "server/openai/request_common.h"
 #include "server/openai/request_path.h"
 #include "server/openai/sse.h"
@@ -30,7 +31,11 @@ void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
     }
   }
   switch (ctx->state.load()) {
-    case ModelState::kReady: return ex->Send(JsonResponse(HttpStatus::ok, {{"status", "ready"}}));
+    case ModelState::kReady: {
+      nlohmann::json body = {{"status", "ready"}};
+      if (const int g = ctx->grpc_port.load(); g >= 0) body["grpc_port"] = g;
+      return ex->Send(JsonResponse(HttpStatus::ok, body));
+    }
     case ModelState::kLoading:
       return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "loading"}}));
     case ModelState::kFailed:
@@ -42,6 +47,7 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ServingEngine* engine = ctx->ready_engine()) {
     ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
     ctx->metrics->UpdateExpertLoad(engine->expert_load());
+    if (const KvTierManager* tiers = engine->kv_tiers()) ctx->metrics->UpdateKvTiers(tiers->stats(), tiers->totals());
     if (auto times = engine->rank_times(); !times.empty()) {
       std::vector<double> step, coll;
       for (const auto& t : times) step.push_back(t.step_seconds), coll.push_back(t.collective_seconds);
@@ -51,6 +57,7 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   HttpResponse res{HttpStatus::ok, 11};
   res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
   res.body() = ctx->metrics->Serialize();
+  if (ctx->extra_metrics) res.body() += ctx->extra_metrics();
   ex->Send(std::move(res));
 }
 
@@ -64,6 +71,25 @@ void HandleModels(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
                       {"root", engine->served_model_name()},
                       {"max_model_len", engine->limits().max_model_len}};
   ex->Send(JsonResponse(HttpStatus::ok, {{"object", "list"}, {"data", json::array({model})}}));
+}
+
+// GET /server_info: what a router learns about an instance without per-instance
+// flags. Answers while loading too (block_size and kv_transfer then null).
+void HandleServerInfo(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
+  json info = {{"role", ctx->role}, {"model", ctx->served_model_name}, {"block_size", nullptr},
+               {"kv_events", nullptr}, {"kv_transfer", nullptr}};
+  if (!ctx->kv_events_endpoint.empty()) {
+    info["kv_events"] = {{"endpoint", ctx->kv_events_endpoint},
+                         {"replay_endpoint", ctx->kv_events_replay_endpoint},
+                         {"topic", ctx->kv_events_topic}};
+  }
+  if (ServingEngine* engine = ctx->ready_engine()) {
+    info["block_size"] = engine->kv_block_size();
+    if (const KvTransport* kt = engine->kv_transport()) {
+      info["kv_transfer"] = {{"host", kt->host()}, {"port", kt->port()}, {"engine_id", kt->engine_id()}};
+    }
+  }
+  ex->Send(JsonResponse(HttpStatus::ok, info));
 }
 
 openai::RequestLimits LimitsOf(const ServingEngine& engine) {
@@ -182,6 +208,8 @@ void RegisterOpenAiRoutes(ServeContext* ctx) {
   s->Handle(http::verb::get, "/metrics", [ctx](std::shared_ptr<HttpExchange> ex) { HandleMetrics(ctx, ex); },
             probe);
   s->Handle(http::verb::get, "/v1/models", [ctx](std::shared_ptr<HttpExchange> ex) { HandleModels(ctx, ex); });
+  s->Handle(http::verb::get, "/server_info",
+            [ctx](std::shared_ptr<HttpExchange> ex) { HandleServerInfo(ctx, ex); }, probe);
   s->HandlePrefix(http::verb::get, "/v1/models/", [ctx](std::shared_ptr<HttpExchange> ex) {
     HandleModel(ctx, ex, PercentDecode(ex->path().substr(std::string_view("/v1/models/").size())));
   });

@@ -1,5 +1,7 @@
 // The routes of `tessera serve`: /health, /ready, /metrics, /v1/models,
-// /v1/models/{id}, /v1/completions, /v1/chat/completions, /tokenize, /detokenize.
+// /v1/models/{id}, /v1/completions, /v1/chat/completions, /tokenize, /detokenize,
+// /server_info (what a router needs to know: role, KV block size, KV event and
+// KV transfer endpoints).
 //
 // Cheap handlers run on the connection's strand (an io thread); the ones that
 // parse a body, render templates or tokenize run on ServeContext::workers.
@@ -11,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -35,6 +38,11 @@ struct ServeContext {
   boost::asio::io_context* workers = nullptr;
   std::string served_model_name;           // known before the model loads
   std::chrono::seconds request_timeout{0};  // 0: none
+  std::string role = "unified";             // --role, reported by /server_info
+  // The KV event publisher's endpoints as bound ("" : no events), for /server_info.
+  std::string kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic;
+  // Prometheus text appended to /metrics (e.g. the KV event publisher's); may be empty.
+  std::function<std::string()> extra_metrics;
   // Reasoning / tool-call output parsing of chat completions; written with
   // the engine, before state turns kReady (read only by ready handlers).
   openai::tools::ChatOutputConfig chat_output;
@@ -43,6 +51,9 @@ struct ServeContext {
   std::atomic<ServingEngine*> engine{nullptr};
   std::atomic<ModelState> state{ModelState::kLoading};
   std::atomic<bool> draining{false};
+  // Prefill/decode roles: the gRPC API's port (-1: off or another role), on
+  // /ready ("grpc_port") so a router's gRPC front finds it.
+  std::atomic<int> grpc_port{-1};
 
   ServingEngine* ready_engine() const {
     return state.load(std::memory_order_acquire) == ModelState::kReady ? engine.load(std::memory_order_acquire)

@@ -19,17 +19,16 @@ std::string SeqBytes(int64_t seq) {
   return out;
 }
 
-// vLLM binds for wildcard hosts and local transports, and connects otherwise.
-bool ShouldBind(const std::string& endpoint) {
-  return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
-         endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0;
-}
-
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
+
+bool PublisherBinds(const std::string& endpoint) {
+  return endpoint.find('*') != std::string::npos || endpoint.find("::") != std::string::npos ||
+         endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0;
+}
 
 struct KvEventPublisher::Sockets {
   zmq::context_t ctx{1};
@@ -47,7 +46,7 @@ StatusOr<std::shared_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEven
   try {
     s.pub.set(zmq::sockopt::sndhwm, static_cast<int>(c.hwm));
     s.pub.set(zmq::sockopt::linger, 100);
-    ShouldBind(c.endpoint) ? s.pub.bind(c.endpoint) : s.pub.connect(c.endpoint);
+    PublisherBinds(c.endpoint) ? s.pub.bind(c.endpoint) : s.pub.connect(c.endpoint);
     if (!c.replay_endpoint.empty()) {
       s.replay.emplace(s.ctx, zmq::socket_type::router);
       s.replay->set(zmq::sockopt::linger, 0);

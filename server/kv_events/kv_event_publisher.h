@@ -33,6 +33,11 @@
 
 namespace tessera::kv_events {
 
+// vLLM's rule: the PUB endpoint is bound for a wildcard host (tcp://*:N),
+// "::", ipc:// and inproc://, and connected otherwise (to a collector that
+// binds). Subscribers can connect only to a bound one.
+bool PublisherBinds(const std::string& endpoint);
+
 struct KvEventPublisherOptions {
   KvEventsConfig config;
   std::optional<int64_t> data_parallel_rank = 0;

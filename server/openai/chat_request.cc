@@ -38,10 +38,8 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
   if (auto e = tools::ParseToolChoice(body, r.tools, &r.tool_choice)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
-  if (auto k = body.find("kv_transfer_params"); k != body.end() && !k->is_null()) {
-    return BadRequest("'kv_transfer_params' is accepted on /v1/completions only (send token ids there)",
-                      "kv_transfer_params", "unsupported_parameter");
-  }
+  if (auto e = ParseKvTransferParams(body, &r.kv_transfer)) return e;
+  if (auto e = ReadBool(body, "return_token_ids", "return_token_ids", &r.return_token_ids)) return e;
   if (auto e = ParseStructuredOutput(body, &r.structured)) return e;
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &r.parallel_tool_calls)) return e;
 

@@ -13,6 +13,7 @@
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_choice.h"
 #include "server/openai/structured_request.h"
+#include "server/router/kv_transfer_params.h"
 
 namespace tessera::openai {
 
@@ -39,6 +40,8 @@ struct ChatRequest {
   std::string cache_salt;  // "" : none (see StreamFlags)
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  bool return_token_ids = false;   // vLLM: each choice also carries its new "token_ids"
+  KvTransferRequest kv_transfer;   // vLLM's kv_transfer_params (disaggregation), as on /v1/completions
 };
 
 // On failure returns the error to send (400; 404 model_not_found).

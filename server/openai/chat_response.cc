@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "server/router/kv_transfer_params.h"
+
 namespace tessera::openai {
 
 using nlohmann::json;
@@ -38,10 +40,12 @@ ChatAccumulator::ChatAccumulator(int n, ChatOptions options)
 
 void ChatAccumulator::Add(const GenerationUpdate& update) {
   usage_.Update(update);
+  if (update.kv_export) kv_export_ = update.kv_export;
   for (const ChoiceDelta& d : update.choices) {
     if (d.index < 0 || static_cast<size_t>(d.index) >= choices_.size()) continue;
     Choice& c = choices_[d.index];
     c.text += d.text;
+    c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
     if (options_.logprobs) {
       for (const LogprobEntry& e : d.logprobs) c.logprobs.push_back(ChatLogprobJson(e, options_.top_logprobs));
     }
@@ -76,18 +80,22 @@ json ChatAccumulator::Build(const std::string& id, int64_t created, const std::s
     } else {
       message["content"] = options_.echo_prefix + c.text;
     }
-    choices.push_back({{"index", i},
-                       {"message", std::move(message)},
-                       {"logprobs", options_.logprobs ? json{{"content", c.logprobs}} : json(nullptr)},
-                       {"finish_reason", std::move(finish)},
-                       {"stop_reason", c.stop_reason}});
+    json choice = {{"index", i},
+                   {"message", std::move(message)},
+                   {"logprobs", options_.logprobs ? json{{"content", c.logprobs}} : json(nullptr)},
+                   {"finish_reason", std::move(finish)},
+                   {"stop_reason", c.stop_reason}};
+    if (options_.return_token_ids) choice["token_ids"] = c.token_ids;
+    choices.push_back(std::move(choice));
   }
-  return {{"id", id},
-          {"object", "chat.completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", std::move(choices)},
-          {"usage", UsageJson(usage_.prompt_tokens, usage_.completion_tokens, usage_.cached_tokens)}};
+  json out = {{"id", id},
+              {"object", "chat.completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", std::move(choices)},
+              {"usage", UsageJson(usage_.prompt_tokens, usage_.completion_tokens, usage_.cached_tokens)}};
+  if (kv_export_) out["kv_transfer_params"] = KvTransferParamsJson(*kv_export_);
+  return out;
 }
 
 ChatStream::ChatStream(std::string id, int64_t created, std::string model, int n, ChatOptions options,
@@ -164,7 +172,8 @@ std::vector<json> ChatStream::OnUpdate(const GenerationUpdate& update) {
     const bool finished = d.finish_reason != FinishReason::kNone;
     const bool has_logprobs = options_.logprobs && !d.logprobs.empty();
     std::vector<json> deltas = Deltas(d.index, d.text, finished);
-    if (deltas.empty() && !has_logprobs && !finished) continue;
+    const bool has_ids = options_.return_token_ids && !d.token_ids.empty();
+    if (deltas.empty() && !has_logprobs && !finished && !has_ids) continue;
     if (deltas.empty()) deltas.push_back(json::object());
     for (size_t k = 0; k < deltas.size(); ++k) {
       json logprobs = nullptr;
@@ -180,6 +189,9 @@ std::vector<json> ChatStream::OnUpdate(const GenerationUpdate& update) {
       out.push_back(Chunk(d.index, std::move(deltas[k]), std::move(logprobs),
                           last ? ChatFinishReasonJson(d.finish_reason, calls) : json(nullptr),
                           last ? StopReasonJson(d) : json(nullptr)));
+      if (options_.return_token_ids) {
+        out.back()["choices"][0]["token_ids"] = last ? d.token_ids : std::vector<int32_t>();
+      }
     }
   }
   return out;

@@ -26,6 +26,9 @@ struct ChatOptions {
   // it is part of the assistant message). Inactive: the text is the content.
   tools::ChatOutputOptions output;
   std::function<std::string()> make_tool_call_id = tools::RandomToolCallId;
+  // vLLM's return_token_ids: each choice (and each update's last chunk of a
+  // choice, an empty delta if the text is held back) carries "token_ids".
+  bool return_token_ids = false;
 };
 
 // One entry of "logprobs":{"content":[...]}: {"token","logprob","bytes",
@@ -51,10 +54,12 @@ class ChatAccumulator {
     nlohmann::json logprobs = nlohmann::json::array();
     FinishReason finish = FinishReason::kNone;
     nlohmann::json stop_reason;
+    std::vector<int32_t> token_ids;
   };
   ChatOptions options_;
   std::vector<Choice> choices_;
   UsageCounter usage_;
+  std::optional<KvExportInfo> kv_export_;  // -> "kv_transfer_params" (prefill role)
 };
 
 class ChatStream {

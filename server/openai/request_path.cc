@@ -143,6 +143,8 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
       model.output.tool_parser == tools::ToolParserKind::kMistral;
   p.input = MakeInput(std::move(ids), p.request.params, req.skip_special_tokens && !mistral_tools,
                       req.include_stop_str_in_output, req.cache_salt);
+  p.input.export_kv = req.kv_transfer.do_remote_decode;
+  p.input.remote_kv = req.kv_transfer.remote;
   *out = std::move(p);
   return std::nullopt;
 }

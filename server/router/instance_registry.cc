@@ -41,6 +41,7 @@ double SumMetric(const std::string& text, const std::string& name) {
 StatusOr<std::unique_ptr<InstanceRegistry>> InstanceRegistry::Create(const Options& options) {
   auto r = std::unique_ptr<InstanceRegistry>(new InstanceRegistry());
   r->options_ = options;
+  r->resolver_ = std::make_unique<InstanceResolver>(options.dns_interval);
   RETURN_IF_ERROR(r->SetLists(options.prefill, options.decode));
   if (!options.file.empty()) r->ReloadFile();
   r->poller_ = std::thread([p = r.get()] { p->PollLoop(); });
@@ -57,8 +58,17 @@ InstanceRegistry::~InstanceRegistry() {
 }
 
 Status InstanceRegistry::SetLists(const std::vector<std::string>& prefill, const std::vector<std::string>& decode) {
+  const std::vector<std::string> configured[2] = {prefill, decode};  // copies: the arguments may be configured_
+  std::vector<std::string> resolved[2];
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(resolved[i], resolver_->Expand(configured[i], std::string("--") +
+                                                    (i == 0 ? "prefill" : "decode") + "-instances"));
+  }
+  configured_[0] = configured[0];
+  configured_[1] = configured[1];
   std::map<std::string, Instance> next;
-  for (auto [role, list] : {std::pair{InstanceRole::kPrefill, &prefill}, std::pair{InstanceRole::kDecode, &decode}}) {
+  for (auto [role, list] :
+       {std::pair{InstanceRole::kPrefill, &resolved[0]}, std::pair{InstanceRole::kDecode, &resolved[1]}}) {
     for (const std::string& a : *list) {
       Instance in;
       in.role = role;
@@ -122,6 +132,7 @@ void InstanceRegistry::PollLoop() {
   while (!stop_) {
     lock.unlock();
     if (!options_.file.empty()) ReloadFile();
+    if (resolver_->Due()) (void)SetLists(configured_[0], configured_[1]);  // entries were checked before
     lock.lock();
     std::vector<Instance> due;
     const auto now = std::chrono::steady_clock::now();
@@ -149,6 +160,8 @@ void InstanceRegistry::PollLoop() {
         cur.backoff = std::chrono::milliseconds(0);
         cur.queue = static_cast<int64_t>(SumMetric(res.body, "tessera:num_requests_running") +
                                          SumMetric(res.body, "tessera:num_requests_waiting"));
+        cur.kv_usage = SumMetric(res.body, "tessera:kv_cache_usage_perc");
+        cur.waiting = static_cast<int64_t>(SumMetric(res.body, "tessera:num_requests_waiting"));
         cur.next_poll = std::chrono::steady_clock::now() + options_.poll_interval;
       } else {
         if (cur.healthy) {
@@ -204,7 +217,9 @@ void InstanceRegistry::MarkFailed(const std::string& address) {
 std::vector<InstanceSnapshot> InstanceRegistry::Snapshot() const {
   std::lock_guard lock(mu_);
   std::vector<InstanceSnapshot> out;
-  for (const auto& [k, in] : instances_) out.push_back({in.ref, in.role, in.healthy, in.outstanding, in.queue});
+  for (const auto& [k, in] : instances_) {
+    out.push_back({in.ref, in.role, in.healthy, in.outstanding, in.queue, in.kv_usage, in.waiting});
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 // InstanceRegistry: the router's view of its prefill and decode instances —
-// from flags or a JSON file re-read when it changes — with their load
+// from flags or a JSON file re-read when it changes, DNS names expanded to
+// all their addresses (instance_resolver.h) — with their load
 // (outstanding tokens the router sent them, plus running and waiting
 // sequences polled from their /metrics) and health. An instance that fails a
 // call or a poll leaves rotation and is retried with exponential backoff.
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/router/instance_resolver.h"
 
 namespace tessera {
 
@@ -37,6 +39,8 @@ struct InstanceSnapshot {
   bool healthy = true;
   int64_t outstanding_tokens = 0;
   int64_t queue_depth = 0;  // running + waiting sequences at the last poll
+  double kv_usage = 0;      // tessera:kv_cache_usage_perc at the last poll (0..1)
+  int64_t waiting = 0;      // waiting sequences at the last poll (part of queue_depth)
 };
 
 class InstanceRegistry {
@@ -45,6 +49,7 @@ class InstanceRegistry {
     std::vector<std::string> prefill, decode;
     std::string file;
     std::chrono::milliseconds poll_interval{500};
+    std::chrono::milliseconds dns_interval{5000};  // re-resolution of names (headless Services)
   };
   static StatusOr<std::unique_ptr<InstanceRegistry>> Create(const Options& options);
   ~InstanceRegistry();
@@ -65,10 +70,13 @@ class InstanceRegistry {
     bool healthy = true;
     int64_t outstanding = 0;
     int64_t queue = 0;
+    double kv_usage = 0;
+    int64_t waiting = 0;
     std::chrono::milliseconds backoff{0};
     std::chrono::steady_clock::time_point next_poll{};
   };
   InstanceRegistry() = default;
+  // Entries as configured (names unresolved); resolves them (blocking DNS: poller thread or Create only).
   Status SetLists(const std::vector<std::string>& prefill, const std::vector<std::string>& decode);
   void ReloadFile();
   void PollLoop();
@@ -78,6 +86,9 @@ class InstanceRegistry {
   std::condition_variable cv_;
   std::map<std::string, Instance> instances_;  // by "role/address"
   std::string file_stamp_;
+  // Poller thread (and Create, before it starts) only, like SetLists:
+  std::unique_ptr<InstanceResolver> resolver_;
+  std::vector<std::string> configured_[2];  // prefill, decode entries as given (names unresolved)
   bool stop_ = false;
   std::thread poller_;
 };

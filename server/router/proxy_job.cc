@@ -1,5 +1,6 @@
 #include "server/router/proxy_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 
@@ -8,6 +9,7 @@
 
 #include "server/openai/sse.h"
 #include "server/router/http_client.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 namespace {
@@ -15,13 +17,27 @@ namespace {
 using Json = nlohmann::ordered_json;
 namespace http = boost::beast::http;
 
-// Fields a client may send that the router cannot carry through migration
-// and prefill yet: refused, never silently dropped.
-constexpr const char* kUnsupported[] = {"logprobs", "top_logprobs", "prompt_logprobs", "echo", "suffix", "tools"};
-// Chat-only fields, replaced by token ids when the router talks to instances.
+// Chat-only fields, replaced by token ids when the router continues a choice
+// on another decode through /v1/completions (migration).
 constexpr const char* kChatOnly[] = {"messages", "tools", "tool_choice", "chat_template", "chat_template_kwargs",
                                      "add_generation_prompt", "continue_final_message", "documents",
-                                     "parallel_tool_calls", "max_completion_tokens"};
+                                     "parallel_tool_calls", "max_completion_tokens", "top_logprobs"};
+// Fields whose output a continuation from prompt + tokens so far cannot
+// reproduce (parser or grammar state, per-token logprobs, several prompts):
+// such a request is relayed as it came and restarted on another decode only
+// while the client has seen nothing of it.
+constexpr const char* kNotContinuable[] = {"tools", "response_format", "structured_outputs", "guided_json",
+                                           "guided_regex", "guided_choice", "guided_grammar", "logprobs",
+                                           "top_logprobs", "continue_final_message"};
+
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+bool Flag(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_boolean() && it->get<bool>();
+}
 
 bool Truthy(const Json& v) {
   if (v.is_null()) return false;
@@ -52,25 +68,35 @@ class Proxy {
   void Run() {
     body_ = Json::parse(ex_->request().body(), nullptr, /*allow_exceptions=*/false);
     if (!body_.is_object()) return SendError(HttpStatus::bad_request, "the request body must be a JSON object");
-    for (const char* k : kUnsupported) {
-      if (auto it = body_.find(k); it != body_.end() && Truthy(*it)) {
-        return SendError(HttpStatus::bad_request,
-                         "'" + std::string(k) + "' is not supported through the router yet; send it to an instance");
-      }
-    }
     if (auto it = body_.find("kv_transfer_params"); it != body_.end() && !it->is_null()) {
       return SendError(HttpStatus::bad_request, "'kv_transfer_params' is set by the router; remove it");
     }
-    stream_ = body_.value("stream", false);
+    stream_ = Flag(body_, "stream");
     if (auto so = body_.find("stream_options"); so != body_.end() && so->is_object()) {
-      include_usage_ = so->value("include_usage", false);
+      include_usage_ = Flag(*so, "include_usage");
     }
-    return_token_ids_ = body_.value("return_token_ids", false);
+    return_token_ids_ = Flag(body_, "return_token_ids");
     n_ = body_.contains("n") && body_["n"].is_number_integer() ? body_["n"].get<int>() : 1;
-    if (n_ < 1 || n_ > 128) return SendError(HttpStatus::bad_request, "'n' must be in [1, 128]");
+    if (n_ < 1 || n_ > 128) n_ = 1;  // the instance answers with its own 400
     model_ = body_.contains("model") && body_["model"].is_string() ? body_["model"].get<std::string>() : "";
-    choices_.resize(static_cast<size_t>(n_));
-    if (!Tokenize()) return;
+    size_t prompts = 1;
+    if (auto it = body_.find("prompt"); !chat_ && it != body_.end() && it->is_array() && !it->empty() &&
+                                        !(*it)[0].is_number_integer()) {
+      prompts = std::min<size_t>(it->size(), 1024);
+    }
+    choices_.resize(static_cast<size_t>(n_) * prompts);
+    for (const char* k : kNotContinuable) {
+      if (auto it = body_.find(k); it != body_.end() && Truthy(*it)) {
+        continuable_ = false;
+        not_continuable_why_ = k;
+      }
+    }
+    if (!chat_ && !SinglePrompt()) {
+      continuable_ = false;
+      not_continuable_why_ = "several prompts";
+    } else if (!Tokenize()) {
+      return;
+    }
     if (chat_) {
       for (const char* k : {"max_completion_tokens", "max_tokens"}) {
         if (auto it = body_.find(k); it != body_.end() && it->is_number_integer()) {
@@ -86,15 +112,44 @@ class Proxy {
     min_tokens_ = body_.contains("min_tokens") && body_["min_tokens"].is_number_integer()
                       ? body_["min_tokens"].get<int64_t>() : 0;
 
-    Json kv = Prefill();
-    std::vector<int> all(static_cast<size_t>(n_));
-    for (int i = 0; i < n_; ++i) all[static_cast<size_t>(i)] = i;
+    const Json kv = Prefill();
     std::vector<std::string> failed;
-    std::optional<InstanceRef> decode = ctx_.registry->Pick(InstanceRole::kDecode);
-    if (!decode) return SendError(HttpStatus::service_unavailable, "no decode instance is available");
-    LegOutcome out = DecodeLeg(*decode, InstanceBody(prompt_, n_, max_tokens_.value_or(-1), min_tokens_, kv), all);
-    if (out == LegOutcome::kClientAnswered) return;
-    if (out == LegOutcome::kFailed) failed.push_back(decode->address);
+    // The client's own request, relayed as it came (plus the KV handle): the
+    // decode instance parses and answers it exactly as a unified one would.
+    // While the client has seen nothing, a failed decode is replaced by
+    // another running the same request (without the handle: it recomputes).
+    // The decode (or unified) instance is picked by --routing-logic; with no
+    // prefill handle, kv-aware may name a peer to export the prefix.
+    const std::string salt = body_.contains("cache_salt") && body_["cache_salt"].is_string()
+                                 ? body_["cache_salt"].get<std::string>() : "";
+    Json relay_kv = kv;
+    for (int attempt = 0; attempt <= ctx_.flags.max_migrations; ++attempt) {
+      if (ex_->closed()) return;
+      std::optional<RouteDecision> route = ctx_.kv_router->Choose(InstanceRole::kDecode, prompt_, salt,
+                                                                  max_tokens_ ? *max_tokens_ * n_ : -1, failed);
+      if (!route) break;
+      const InstanceRef decode = route->target;
+      if (attempt > 0) ctx_.metrics->Migration();
+      if (attempt == 0 && relay_kv.is_null() && route->peer) {
+        relay_kv = ctx_.kv_router->PeerExport(*route, prompt_, salt, body_.contains("model") ? body_["model"] : Json());
+      }
+      const LegOutcome out = RelayLeg(decode, relay_kv);
+      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kClientAnswered);
+      if (out == LegOutcome::kClientAnswered) return;
+      if (out == LegOutcome::kDone) return Finish();
+      failed.push_back(decode.address);
+      relay_kv = nullptr;
+      if (stream_started_) break;
+    }
+    if (!stream_started_) {
+      return SendError(HttpStatus::service_unavailable,
+                       failed.empty() ? "no decode instance is available"
+                                      : "router: decode failed and no other decode instance could serve the request");
+    }
+    if (!continuable_) {
+      return Fail("the decode instance failed mid-stream, and a request with '" + not_continuable_why_ +
+                  "' cannot be continued on another instance");
+    }
     // Migration: each unfinished choice continues on another decode from prompt + its tokens so far.
     for (int i = 0; i < n_; ++i) {
       ChoiceState& c = choices_[static_cast<size_t>(i)];
@@ -103,13 +158,15 @@ class Proxy {
         std::optional<InstanceRef> next = ctx_.registry->Pick(InstanceRole::kDecode, failed);
         if (!next) break;
         ctx_.metrics->Migration();
+        migrated_ = true;
         spdlog::info("router: {} choice {}: continuing on decode {} after {} tokens", id_, i, next->address,
                      c.ids.size());
         std::vector<int32_t> prompt = prompt_;
         prompt.insert(prompt.end(), c.ids.begin(), c.ids.end());
         const int64_t done = static_cast<int64_t>(c.ids.size());
         const int64_t left = max_tokens_ ? *max_tokens_ - done : -1;
-        out = DecodeLeg(*next, InstanceBody(prompt, 1, left, std::max<int64_t>(0, min_tokens_ - done), nullptr), {i});
+        const LegOutcome out =
+            DecodeLeg(*next, InstanceBody(prompt, 1, left, std::max<int64_t>(0, min_tokens_ - done), nullptr), {i});
         if (out == LegOutcome::kClientAnswered) return;
         if (out == LegOutcome::kFailed) failed.push_back(next->address);
       }
@@ -121,59 +178,46 @@ class Proxy {
   }
 
  private:
+  // Completions: whether the request holds one prompt (text or token ids).
+  bool SinglePrompt() const {
+    auto it = body_.find("prompt");
+    if (it == body_.end() || it->is_string()) return true;
+    if (!it->is_array() || it->empty()) return true;  // the instance refuses it
+    if ((*it)[0].is_number_integer()) return true;
+    return it->size() == 1;
+  }
+
   // --------------------------------------------------------------- upstream
 
   bool Tokenize() {
-    if (!chat_) {
-      const Json& p = body_.contains("prompt") ? body_["prompt"] : Json();
-      if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
-        for (const Json& t : p) {
-          if (!t.is_number_integer()) return SendError(HttpStatus::bad_request, "'prompt' must be token ids"), false;
-          prompt_.push_back(t.get<int32_t>());
-        }
-        return true;
+    Json p = chat_ ? Json() : (body_.contains("prompt") ? body_["prompt"] : Json());
+    if (p.is_array() && p.size() == 1 && (p[0].is_string() || p[0].is_array())) p = p[0];
+    if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+      for (const Json& t : p) {
+        if (!t.is_number_integer()) return SendError(HttpStatus::bad_request, "'prompt' must be token ids"), false;
+        prompt_.push_back(t.get<int32_t>());
       }
-      if (p.is_array() && p.size() == 1 && p[0].is_string()) {
-        body_["prompt"] = p[0];
-      } else if (!p.is_string()) {
-        SendError(HttpStatus::bad_request, "the router takes one prompt per request: a string or token ids");
-        return false;
-      }
-    }
-    Json tb = Json::object();
-    for (const char* k : {"model", "prompt", "messages", "tools", "add_generation_prompt", "continue_final_message",
-                          "chat_template_kwargs", "add_special_tokens", "documents", "chat_template"}) {
-      if (auto it = body_.find(k); it != body_.end()) tb[k] = *it;
-    }
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      std::optional<InstanceRef> inst = ctx_.registry->Pick(InstanceRole::kDecode);
-      if (!inst) inst = ctx_.registry->Pick(InstanceRole::kPrefill);
-      if (!inst) break;
-      HttpCallResult r;
-      Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tb.dump(), {}, &r);
-      if (!s.ok() || r.status >= 500 || r.status == 429) {
-        ctx_.registry->MarkFailed(inst->address);
-        continue;
-      }
-      if (r.status != 200) {
-        PassThrough(r.status, r.body);
-        return false;
-      }
-      const Json j = Json::parse(r.body, nullptr, false);
-      if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) break;
-      for (const Json& t : j["tokens"]) prompt_.push_back(t.get<int32_t>());
       return true;
     }
-    SendError(HttpStatus::service_unavailable, "no instance could tokenize the prompt");
+    if (!chat_ && !p.is_string()) return true;  // the instance answers with its own 400
+    int status = 0;
+    std::string error;
+    if (TokenizeUpstream(ctx_, TokenizeRequestBody(body_, chat_), &prompt_, &status, &error)) return true;
+    if (status == 503) {
+      SendError(HttpStatus::service_unavailable, error);
+    } else {
+      PassThrough(status, error);
+    }
     return false;
   }
 
-  // max_tokens < 0: null (up to the context length).
+  // A continuation on /v1/completions (migration). max_tokens < 0: null (up
+  // to the context length).
   Json InstanceBody(const std::vector<int32_t>& prompt, int n, int64_t max_tokens, int64_t min_tokens,
                     const Json& kv) const {
     Json b = body_;
     for (const char* k : kChatOnly) b.erase(k);
-    b.erase("stream_options");
+    for (const char* k : {"stream_options", "echo", "prompt_logprobs", "logprobs", "suffix"}) b.erase(k);
     b["prompt"] = prompt;
     b["n"] = n;
     b["max_tokens"] = max_tokens >= 0 ? Json(max_tokens) : Json(nullptr);
@@ -185,43 +229,149 @@ class Proxy {
     return b;
   }
 
-  // The prompt's KV on a prefill instance; null when skipped or failed (the decode computes it).
-  Json Prefill() {
-    if (static_cast<int64_t>(prompt_.size()) < ctx_.flags.prefill_threshold) {
-      ctx_.metrics->PrefillSkipped("short_prompt");
-      return nullptr;
+  Json Prefill() { return PrefillUpstream(ctx_, body_, chat_, prompt_, id_); }
+
+  // The client's request on the decode instance, its answer relayed as it
+  // comes: only "id" and "created" are the router's (one id across
+  // migrations). Streams ask for token ids and usage (kept for migration and
+  // dropped again where the client did not ask for them).
+  LegOutcome RelayLeg(const InstanceRef& inst, const Json& kv) {
+    Json b = body_;
+    if (!kv.is_null()) b["kv_transfer_params"] = kv;
+    if (stream_) {
+      b["return_token_ids"] = true;
+      Json so = body_.contains("stream_options") && body_["stream_options"].is_object() ? body_["stream_options"]
+                                                                                        : Json::object();
+      so["include_usage"] = true;
+      b["stream_options"] = so;
     }
-    std::vector<std::string> failed;
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      std::optional<InstanceRef> p = ctx_.registry->Pick(InstanceRole::kPrefill, failed);
-      if (!p) break;
-      Json b = InstanceBody(prompt_, 1, 1, 0, Json{{"do_remote_decode", true}});
-      b["stream"] = false;
-      b["return_token_ids"] = false;
-      const int64_t tokens = static_cast<int64_t>(prompt_.size());
-      ctx_.registry->AddOutstanding(p->address, tokens);
-      HttpCallOptions o;
-      o.idle_timeout = std::chrono::milliseconds(120000);
-      HttpCallResult r;
-      const auto t0 = std::chrono::steady_clock::now();
-      Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ctx_.registry->AddOutstanding(p->address, -tokens);
-      const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
-      const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
-      ctx_.metrics->Decision(p->address, "prefill", ok);
-      if (ok) {
-        ctx_.metrics->ObservePrefill(took);
-        return j["kv_transfer_params"];
+    const int64_t estimate = static_cast<int64_t>(prompt_.size()) * n_ + max_tokens_.value_or(256) * n_;
+    ctx_.registry->AddOutstanding(inst.address, estimate);
+    const std::string path = chat_ ? "/v1/chat/completions" : "/v1/completions";
+    HttpCallResult r;
+    HttpCallOptions o;
+    o.idle_timeout = std::chrono::milliseconds(120000);
+    std::string pending, upstream_body;
+    bool done_seen = false, upstream_error = false;
+    Status s = HttpCall(inst.host, inst.port, "POST", path, Dump(b), o, &r, [&](std::string_view d) {
+      if (ex_->closed()) return false;
+      if (r.status != 200 || !stream_) {
+        upstream_body.append(d);
+        return true;
       }
-      spdlog::warn("router: {}: prefill {} failed ({}); {}", id_, p->address,
-                   s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
-                   attempt == 0 ? "trying another" : "the decode instance computes the prompt");
-      if (!s.ok() || r.status >= 500) ctx_.registry->MarkFailed(p->address);
-      failed.push_back(p->address);
+      pending.append(d);
+      size_t end;
+      while ((end = pending.find("\n\n")) != std::string::npos) {
+        std::string event = pending.substr(0, end);
+        pending.erase(0, end + 2);
+        if (event.rfind("data: ", 0) != 0) continue;
+        const std::string data = event.substr(6);
+        if (data == "[DONE]") {
+          done_seen = true;
+          continue;
+        }
+        Json j = Json::parse(data, nullptr, false);
+        if (!j.is_object() || j.contains("error")) {
+          upstream_error = true;
+          spdlog::warn("router: {}: decode {} sent an error mid-stream: {}", id_, inst.address, data.substr(0, 300));
+          return false;
+        }
+        RelayChunk(std::move(j));
+      }
+      return true;
+    });
+    ctx_.registry->AddOutstanding(inst.address, -estimate);
+    if (ex_->closed()) return LegOutcome::kClientAnswered;
+    const int status = r.status;
+    if (s.ok() && status != 200 && status != 0 && status < 500 && status != 429 && !stream_started_) {
+      ctx_.metrics->Decision(inst.address, "decode", true);
+      PassThrough(status, upstream_body);
+      return LegOutcome::kClientAnswered;
     }
-    ctx_.metrics->PrefillSkipped(failed.empty() ? "no_prefill" : "prefill_failed");
-    return nullptr;
+    bool ok = s.ok() && status == 200 && !upstream_error;
+    if (ok && !stream_) {
+      Json j = Json::parse(upstream_body, nullptr, false);
+      ok = j.is_object() && j.contains("choices");
+      if (ok) {
+        ctx_.metrics->Decision(inst.address, "decode", true);
+        ctx_.metrics->ObserveTimeToFirstToken(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival_).count());
+        j["id"] = id_;
+        j["created"] = created_;
+        SendJson(HttpStatus::ok, j);
+        return LegOutcome::kClientAnswered;
+      }
+    }
+    if (ok && stream_) {
+      bool all_done = true;
+      for (const ChoiceState& c : choices_) all_done = all_done && c.finished;
+      ok = done_seen && all_done;
+    }
+    ctx_.metrics->Decision(inst.address, "decode", ok);
+    if (!ok) {
+      spdlog::warn("router: {}: decode {} failed ({})", id_, inst.address,
+                   !s.ok() ? s.message() : "HTTP " + std::to_string(status));
+      if (!s.ok() || status >= 500 || status == 429) ctx_.registry->MarkFailed(inst.address);
+      return LegOutcome::kFailed;
+    }
+    return LegOutcome::kDone;
+  }
+
+  // One event of the decode's own stream, to the client: its choices' token
+  // ids and finish reasons recorded; an "abort" finish (the instance is
+  // stopping) is withheld, the choice migrates; the usage chunk is held for
+  // the end (recomputed when a migration happened).
+  void RelayChunk(Json j) {
+    if (j.contains("model") && j["model"].is_string()) model_ = j["model"].get<std::string>();
+    Json* choices = j.contains("choices") && j["choices"].is_array() ? &j["choices"] : nullptr;
+    if (choices == nullptr || choices->empty()) {
+      if (j.contains("usage")) usage_chunk_ = std::move(j);
+      return;
+    }
+    Json kept = Json::array();
+    for (Json& ch : *choices) {
+      const int index = ch.contains("index") && ch["index"].is_number_integer() ? ch["index"].get<int>() : 0;
+      if (index < 0 || static_cast<size_t>(index) >= choices_.size()) continue;
+      ChoiceState& c = choices_[static_cast<size_t>(index)];
+      c.started = true;
+      if (auto t = ch.find("token_ids"); t != ch.end() && t->is_array()) {
+        for (const Json& v : *t) c.ids.push_back(v.get<int32_t>());
+        if (!t->empty() && !first_token_seen_) {
+          first_token_seen_ = true;
+          ctx_.metrics->ObserveTimeToFirstToken(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival_).count());
+        }
+      }
+      if (chat_) {
+        if (auto d = ch.find("delta"); d != ch.end() && d->contains("content") && (*d)["content"].is_string()) {
+          c.text += (*d)["content"].get<std::string>();
+        }
+      } else if (ch.contains("text") && ch["text"].is_string()) {
+        c.text += ch["text"].get<std::string>();
+      }
+      if (auto f = ch.find("finish_reason"); f != ch.end() && f->is_string()) {
+        if (f->get<std::string>() == "abort") {
+          *f = nullptr;
+          if (ch.contains("stop_reason")) ch["stop_reason"] = nullptr;
+        } else {
+          c.finished = true;
+          c.finish_reason = *f;
+          c.stop_reason = ch.contains("stop_reason") ? ch["stop_reason"] : Json(nullptr);
+        }
+      }
+      if (!return_token_ids_) ch.erase("token_ids");
+      // Chunks that only carried token ids (text held back) are not the client's.
+      const bool empty = (chat_ ? ch.value("delta", Json::object()).empty() : ch.value("text", std::string()).empty()) &&
+                         ch.value("finish_reason", Json()).is_null() && ch.value("logprobs", Json()).is_null() &&
+                         ch.value("prompt_logprobs", Json()).is_null() && !ch.contains("token_ids");
+      if (!empty) kept.push_back(std::move(ch));
+    }
+    if (kept.empty()) return;
+    *choices = std::move(kept);
+    j["id"] = id_;
+    j["created"] = created_;
+    StartStream();
+    ex_->WriteChunk("data: " + Dump(j) + "\n\n");
   }
 
   // Streams one decode call; `index_map[j]` is the client's index of its choice j.
@@ -337,7 +487,7 @@ class Proxy {
     if (return_token_ids_) choice["token_ids"] = ids;
     Json chunk = Header(chat_ ? "chat.completion.chunk" : "text_completion");
     chunk["choices"] = Json::array({choice});
-    ex_->WriteChunk(openai::SseData(nlohmann::json::parse(chunk.dump())));
+    ex_->WriteChunk("data: " + Dump(chunk) + "\n\n");
   }
 
   Json Header(const char* object) const {
@@ -346,7 +496,7 @@ class Proxy {
 
   Json Usage() const {
     int64_t completion = 0;
-    for (const ChoiceState& c : choices_) completion += static_cast<int64_t>(c.ids.size());
+    for (const ChoiceState& c : choices_) completion += static_cast<int64_t>(c.ids.size());  // one prompt here
     const int64_t prompt = static_cast<int64_t>(prompt_.size());
     return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
   }
@@ -363,11 +513,15 @@ class Proxy {
     if (stream_) {
       StartStream();
       std::string tail;
-      if (include_usage_) {
+      if (include_usage_ && !migrated_ && usage_chunk_.is_object()) {
+        usage_chunk_["id"] = id_;
+        usage_chunk_["created"] = created_;
+        tail += "data: " + Dump(usage_chunk_) + "\n\n";
+      } else if (include_usage_) {
         Json u = Header(chat_ ? "chat.completion.chunk" : "text_completion");
         u["choices"] = Json::array();
         u["usage"] = Usage();
-        tail += openai::SseData(nlohmann::json::parse(u.dump()));
+        tail += "data: " + Dump(u) + "\n\n";
       }
       tail += openai::SseDone();
       ex_->WriteChunk(std::move(tail));
@@ -441,6 +595,10 @@ class Proxy {
   bool return_token_ids_ = false;
   bool stream_started_ = false;
   bool first_token_seen_ = false;
+  bool continuable_ = true;           // see kNotContinuable
+  std::string not_continuable_why_;
+  bool migrated_ = false;             // a choice continued on another decode
+  Json usage_chunk_;                  // the decode's usage chunk (streams), held for the end
   const std::chrono::steady_clock::time_point arrival_ = std::chrono::steady_clock::now();
   int n_ = 1;
   std::optional<int64_t> max_tokens_;
@@ -450,6 +608,121 @@ class Proxy {
 };
 
 }  // namespace
+
+// ------------------------------------------------------------------ shared with the gRPC front
+
+Json TokenizeRequestBody(const Json& body, bool chat) {
+  Json tb = Json::object();
+  if (!chat && body.contains("prompt")) {
+    Json p = body["prompt"];
+    if (p.is_array() && p.size() == 1) p = p[0];
+    tb["prompt"] = p;
+  }
+  for (const char* k : {"model", "messages", "tools", "add_generation_prompt", "continue_final_message",
+                        "chat_template_kwargs", "add_special_tokens", "documents", "chat_template"}) {
+    if (auto it = body.find(k); it != body.end()) tb[k] = *it;
+  }
+  return tb;
+}
+
+bool TokenizeUpstream(const ProxyContext& ctx, const Json& tokenize_body, std::vector<int32_t>* ids,
+                      int* error_status, std::string* error_body) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<InstanceRef> inst = ctx.registry->Pick(InstanceRole::kDecode);
+    if (!inst) inst = ctx.registry->Pick(InstanceRole::kPrefill);
+    if (!inst) break;
+    HttpCallResult r;
+    Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tokenize_body.dump(), {}, &r);
+    if (!s.ok() || r.status >= 500 || r.status == 429) {
+      ctx.registry->MarkFailed(inst->address);
+      continue;
+    }
+    if (r.status != 200) {
+      *error_status = r.status;
+      *error_body = r.body;
+      return false;
+    }
+    const Json j = Json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) break;
+    for (const Json& t : j["tokens"]) ids->push_back(t.get<int32_t>());
+    return true;
+  }
+  *error_status = 503;
+  *error_body = "no instance could tokenize the prompt";
+  return false;
+}
+
+namespace {
+
+// The prefill call: only what decides the prompt's KV (its token ids, the
+// model or adapter, the cache salt that seeds the block hashes).
+Json PrefillBody(const Json& body, const std::vector<int32_t>& prompt) {
+  Json b = Json::object();
+  for (const char* k : {"model", "cache_salt", "priority"}) {
+    if (auto it = body.find(k); it != body.end()) b[k] = *it;
+  }
+  b["prompt"] = prompt;
+  b["max_tokens"] = 1;
+  b["temperature"] = 0;
+  b["add_special_tokens"] = false;
+  b["kv_transfer_params"] = Json{{"do_remote_decode", true}};
+  return b;
+}
+
+// Whether the decode must compute the prompt's logits itself (prompt
+// logprobs skip the prefix cache there: pulled blocks would go unused).
+bool NeedsPromptLogits(const Json& body, bool chat) {
+  auto pl = body.find("prompt_logprobs");
+  if (pl != body.end() && !pl->is_null()) return true;
+  return !chat && Flag(body, "echo") && body.contains("logprobs") && !body["logprobs"].is_null();
+}
+
+}  // namespace
+
+Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const std::vector<int32_t>& prompt,
+                     const std::string& id) {
+  if (prompt.empty()) {
+    ctx.metrics->PrefillSkipped("several_prompts");
+    return nullptr;
+  }
+  if (static_cast<int64_t>(prompt.size()) < ctx.flags.prefill_threshold) {
+    ctx.metrics->PrefillSkipped("short_prompt");
+    return nullptr;
+  }
+  if (NeedsPromptLogits(body, chat)) {
+    ctx.metrics->PrefillSkipped("prompt_logprobs");
+    return nullptr;
+  }
+  std::vector<std::string> failed;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::optional<InstanceRef> p = ctx.registry->Pick(InstanceRole::kPrefill, failed);
+    if (!p) break;
+    const Json b = PrefillBody(body, prompt);
+    const int64_t tokens = static_cast<int64_t>(prompt.size());
+    ctx.registry->AddOutstanding(p->address, tokens);
+    HttpCallOptions o;
+    o.idle_timeout = std::chrono::milliseconds(120000);
+    HttpCallResult r;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ctx.registry->AddOutstanding(p->address, -tokens);
+    const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
+    const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
+    ctx.metrics->Decision(p->address, "prefill", ok);
+    if (ok) {
+      ctx.metrics->ObservePrefill(took);
+      return j["kv_transfer_params"];
+    }
+    spdlog::warn("router: {}: prefill {} failed ({}); {}", id, p->address,
+                 s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
+                 attempt == 0 ? "trying another" : "the decode instance computes the prompt");
+    if (!s.ok() || r.status >= 500) ctx.registry->MarkFailed(p->address);
+    failed.push_back(p->address);
+  }
+  ctx.metrics->PrefillSkipped(failed.empty() ? "no_prefill" : "prefill_failed");
+  return nullptr;
+}
 
 void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat) {
   Proxy(ctx, ex, chat).Run();

@@ -5,7 +5,12 @@
 // through HttpExchange, which is thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "server/http/http_server.h"
 #include "server/router/instance_registry.h"
@@ -14,13 +19,34 @@
 
 namespace tessera {
 
+class KvRouter;
+
 struct ProxyContext {
   InstanceRegistry* registry = nullptr;
   RouterMetrics* metrics = nullptr;
   RouterFlags flags;
+  KvRouter* kv_router = nullptr;  // --routing-logic; null: least loaded
 };
 
 // Blocks until the client is answered (or gone).
 void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat);
+
+// Steps shared with the router's gRPC front (router_grpc.h), over OpenAI
+// request bodies (`chat`: a /v1/chat/completions body). Blocking; thread-safe.
+
+// The /tokenize body of a request body (its prompt or messages and what
+// renders them).
+nlohmann::ordered_json TokenizeRequestBody(const nlohmann::ordered_json& body, bool chat);
+// The prompt's token ids from an instance's /tokenize, appended to *ids.
+// false: *error_status and *error_body say why (an instance's own 4xx answer
+// as it came, or 503 and a message when no instance could tokenize).
+bool TokenizeUpstream(const ProxyContext& ctx, const nlohmann::ordered_json& tokenize_body, std::vector<int32_t>* ids,
+                      int* error_status, std::string* error_body);
+// The prompt's KV on the least loaded prefill instance (another one on
+// failure): vLLM's kv_transfer_params for the decode, or null when skipped
+// (empty or short prompt, prompt logprobs asked) or failed; counted in the
+// router's metrics. `request_id` is for logs.
+nlohmann::ordered_json PrefillUpstream(const ProxyContext& ctx, const nlohmann::ordered_json& body, bool chat,
+                                       const std::vector<int32_t>& prompt, const std::string& request_id);
 
 }  // namespace tessera

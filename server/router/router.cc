@@ -14,7 +14,9 @@
 #include "server/http/http_server.h"
 #include "server/router/http_client.h"
 #include "server/router/instance_registry.h"
+#include "server/router/kv_router.h"
 #include "server/router/proxy_job.h"
+#include "server/router/router_grpc.h"
 #include "server/router/router_metrics.h"
 
 namespace tessera {
@@ -40,10 +42,25 @@ void AddRouterFlags(CLI::App* cmd, RouterFlags* f) {
                   "router: seconds between load/health polls of each instance (/metrics, /ready)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 60.0));
+  cmd->add_option("--router-dns-interval", f->dns_interval_s,
+                  "router: seconds between DNS lookups of instance names; a name (e.g. a Kubernetes headless "
+                  "Service) stands for every address it resolves to")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--max-migrations", f->max_migrations,
                   "router: decode instances a choice may move to after failures before the request fails")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
+  cmd->add_option("--routing-logic", f->routing_logic,
+                  "router: how an instance is chosen: load (least outstanding work), round-robin, or kv-aware "
+                  "(fewest prompt tokens to compute given the KV blocks each instance holds, learned from the "
+                  "instances' KV events (--kv-events-config on them), plus load)")
+      ->capture_default_str();
+  cmd->add_option("--kv-peer-fetch-min-tokens", f->kv_peer_fetch_min_tokens,
+                  "router, kv-aware: when another instance holds at least this many more prompt tokens than the "
+                  "chosen one and both run KV transfer (--kv-peer-fetch), the chosen one pulls them (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 int RunRouter(const RouterServeOptions& o) {
@@ -52,6 +69,7 @@ int RunRouter(const RouterServeOptions& o) {
   ro.decode = o.flags.decode_instances;
   ro.file = o.flags.instances_file;
   ro.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.poll_interval_s * 1000));
+  ro.dns_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.dns_interval_s * 1000));
   if (ro.decode.empty() && ro.file.empty()) {
     spdlog::error("serve --role router: give --decode-instances or --instances-file");
     return 1;
@@ -62,7 +80,16 @@ int RunRouter(const RouterServeOptions& o) {
     return 1;
   }
   RouterMetrics metrics;
-  ProxyContext pctx{registry->get(), &metrics, o.flags};
+  KvRouterOptions kro;
+  kro.logic = *ParseRoutingLogic(o.flags.routing_logic);  // validated by ValidateServeFlags
+  kro.peer_fetch_min_tokens = o.flags.kv_peer_fetch_min_tokens;
+  kro.tick = std::min(kro.tick, ro.poll_interval);
+  auto kv_router = KvRouter::Create(kro, registry->get());
+  if (!kv_router.ok()) {
+    spdlog::error("{}", kv_router.status().ToString());
+    return 1;
+  }
+  ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
 
   net::io_context ioc{2};
   HttpServerOptions ho;
@@ -103,7 +130,7 @@ int RunRouter(const RouterServeOptions& o) {
   server.Handle(http::verb::get, "/metrics", [&](std::shared_ptr<HttpExchange> ex) {
     HttpResponse res{HttpStatus::ok, 11};
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    std::string body = metrics.Serialize();
+    std::string body = metrics.Serialize() + (*kv_router)->SerializeMetrics();
     body += "# HELP tessera:router_instance_healthy Whether the router routes to the instance.\n"
             "# TYPE tessera:router_instance_healthy gauge\n";
     for (const InstanceSnapshot& s : (*registry)->Snapshot()) {
@@ -135,14 +162,28 @@ int RunRouter(const RouterServeOptions& o) {
     spdlog::error("{}", s.ToString());
     return 1;
   }
+  std::unique_ptr<RouterGrpcServer> grpc;
+  if (o.grpc_port >= 0) {
+    RouterGrpcOptions go;
+    go.host = o.host;
+    go.port = o.grpc_port;
+    go.api_keys = o.api_keys;
+    go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_body_bytes, 1u << 30));
+    auto g = RouterGrpcServer::Start(go, &pctx);
+    if (!g.ok()) {
+      spdlog::error("{}", g.status().ToString());
+      return 1;
+    }
+    grpc = std::move(*g);
+  }
   if (!o.port_file.empty()) {
     const std::string tmp = o.port_file + ".tmp";
-    std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", -1}}.dump() << "\n";
+    std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", grpc ? grpc->port() : -1}}.dump() << "\n";
     std::filesystem::rename(tmp, o.port_file);
   }
-  spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{})", server.address(),
-               server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
-               o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file);
+  spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{}; routing {})",
+               server.address(), server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
+               o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file, o.flags.routing_logic);
   server.Start();
 
   // SIGINT/SIGTERM: stop taking requests, let those in flight finish (bounded), exit.
@@ -162,12 +203,14 @@ int RunRouter(const RouterServeOptions& o) {
     if (ec) return;
     spdlog::info("serve: router received signal {}; draining", sig);
     server.BeginDrain();
+    if (grpc) grpc->BeginDrain();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
     poll();
   });
   std::vector<std::thread> io;
   for (int i = 0; i < 2; ++i) io.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io) t.join();
+  if (grpc) grpc->Shutdown(std::chrono::seconds(o.drain_timeout_s));
   server.MarkStopped();
   spdlog::info("serve: router stopped");
   spdlog::default_logger()->flush();

@@ -4,7 +4,8 @@
 // instance; prompts of at least --prefill-threshold tokens go to a prefill
 // instance (max_tokens 1, kv_transfer_params.do_remote_decode), whose
 // kv_transfer_params are handed to a decode instance that pulls the KV and
-// streams through the router; shorter prompts go straight to decode.
+// streams through the router; shorter prompts go straight to decode. The same
+// over gRPC with --grpc-port (router_grpc.h).
 // Faults: a failed prefill is retried on another, then the decode recomputes;
 // a decode that dies mid-stream is replaced by another one given prompt +
 // tokens so far, so the client's stream continues without loss or repeat.
@@ -23,7 +24,10 @@ struct RouterFlags {
   std::string instances_file;  // JSON {"prefill": [...], "decode": [...]}, re-read when it changes
   int64_t prefill_threshold = 128;  // prompt tokens; shorter prompts skip the prefill pool
   double poll_interval_s = 0.5;     // load and health polling of each instance
+  double dns_interval_s = 5;        // re-resolution of instance names (headless Services)
   int max_migrations = 3;           // decode replacements per choice before the request fails
+  std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
+  int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
 };
 
 struct RouterServeOptions {
@@ -34,6 +38,7 @@ struct RouterServeOptions {
   uint64_t max_body_bytes = 8u << 20;
   int64_t idle_timeout_s = 60;
   int64_t drain_timeout_s = 30;
+  int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
   RouterFlags flags;
 };
 

@@ -107,6 +107,32 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                         .Help("MoE models: tokens routed to each expert of each MoE layer (one per token and "
                               "chosen expert; layer=\"all\" sums the layers when there are too many series).")
                         .Register(r);
+  auto family = [&](const char* name, const char* help) { return &BuildCounter().Name(name).Help(help).Register(r); };
+  tier_hits_ = family("tessera:kv_offload_hits_total", "KV tiers: blocks found in the tier (loaded back, checked).");
+  tier_misses_ = family("tessera:kv_offload_misses_total",
+                        "KV tiers: block lookups the tier could not answer (absent, bad, or unreachable).");
+  tier_hit_bytes_ = family("tessera:kv_offload_hit_bytes_total", "KV tiers: bytes of the blocks found in the tier.");
+  tier_stored_ = family("tessera:kv_offload_stored_blocks_total", "KV tiers: blocks written to the tier.");
+  tier_stored_bytes_ = family("tessera:kv_offload_stored_bytes_total", "KV tiers: bytes written to the tier.");
+  tier_errors_ = family("tessera:kv_offload_errors_total",
+                        "KV tiers: failures by kind: unavailable (tier unreachable), corrupt (a record failed its "
+                        "checks and was dropped), bad_size, spill_failed, spill_skipped (write queue full).");
+  tier_evictions_ = family("tessera:kv_offload_evictions_total", "KV tiers: blocks evicted to stay within the bound.");
+  tier_usage_ = &BuildGauge()
+                     .Name("tessera:kv_offload_usage_bytes")
+                     .Help("KV tiers: bytes held by the tier (host, disk; 0 for a shared Redis).")
+                     .Register(r);
+  tier_seconds_ = &BuildHistogram()
+                       .Name("tessera:kv_offload_seconds")
+                       .Help("KV tiers: time to move one block, op=\"load\" (the tier's read and checks) or "
+                             "op=\"spill\" (queued to stored).")
+                       .Register(r);
+  tier_loaded_tokens_ = counter("tessera:kv_offload_loaded_tokens_total",
+                                "KV tiers: prompt tokens whose KV was loaded from a tier instead of computed.");
+  tier_fetches_ = counter("tessera:kv_offload_lookups_total",
+                          "KV tiers: requests whose prompt blocks missing from the KV pool were looked up in the tiers.");
+  tier_fetches_refused_ = counter("tessera:kv_offload_lookups_refused_total",
+                                  "KV tiers: lookups refused because too many were in flight (prompt computed).");
   rank_step_ = &BuildCounter()
                     .Name("tessera:parallel_step_seconds_total")
                     .Help("Parallel groups: seconds each rank spent in engine steps.")
@@ -226,6 +252,45 @@ void ServingMetrics::ObserveKvPull(int64_t bytes, double seconds) {
   kv_pull_seconds_->Observe(seconds);
   kv_pull_bytes_->Observe(static_cast<double>(bytes));
   kv_bytes_total_->Increment(static_cast<double>(bytes));
+}
+
+void ServingMetrics::UpdateKvTiers(const std::vector<KvTierStats>& tiers, const KvTierTotals& totals) {
+  auto advance = [](prometheus::Counter& counter, int64_t now, int64_t before) {
+    if (now > before) counter.Increment(static_cast<double>(now - before));
+  };
+  std::lock_guard lock(mu_);
+  for (const KvTierStats& t : tiers) {
+    const KvTierStats& was = last_tier_[t.name];
+    const prometheus::Labels l = {{"model_name", model_name_}, {"tier", t.name}};
+    advance(tier_hits_->Add(l), t.store.hits, was.store.hits);
+    advance(tier_misses_->Add(l), t.store.misses, was.store.misses);
+    advance(tier_hit_bytes_->Add(l), t.store.hit_bytes, was.store.hit_bytes);
+    advance(tier_stored_->Add(l), t.store.puts, was.store.puts);
+    advance(tier_stored_bytes_->Add(l), t.store.put_bytes, was.store.put_bytes);
+    advance(tier_evictions_->Add(l), t.store.evictions, was.store.evictions);
+    auto error = [&](const char* kind, int64_t now, int64_t before) {
+      advance(tier_errors_->Add({{"model_name", model_name_}, {"tier", t.name}, {"kind", kind}}), now, before);
+    };
+    error("unavailable", t.store.errors, was.store.errors);
+    error("corrupt", t.store.corrupt, was.store.corrupt);
+    error("bad_size", t.bad_size, was.bad_size);
+    error("spill_failed", t.spill_errors, was.spill_errors);
+    error("spill_skipped", t.spills_skipped, was.spills_skipped);
+    tier_usage_->Add(l).Set(static_cast<double>(t.store.bytes_stored));
+    last_tier_[t.name] = t;
+  }
+  advance(*tier_loaded_tokens_, totals.tokens_loaded, last_tier_totals_.tokens_loaded);
+  advance(*tier_fetches_, totals.fetches, last_tier_totals_.fetches);
+  advance(*tier_fetches_refused_, totals.fetches_refused, last_tier_totals_.fetches_refused);
+  last_tier_totals_ = totals;
+}
+
+void ServingMetrics::ObserveKvTierOp(const std::string& tier, KvTierOp op, double seconds) {
+  static const Histogram::BucketBoundaries kBuckets = {0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005,
+                                                       0.01,    0.02,   0.05,   0.1,    0.2,   0.5,   1.0};
+  tier_seconds_
+      ->Add({{"model_name", model_name_}, {"tier", tier}, {"op", op == KvTierOp::kLoad ? "load" : "spill"}}, kBuckets)
+      .Observe(seconds);
 }
 
 std::string ServingMetrics::Serialize() const {

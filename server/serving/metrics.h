@@ -10,11 +10,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <string>
-
 #include <vector>
 
 #include "engine/moe/expert_load.h"
+#include "scheduler/kv_tiers/kv_tier_manager.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 
@@ -60,6 +61,13 @@ class ServingMetrics {
   // tessera:parallel_collective_seconds_total{rank} advance to each rank's
   // cumulative step and collective (communication) seconds.
   void UpdateRankTimes(const std::vector<double>& step_seconds, const std::vector<double>& collective_seconds);
+
+  // KV tiers (--kv-offload-*): per tier {tier="host|disk|redis"} blocks hit /
+  // missed / stored and their bytes, errors by kind (unavailable, corrupt,
+  // spill_failed, spill_skipped, bad_size), evictions, bytes held; counters
+  // advance to the snapshot. ObserveKvTierOp feeds the latency histograms.
+  void UpdateKvTiers(const std::vector<KvTierStats>& tiers, const KvTierTotals& totals);
+  void ObserveKvTierOp(const std::string& tier, KvTierOp op, double seconds);
 
   // The Prometheus text exposition format (version 0.0.4).
   std::string Serialize() const;
@@ -108,6 +116,21 @@ class ServingMetrics {
   prometheus::Family<prometheus::Counter>* rank_collective_;
   std::vector<double> last_step_, last_collective_;  // guarded by mu_
   std::vector<prometheus::Counter*> expert_series_;  // guarded by mu_: one per exported count
+  // KV tiers.
+  prometheus::Family<prometheus::Counter>* tier_hits_;
+  prometheus::Family<prometheus::Counter>* tier_misses_;
+  prometheus::Family<prometheus::Counter>* tier_hit_bytes_;
+  prometheus::Family<prometheus::Counter>* tier_stored_;
+  prometheus::Family<prometheus::Counter>* tier_stored_bytes_;
+  prometheus::Family<prometheus::Counter>* tier_errors_;
+  prometheus::Family<prometheus::Counter>* tier_evictions_;
+  prometheus::Family<prometheus::Gauge>* tier_usage_;
+  prometheus::Family<prometheus::Histogram>* tier_seconds_;
+  prometheus::Counter* tier_loaded_tokens_;
+  prometheus::Counter* tier_fetches_;
+  prometheus::Counter* tier_fetches_refused_;
+  std::map<std::string, KvTierStats> last_tier_;  // guarded by mu_
+  KvTierTotals last_tier_totals_;                 // guarded by mu_
 };
 
 }  // namespace tessera

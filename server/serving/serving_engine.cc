@@ -231,6 +231,11 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     options.loop.on_kv_pull = [m](const KvPullEvent& ev) {
       if (ev.ok) m->ObserveKvPull(ev.bytes, ev.seconds);
     };
+    if (options.loop.kv_tiers) {
+      options.loop.kv_tiers->on_op = [m](const std::string& tier, KvTierOp op, double seconds) {
+        m->ObserveKvTierOp(tier, op, seconds);
+      };
+    }
   }
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;

@@ -170,8 +170,12 @@ class ServingEngine {
   Status group_error() const { return loop_->group_error(); }
   std::vector<parallel::RankTimes> rank_times() const { return loop_->rank_times(); }
   int64_t kv_cache_bytes() const { return loop_->kv_cache_bytes(); }
-  // Null unless served with --role prefill|decode.
+  // Null unless served with --role prefill|decode or --kv-peer-fetch.
   const KvTransport* kv_transport() const { return loop_->kv_transport(); }
+  // Null unless served with --kv-offload-*.
+  const KvTierManager* kv_tiers() const { return loop_->kv_tiers(); }
+  // Tokens per KV block (the prefix cache's hash granularity).
+  int32_t kv_block_size() const { return loop_->scheduler_options().kv.block_size; }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.

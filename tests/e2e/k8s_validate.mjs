@@ -42,6 +42,27 @@ async function jsonSchemaValidator(apiVersion, kind) {
   };
 }
 
+// Pod templates embedded in CRDs (their JSON Schemas type them as objects only): validated as
+// core/v1 PodTemplateSpec, the type the CRD embeds, with kubernetes-models.
+const POD_TEMPLATE_PATHS = {
+  LeaderWorkerSet: [["spec", "leaderWorkerTemplate", "leaderTemplate"], ["spec", "leaderWorkerTemplate", "workerTemplate"]],
+};
+let PodTemplateSpec = null;
+async function validateEmbeddedPodTemplates(obj) {
+  for (const p of POD_TEMPLATE_PATHS[obj.kind] || []) {
+    const tmpl = p.reduce((o, k) => (o === undefined ? undefined : o[k]), obj);
+    if (tmpl === undefined) continue;
+    if (!PodTemplateSpec) {
+      PodTemplateSpec = (await import(path.join(npm, "kubernetes-models", "v1", "PodTemplateSpec.js"))).PodTemplateSpec;
+    }
+    try {
+      new PodTemplateSpec(tmpl).validate();
+    } catch (e) {
+      throw new Error(`${p.join(".")}: ${e.message || e}`);
+    }
+  }
+}
+
 const objects = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 let bad = 0;
 for (const obj of objects) {
@@ -56,6 +77,7 @@ for (const obj of objects) {
       const v = await jsonSchemaValidator(obj.apiVersion || "", obj.kind || "");
       if (!v) throw new Error("no schema for this kind (add one to tests/data/k8s-schemas with its source)");
       v(obj);
+      await validateEmbeddedPodTemplates(obj);
     }
     console.log(`valid ${id}`);
   } catch (e) {

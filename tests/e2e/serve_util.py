@@ -169,10 +169,11 @@ def _supports_port_file(tessera):
 class Server:
     """A `tessera serve` process on 127.0.0.1 logging to a file; always stop() it.
 
-    Binds port 0 and learns the port from --port-file (gRPC off). `port` is
-    known after wait_ready() (or wait_bound())."""
+    Binds port 0 and learns the port from --port-file (gRPC off unless `grpc`:
+    then on a free port, in the port file's "grpc"). `port` is known after
+    wait_ready() (or wait_bound())."""
 
-    def __init__(self, tessera, args, workdir, name, env=None):
+    def __init__(self, tessera, args, workdir, name, env=None, grpc=False):
         self.init_args = (tessera, args, workdir, name, env)
         self.name = name
         self.log_path = os.path.join(workdir, f"{name}.log")
@@ -184,7 +185,7 @@ class Server:
             self.port_file = os.path.join(workdir, f"{name}.port.json")
             if os.path.exists(self.port_file):
                 os.unlink(self.port_file)
-            cmd += ["--port", "0", "--grpc-port", "-1", "--port-file", self.port_file]
+            cmd += ["--port", "0", "--grpc-port", "0" if grpc else "-1", "--port-file", self.port_file]
         else:  # older binaries: pick a free port ourselves
             self.port = free_port()
             cmd += ["--port", str(self.port)]
@@ -220,7 +221,7 @@ class Server:
                 raise AssertionError(f"server exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
                 status, _, body = request(self.port, "GET", "/ready", timeout=5)
-                if status == 200 and body == {"status": "ready"}:
+                if status == 200 and body.get("status") == "ready":  # decode roles add "grpc_port"
                     return
                 if status == 503 and body == {"status": "loading"}:
                     self.saw_loading = True

@@ -76,6 +76,14 @@ def main():
         res.run("chat output parsers", expect(t, ["--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
                                                   "--enable-auto-tool-choice"], 0, "OK", stream="stdout"))
         res.run("unknown tool-call parser", expect(t, ["--tool-call-parser", "bogus"], 1, "--tool-call-parser"))
+        res.run("kv-aware router", expect(t, ["--role", "router", "--decode-instances", "127.0.0.1:8001",
+                                              "--routing-logic", "kv-aware"], 0, "OK", stream="stdout"))
+        res.run("unknown routing logic", expect(t, ["--role", "router", "--routing-logic", "random"], 1,
+                                                "--routing-logic"))
+        res.run("routing logic without the router role", expect(t, ["--routing-logic", "round-robin"], 1,
+                                                                "--routing-logic needs --role router"))
+        res.run("kv peer fetch on a router", expect(t, ["--role", "router", "--kv-peer-fetch"], 1,
+                                                    "--kv-peer-fetch"))
         res.run("flags scope skips the model", expect(t, ["--model", "/nonexistent/model"], 0, "OK",
                                                       stream="stdout", scope="flags"))
 

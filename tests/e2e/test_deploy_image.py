@@ -7,7 +7,7 @@ private buildah store; deploy/docker/Dockerfile.cpu's runtime stage is built ver
 long for a test, is replaced by the tessera under test and the package list
 deploy/docker/runtime-packages.sh derives from its ldd, which is what that stage produces).
 Then `buildah run --isolation chroot` starts the image's /usr/local/bin/tessera as uid 10001 on
-loopback with deploy/k8s/base/serve.toml (the file the manifests mount) and a tiny model
+loopback with deploy/k8s/config/serve.toml (the file the manifests mount) and a tiny model
 mounted at /models/model: /ready answers, a completion works, and SIGTERM drains (/ready 503,
 the in-flight stream finishes with [DONE], exit 0).
 
@@ -344,7 +344,7 @@ def main():
         model = synth_model(tessera, work)
         cfg_dir = os.path.join(work, "etc-tessera")
         os.makedirs(cfg_dir)
-        shutil.copy2(os.path.join(REPO, "deploy/k8s/base/serve.toml"), cfg_dir)
+        shutil.copy2(os.path.join(REPO, "deploy/k8s/config/serve.toml"), cfg_dir)
         port = free_port()
         ctr = b("from", "--pull-never", image)
         log = open(os.path.join(work, "serve.log"), "wb")

@@ -1,14 +1,24 @@
 #!/usr/bin/env python3
-"""deploy/local/topology.py: the unified topology comes up as processes from
-deploy/k8s/base/serve.toml (the file the manifests mount), serves, reports its status, refuses
-a second `up`, and `down` drains it (SIGTERM, exit). Topologies that need roles not built yet
-fail with a message naming what they need.
+"""deploy/local/topology.py: the topologies come up as processes from deploy/k8s/config/serve.toml
+(the file the manifests mount), serve, report their status and go down cleanly.
+
+  unified  serves, from serve.toml; status; a second `up` is refused; `down` drains (SIGTERM).
+  pd       1 prefill + 1 decode + router, with the disaggregated overlay's role flags: a prompt of
+           9 blocks through the router is prefilled on the prefill instance, its KV pulled over
+           UCX tcp by the decode, and the greedy tokens equal the unified topology's; the router
+           called its instances by the addresses it resolved `localhost:PORT` to (as it does a
+           headless Service's name); `down` stops all three.
+  kv       2 instances + router + redis-server (the distributed-KV flags): the same greedy tokens
+           through the KV-aware router, twice; `down` stops all four. Needs the KV tier and
+           KV-aware routing flags (--kv-offload-remote-url, --routing-logic): where this tessera
+           lacks them the check says SKIP and why.
 
 Usage: tests/e2e/test_deploy_local.py --tessera build/tessera
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,15 +27,46 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, request, synth_model  # noqa: E402
+from serve_util import Results, get_metrics, request, synth_model  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPOLOGY = os.path.join(REPO, "deploy", "local", "topology.py")
+sys.path.insert(0, os.path.dirname(TOPOLOGY))
+import topology  # noqa: E402
+
+BLOCK = 16
+LONG = [(i * 7919) % 150000 + 100 for i in range(150)]  # 9 full blocks: above the router's prefill threshold
+ENGINE_ARGS = ["--kv-cache-mb", "64", "--threads", "1", "--max-model-len", "1024"]
 
 
 def topo(state, *args, timeout=180):
     return subprocess.run([sys.executable, TOPOLOGY, "--state", state] + list(args), capture_output=True,
                           timeout=timeout, text=True)
+
+
+def port_of(url):
+    return urllib.parse.urlparse(url).port
+
+
+def greedy(port, prompt):
+    status, _, body = request(port, "POST", "/v1/completions",
+                              {"model": "tiny-qwen3", "prompt": prompt, "max_tokens": 8, "temperature": 0,
+                               "return_token_ids": True}, timeout=60)
+    assert status == 200, (status, body)
+    return body["choices"][0]["token_ids"]
+
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def serve_flags(tessera):
+    p = subprocess.run([tessera, "serve", "--help"], capture_output=True, text=True, timeout=30)
+    return set(re.findall(r"--[a-z0-9-]+", p.stdout))
 
 
 def main():
@@ -36,32 +77,29 @@ def main():
     res = Results()
     work = tempfile.mkdtemp(prefix="tessera-local-")
     state = os.path.join(work, "state")
-    up = {}
+    up, ref = {}, {}
     try:
         model = synth_model(tessera, work)
 
         def unified_up():
-            p = topo(state, "up", "unified", "--tessera", tessera, "--model", model, "--", "--kv-cache-mb", "64",
-                     "--threads", "1")
+            p = topo(state, "up", "unified", "--tessera", tessera, "--model", model, "--", *ENGINE_ARGS)
             assert p.returncode == 0, p.stderr[-2000:]
             up.update(json.loads(p.stdout))
-            assert up["topology"] == "unified" and "unified" in up["endpoints"], up
+            assert up["topology"] == "unified" and up["entry"] == "unified" and "unified" in up["endpoints"], up
         if not res.run("up unified", unified_up):
             return res.summary(start)
         ep = up["endpoints"]["unified"]
-        port = urllib.parse.urlparse(ep["http"]).port
+        port = port_of(ep["http"])
 
         def serves_with_manifest_config():
-            status, _, body = request(port, "POST", "/v1/completions",
-                                      {"model": "tiny-qwen3", "prompt": "Hello", "max_tokens": 3})
-            assert status == 200, (status, body)
+            ref["long"] = greedy(port, LONG)
             with open(os.path.join(state, "state.json")) as f:
                 cmd = json.load(f)["processes"][0]["cmd"]
-            assert cmd[cmd.index("--config") + 1] == os.path.join(REPO, "deploy/k8s/base/serve.toml"), cmd
+            assert cmd[cmd.index("--config") + 1] == os.path.join(REPO, "deploy/k8s/config/serve.toml"), cmd
             # serve.toml's settings are in force where no flag overrides them (max-pending-requests = 256).
             status, headers, _ = request(port, "GET", "/metrics")
             assert status == 200 and "tessera:num_requests_waiting" in headers["_body"]
-        res.run("serves, from deploy/k8s/base/serve.toml", serves_with_manifest_config)
+        res.run("serves, from deploy/k8s/config/serve.toml", serves_with_manifest_config)
 
         def status_ready():
             p = topo(state, "status")
@@ -78,17 +116,62 @@ def main():
             pid = ep["pid"]
             p = topo(state, "down")
             assert p.returncode == 0, p.stderr
-            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", \
-                "server still running"
+            assert gone(pid), "server still running"
             log = open(os.path.join(state, "unified.log")).read()
             assert "draining" in log and "serve: stopped" in log, log[-1500:]
         res.run("down: SIGTERM drains and the server exits", down_drains)
 
-        def not_yet():
-            for t, need in (("disaggregated", "--role"), ("redis", "Redis")):
-                p = topo(state, "up", t, "--tessera", tessera)
-                assert p.returncode != 0 and "not available yet" in p.stderr and need in p.stderr, (t, p.stderr)
-        res.run("disaggregated and redis topologies say what they need", not_yet)
+        def pd():
+            t0 = time.time()
+            p = topo(state, "up", "pd", "--tessera", tessera, "--model", model, "--", *ENGINE_ARGS)
+            assert p.returncode == 0, p.stderr[-3000:]
+            got = json.loads(p.stdout)
+            eps = got["endpoints"]
+            assert got["entry"] == "router" and set(eps) == {"prefill", "decode", "router"}, got
+            router, decode = port_of(eps["router"]["http"]), port_of(eps["decode"]["http"])
+            assert greedy(router, LONG) == ref["long"], "pd through the router != unified"
+            d = get_metrics(decode)
+            assert d.get("tessera:kv_transfer_blocks_total", 0) >= len(LONG) // BLOCK, d  # pulled, not recomputed
+            assert d.get("tessera:kv_transfer_bytes_total", 0) > 0, d
+            # The router was given localhost:PORT and calls the address the name resolved to.
+            _, headers, _ = request(router, "GET", "/metrics")
+            for role in ("prefill", "decode"):
+                want = f'instance="127.0.0.1:{port_of(eps[role]["http"])}"'
+                assert any(want in ln and ln.endswith(" 1") for ln in headers["_body"].splitlines()
+                           if ln.startswith("tessera:router_instance_healthy")), (want, headers["_body"][-1500:])
+            with open(os.path.join(state, "state.json")) as f:
+                cmds = {q["name"]: q["cmd"] for q in json.load(f)["processes"]}
+            for role in ("prefill", "decode"):
+                assert cmds[role][cmds[role].index("--config") + 1].endswith("deploy/k8s/config/serve.toml")
+                assert cmds[role][cmds[role].index("--role") + 1] == role
+            p = topo(state, "down")
+            assert p.returncode == 0, p.stderr
+            assert all(gone(e["pid"]) for e in eps.values()), "a pd process is still running"
+            logs = {n: open(os.path.join(state, f"{n}.log")).read() for n in eps}
+            assert "router stopped" in logs["router"], logs["router"][-1000:]
+            for role in ("prefill", "decode"):
+                assert "draining" in logs[role] and "serve: stopped" in logs[role], logs[role][-1000:]
+            print(f"  pd topology up, served, down in {time.time() - t0:.1f}s")
+        res.run("pd: prefill -> KV over UCX tcp -> decode through the router == unified; down stops all", pd)
+
+        def kv():
+            need = {"--kv-offload-remote-url", "--routing-logic"} - serve_flags(tessera)
+            if need or not shutil.which("redis-server"):
+                print(f"  SKIP kv topology: this tessera lacks {sorted(need)} (the KV tier and KV-aware routing)"
+                      if need else "  SKIP kv topology: no redis-server")
+                return
+            up_kv = topology.start("kv", state, tessera, model, ENGINE_ARGS)
+            eps = up_kv["endpoints"]
+            try:
+                assert set(eps) == {"redis", "instance1", "instance2", "router"}, eps
+                router = port_of(eps["router"]["http"])
+                assert greedy(router, LONG) == ref["long"], "kv through the router != unified"
+                assert greedy(router, LONG) == ref["long"], "kv through the router != unified (again)"
+            finally:
+                left = topology.down(os.path.abspath(state))
+            assert not left, f"killed: {left}"
+            assert all(gone(e["pid"]) for e in eps.values()), "a kv process is still running"
+        res.run("kv: 2 instances + Redis + KV-aware router serve == unified; down stops all", kv)
     finally:
         topo(state, "down")
         shutil.rmtree(work, ignore_errors=True)

@@ -2,11 +2,16 @@
 """deploy/k8s: every kustomization renders (`kubectl kustomize`), every object validates
 offline against its published schema (tests/e2e/k8s_validate.mjs), and policy holds on the
 rendered objects:
-  - every container: startup/readiness/liveness probes, CPU and memory limits, non-root,
-    read-only root filesystem, no privilege escalation, all capabilities dropped;
+  - every container (Deployments and the pod templates of LeaderWorkerSets): startup/readiness/
+    liveness probes, CPU and memory limits, non-root, read-only root filesystem, no privilege
+    escalation, all capabilities dropped (a LeaderWorkerSet worker rank, which serves no port, is
+    the one exception to probes: its group is recreated whole when it exits);
   - tessera containers: probes on /ready and /health, a grace period longer than the preStop
     sleep plus the drain timeout, and args (with the ConfigMap's serve.toml they mount) that
-    `tessera serve --check-config=flags` accepts, so manifests cannot drift from the binary;
+    `tessera serve --check-config=flags` accepts, so manifests cannot drift from the binary
+    ($(VAR) references substituted as Kubernetes would, from env the pod declares or LWS injects);
+  - disaggregated: the router's instance names are headless Services over the prefill and decode
+    pools; multi-node: group size == --nnodes == the ranks of -tp x -dp;
   - Services, PDBs, HPAs, ScaledObjects, ServiceMonitors and InferencePools point at what exists;
   - the Grafana dashboard, the alerts and the endpoint picker name only metrics that a running
     tiny server (MoE, speculative decoding on) exports.
@@ -31,13 +36,19 @@ import tomllib
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, request  # noqa: E402
+from serve_util import Results, Server, free_port, request  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K8S = os.path.join(REPO, "deploy", "k8s")
 NPM = os.environ.get("TESSERA_NPM_DIR", os.path.join(REPO, ".deps", "npm"))
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job"}
+# Pod templates inside CRDs: kind -> [(label, path)].
+CRD_POD_TEMPLATES = {"LeaderWorkerSet": [("leader", ("spec", "leaderWorkerTemplate", "leaderTemplate")),
+                                         ("worker", ("spec", "leaderWorkerTemplate", "workerTemplate"))]}
+# Variables the LeaderWorkerSet controller puts in every pod of a group, with example values.
+LWS_ENV = {"LWS_LEADER_ADDRESS": "tessera-0.tessera.llm", "LWS_GROUP_SIZE": None, "LWS_WORKER_INDEX": None}
 ABORT_GRACE_S = 5  # server/cmd_serve.cc kAbortGrace: after the drain deadline
+LOAD_TIMEOUT_S = 180  # generous bounds for steps that slow down on a loaded machine or under ASan
 
 
 def kustomizations():
@@ -49,7 +60,7 @@ def kustomizations():
 
 
 def render(rel):
-    p = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, rel)], capture_output=True, timeout=60)
+    p = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, rel)], capture_output=True, timeout=LOAD_TIMEOUT_S)
     if p.returncode != 0:
         raise AssertionError(f"kubectl kustomize {rel}: {p.stderr.decode(errors='replace')[-2000:]}")
     return [d for d in yaml.safe_load_all(p.stdout) if d]
@@ -60,15 +71,33 @@ def validate(objs, workdir, name):
     with open(path, "w") as f:
         json.dump(objs, f)
     p = subprocess.run(["node", os.path.join(REPO, "tests/e2e/k8s_validate.mjs"), path], capture_output=True,
-                       timeout=120, env=dict(os.environ, TESSERA_NPM_DIR=NPM))
+                       timeout=LOAD_TIMEOUT_S, env=dict(os.environ, TESSERA_NPM_DIR=NPM))
     return p.returncode, p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
 
 
 def pod_specs(objs):
+    """(object, pod template) for every pod template: workloads' and CRDs' (leader and worker)."""
     for o in objs:
         if o["kind"] in POD_KINDS:
             yield o, o["spec"]["template"]
+        for _, path in CRD_POD_TEMPLATES.get(o["kind"], []):
+            tmpl = o
+            for k in path:
+                tmpl = tmpl.get(k, {}) if tmpl is not None else None
+            if tmpl:
+                yield o, tmpl
 
+
+def lws_worker(o, tmpl):
+    return o["kind"] == "LeaderWorkerSet" and tmpl is o["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+
+
+def probe_exempt(o, tmpl, c):
+    """A LeaderWorkerSet worker rank binds no port (rank 0 serves the API), so nothing can probe
+    it; it exits when the group fails, and RecreateGroupOnPodRestart brings the group back."""
+    return (lws_worker(o, tmpl) and not c.get("ports") and
+            o["spec"]["leaderWorkerTemplate"].get("restartPolicy", "RecreateGroupOnPodRestart")
+            == "RecreateGroupOnPodRestart")
 
 def find(objs, kind, name=None):
     return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
@@ -88,10 +117,12 @@ def check_policy(objs):
         spec = tmpl["spec"]
         pod_sc = spec.get("securityContext", {})
         for c in spec["containers"] + spec.get("initContainers", []):
-            where = f"{o['kind']}/{o['metadata']['name']} container {c['name']}"
+            part = "" if o["kind"] in POD_KINDS else (" worker" if lws_worker(o, tmpl) else " leader")
+            where = f"{o['kind']}/{o['metadata']['name']}{part} container {c['name']}"
             sc = c.get("securityContext", {})
             init = c in spec.get("initContainers", [])
-            for probe in ([] if init else ("startupProbe", "readinessProbe", "livenessProbe")):
+            for probe in ([] if init or probe_exempt(o, tmpl, c) else
+                          ("startupProbe", "readinessProbe", "livenessProbe")):
                 if probe not in c:
                     problems.append(f"{where}: no {probe}")
             limits = c.get("resources", {}).get("limits", {})
@@ -108,7 +139,7 @@ def check_policy(objs):
                 problems.append(f"{where}: allowPrivilegeEscalation not false")
             if "ALL" not in sc.get("capabilities", {}).get("drop", []):
                 problems.append(f"{where}: capabilities not all dropped")
-            if is_tessera(c) and not init:
+            if is_tessera(c) and not init and not probe_exempt(o, tmpl, c):
                 for probe, path in (("startupProbe", "/ready"), ("readinessProbe", "/ready"),
                                     ("livenessProbe", "/health")):
                     got = c.get(probe, {}).get("httpGet", {}).get("path")
@@ -144,6 +175,27 @@ def arg_value(args, flag):
     return None
 
 
+def substitute_env(o, tmpl, c, args):
+    """args with $(VAR) replaced as the kubelet would: VAR must be in the container's env (a
+    downward-API pod IP gets an example address) or be one LeaderWorkerSet injects."""
+    values = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            values[e["name"]] = e["value"]
+        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP":
+            values[e["name"]] = "10.1.2.3"
+    if o["kind"] == "LeaderWorkerSet":
+        lwt = o["spec"]["leaderWorkerTemplate"]
+        values.update(LWS_ENV, LWS_GROUP_SIZE=str(lwt.get("size", 1)),
+                      LWS_WORKER_INDEX="1" if lws_worker(o, tmpl) else "0")
+
+    def one(m):
+        assert m.group(1) in values, (f"{o['metadata']['name']}: $({m.group(1)}) in args is not in the container's "
+                                      "env (Kubernetes would pass it literally)")
+        return values[m.group(1)]
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, a) for a in args], values
+
+
 def check_tessera_args(objs, tessera, workdir):
     """Every tessera container's args pass `serve --check-config=flags` with the mounted config."""
     checked = 0
@@ -151,7 +203,8 @@ def check_tessera_args(objs, tessera, workdir):
         for c in tmpl["spec"]["containers"]:
             if not is_tessera(c):
                 continue
-            args = list(c.get("args", []))
+            raw_host = arg_value(c.get("args", []), "--host")
+            args, env = substitute_env(o, tmpl, c, c.get("args", []))
             assert args and args[0] == "serve", f"{o['metadata']['name']}: args {args} do not start with serve"
             settings = {}
             cfg = arg_value(args, "--config")
@@ -159,25 +212,34 @@ def check_tessera_args(objs, tessera, workdir):
                 local, text = mounted_config(objs, tmpl, c, cfg, workdir)
                 settings = tomllib.loads(text)
                 args = [local if a == cfg else a.replace("=" + cfg, "=" + local) for a in args]
-            p = subprocess.run([tessera] + args + ["--check-config=flags"], capture_output=True, timeout=60,
-                               env=dict(os.environ, TESSERA_API_KEY=""))
+            p = subprocess.run([tessera] + args + ["--check-config=flags"], capture_output=True,
+                               timeout=LOAD_TIMEOUT_S, env=dict(os.environ, TESSERA_API_KEY=""))
             assert p.returncode == 0, (f"{o['metadata']['name']}: `tessera {' '.join(args)}` refused: "
                                        f"{p.stderr.decode(errors='replace')[-1500:]}")
-            # Ports the server binds == the ports the pod declares.
+            checked += 1
             ports = {pp["name"]: pp["containerPort"] for pp in c.get("ports", [])}
+            if probe_exempt(o, tmpl, c):
+                continue  # a worker rank binds nothing; its args were checked above
+            # Ports the server binds == the ports the pod declares.
+            role = arg_value(args, "--role") or settings.get("role", "unified")
             http = int(arg_value(args, "--port") or settings.get("port", 8000))
             grpc = int(arg_value(args, "--grpc-port") or settings.get("grpc-port", 50051))
             assert ports.get("http") == http, f"containerPort http {ports.get('http')} != server port {http}"
-            if grpc >= 0:
+            if role == "router":
+                assert "grpc" not in ports, "the router serves no gRPC, yet the pod declares a grpc port"
+            elif grpc >= 0:
                 assert ports.get("grpc") == grpc, f"containerPort grpc {ports.get('grpc')} != gRPC port {grpc}"
+            if role in ("prefill", "decode"):
+                kv = int(arg_value(args, "--kv-transfer-port") or settings.get("kv-transfer-port", 0))
+                assert kv and ports.get("kv-transfer") == kv, f"{role}: kv-transfer port {kv} not declared: {ports}"
             host = arg_value(args, "--host") or settings.get("host", "127.0.0.1")
-            assert host in ("0.0.0.0", "::"), f"--host {host}: the pod would not accept traffic"
+            pod_ip = raw_host == "$(POD_IP)" and env.get("POD_IP") == "10.1.2.3"
+            assert host in ("0.0.0.0", "::") or pod_ip, f"--host {host}: the pod would not accept traffic"
             drain = int(arg_value(args, "--drain-timeout") or settings.get("drain-timeout", 30))
             pre = c.get("lifecycle", {}).get("preStop", {}).get("sleep", {}).get("seconds", 0)
             grace = tmpl["spec"].get("terminationGracePeriodSeconds", 30)
             assert grace > pre + drain + ABORT_GRACE_S, (
                 f"terminationGracePeriodSeconds {grace} <= preStop {pre} + drain-timeout {drain} + {ABORT_GRACE_S}")
-            checked += 1
     assert checked, "no tessera container in the render"
 
 
@@ -221,6 +283,122 @@ def check_references(objs):
         assert svc and epp["port"]["number"] in [p["port"] for p in svc[0]["spec"]["ports"]], "EPP Service/port missing"
 
 
+def tessera_args(o, tmpl):
+    c = next(c for c in tmpl["spec"]["containers"] if is_tessera(c))
+    return substitute_env(o, tmpl, c, c["args"])[0]
+
+
+def check_disaggregated(objs):
+    """The router's instance names are headless Services over pools of the right role, each pool
+    its own Deployment (scaled alone) with a PDB; KV over UCX tcp between pods."""
+    router = find(objs, "Deployment", "tessera")[0]
+    rargs = tessera_args(router, router["spec"]["template"])
+    assert arg_value(rargs, "--role") == "router", rargs
+    assert not any("persistentVolumeClaim" in v for v in router["spec"]["template"]["spec"]["volumes"]), \
+        "the router mounts the model volume"
+    front = find(objs, "Service", "tessera")[0]
+    assert matches(front["spec"]["selector"], router["spec"]["template"]["metadata"]["labels"]), \
+        "Service tessera does not select the router"
+    pools = set()
+    for flag, role in (("--prefill-instances", "prefill"), ("--decode-instances", "decode")):
+        value = arg_value(rargs, flag)
+        assert value, f"router has no {flag}"
+        for entry in value.split(","):
+            host, port = entry.rsplit(":", 1)
+            svc = find(objs, "Service", host)
+            assert svc, f"{flag} {entry}: no Service {host}"
+            svc = svc[0]
+            assert svc["spec"].get("clusterIP") == "None", f"Service {host} is not headless (one address, not each pod)"
+            deps = [d for d in find(objs, "Deployment")
+                    if matches(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+            assert len(deps) == 1, f"Service {host} selects {len(deps)} Deployments"
+            dep = deps[0]
+            pargs = tessera_args(dep, dep["spec"]["template"])
+            assert arg_value(pargs, "--role") == role, f"{host} selects --role {arg_value(pargs, '--role')}"
+            assert "tcp" in (arg_value(pargs, "--kv-ucx-tls") or "").split(","), f"{role}: KV not over UCX tcp"
+            # DNS of a headless Service gives pod IPs: the router calls the container port itself.
+            c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if is_tessera(c))
+            http = {p["name"]: p["containerPort"] for p in c["ports"]}["http"]
+            assert int(port) == http, f"{flag} {entry}: port {port}, the pods serve HTTP on {http}"
+            assert any(matches(pdb["spec"]["selector"]["matchLabels"], dep["spec"]["template"]["metadata"]["labels"])
+                       and not matches(pdb["spec"]["selector"]["matchLabels"],
+                                       router["spec"]["template"]["metadata"]["labels"])
+                       for pdb in find(objs, "PodDisruptionBudget")), f"no PDB of its own for {dep['metadata']['name']}"
+            pools.add(dep["metadata"]["name"])
+    assert len(pools) == 2, f"prefill and decode pools are not separate Deployments: {pools}"
+
+
+def check_multi_node(objs):
+    """LeaderWorkerSet: group size == --nnodes == ranks (-tp x -dp); the leader serves the API and
+    the rendezvous port in --leader-addr; Service tessera selects leaders only."""
+    lws = find(objs, "LeaderWorkerSet")
+    assert len(lws) == 1, "no LeaderWorkerSet"
+    lws = lws[0]
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    size = lwt["size"]
+    assert size > 1, f"size {size}: not multi-node"
+    assert lwt.get("restartPolicy") == "RecreateGroupOnPodRestart", "a lost rank must recreate its group"
+    for label, path in CRD_POD_TEMPLATES["LeaderWorkerSet"]:
+        tmpl = lwt[path[-1]]
+        args = tessera_args(lws, tmpl)
+        nnodes = int(arg_value(args, "--nnodes"))
+        ranks = int(arg_value(args, "--tensor-parallel-size") or 1) * int(arg_value(args, "--data-parallel-size") or 1)
+        assert nnodes == size == ranks, f"{label}: --nnodes {nnodes}, size {size}, tp x dp {ranks}"
+        assert arg_value(args, "--node-rank") == ("0" if label == "leader" else "1"), (label, args)
+        assert arg_value(args, "--leader-addr") == LWS_ENV["LWS_LEADER_ADDRESS"] + ":29500", args
+    leader = lwt["leaderTemplate"]
+    lc = next(c for c in leader["spec"]["containers"] if is_tessera(c))
+    assert {p["name"]: p["containerPort"] for p in lc["ports"]}.get("rendezvous") == 29500, lc["ports"]
+    front = find(objs, "Service", "tessera")[0]
+    assert matches(front["spec"]["selector"], leader["metadata"]["labels"]), "Service tessera misses the leaders"
+    assert not matches(front["spec"]["selector"], lwt["workerTemplate"]["metadata"]["labels"]), \
+        "Service tessera selects worker ranks (they serve nothing)"
+
+
+def set_arg(args, flag, value):
+    i = args.index(flag)
+    return args[:i + 1] + [value] + args[i + 2:]
+
+
+def lws_group_serves(objs, tessera, workdir, model):
+    """The LeaderWorkerSet's own leader and worker args ($(VAR)s as LWS sets them), run as two
+    processes on loopback with a tiny MoE model: they form the group, the leader serves a
+    completion, and the worker exits when the leader stops."""
+    lws = find(objs, "LeaderWorkerSet")[0]
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    store = free_port()
+    leader, worker = None, None
+    try:
+        for label, path in CRD_POD_TEMPLATES["LeaderWorkerSet"]:
+            tmpl = lwt[path[-1]]
+            c = next(c for c in tmpl["spec"]["containers"] if is_tessera(c))
+            args = tessera_args(lws, tmpl)
+            cfg = arg_value(args, "--config")
+            local, _ = mounted_config(objs, tmpl, c, cfg, workdir)
+            args = set_arg(args, "--config", local)
+            args = set_arg(set_arg(args, "--leader-addr", f"127.0.0.1:{store}"), "--threads", "1")
+            args += ["--model", model, "--kv-cache-mb", "64", "--max-model-len", "512"]
+            if label == "leader":
+                leader = Server(tessera, args[1:], workdir, "lws-leader")
+            else:
+                log = open(os.path.join(workdir, "lws-worker.log"), "wb")
+                worker = subprocess.Popen([tessera] + args, stdout=log, stderr=subprocess.STDOUT,
+                                          env=dict(os.environ, TESSERA_HOME=os.path.join(workdir, "worker-home")))
+        leader.wait_ready(timeout=LOAD_TIMEOUT_S)
+        status, _, body = request(leader.port, "POST", "/v1/completions",
+                                  {"model": "tiny-moe", "prompt": "hi", "max_tokens": 4, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 4, (status, body)
+        leader.stop()
+        assert worker.wait(timeout=LOAD_TIMEOUT_S) == 0, open(os.path.join(workdir, "lws-worker.log")).read()[-1500:]
+        assert "stopped by the leader" in open(os.path.join(workdir, "lws-worker.log")).read()
+    finally:
+        if leader is not None:
+            leader.stop()
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def metric_names_in(text):
     return set(re.findall(r"tessera:[a-z0-9_]+", text))
 
@@ -230,7 +408,7 @@ def exported_metrics(tessera, workdir):
     and a refused one (429: one request in flight at most, while a long one runs)."""
     model = os.path.join(workdir, "tiny-moe")
     p = subprocess.run([tessera, "synth", "--arch", "qwen3_moe", "--size", "tiny", "--dtype", "f32", "--out", model],
-                       capture_output=True, timeout=120)
+                       capture_output=True, timeout=LOAD_TIMEOUT_S)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-1500:]
     srv = Server(tessera, ["--model", model, "--max-model-len", "512", "--max-pending-requests", "1",
                            "--drain-timeout", "1",
@@ -238,20 +416,32 @@ def exported_metrics(tessera, workdir):
                            '"prompt_lookup_min": 1, "prompt_lookup_max": 2}'], workdir, "metrics")
     long_req = None
     try:
-        srv.wait_ready()
+        srv.wait_ready(timeout=LOAD_TIMEOUT_S)
         status, _, _ = request(srv.port, "POST", "/v1/completions",
                                {"model": "tiny-moe", "prompt": "a b a b a b a b", "max_tokens": 8, "temperature": 0})
         assert status == 200, status
         body = {"model": "tiny-moe", "prompt": "hi", "max_tokens": 400, "ignore_eos": True, "n": 4}
-        long_req = threading.Thread(target=request, args=(srv.port, "POST", "/v1/completions", body))
+        long_status = []
+
+        def long_request():  # retried while refused: the previous request may not have left yet
+            while True:
+                status, _, _ = request(srv.port, "POST", "/v1/completions", body, timeout=LOAD_TIMEOUT_S)
+                if status != 429 or time.time() > deadline:
+                    long_status.append(status)
+                    return
+                time.sleep(0.05)
+        # Bounded by time, not by a count of tries: on a loaded machine (or under ASan) the long
+        # request can take seconds to be admitted; it then runs for seconds (8 s unloaded).
+        deadline = time.time() + LOAD_TIMEOUT_S
+        long_req = threading.Thread(target=long_request)
         long_req.start()
-        for _ in range(200):  # until the long request holds the one slot (bounded: 4 s)
+        while time.time() < deadline and long_req.is_alive():  # until it holds the one slot
             _, headers, _ = request(srv.port, "GET", "/metrics")
             if re.search(r"^tessera:num_requests_running\{[^}]*\} [1-9]", headers["_body"], re.M):
                 break
             time.sleep(0.02)
         refused, seen = False, []
-        for _ in range(100):  # bounded: the long request runs for seconds
+        while time.time() < deadline and long_req.is_alive():
             status, _, _ = request(srv.port, "POST", "/v1/completions",
                                    {"model": "tiny-moe", "prompt": "hi", "max_tokens": 1})
             seen.append(status)
@@ -259,7 +449,8 @@ def exported_metrics(tessera, workdir):
                 refused = True
                 break
             time.sleep(0.02)
-        assert refused, f"no 429 while a request was in flight with --max-pending-requests 1: {seen}"
+        assert refused, (f"no 429 while a request was in flight with --max-pending-requests 1: {seen[-20:]} "
+                         f"(long request: {long_status or 'running'})")
         status, headers, _ = request(srv.port, "GET", "/metrics")
         assert status == 200, status
         lines = headers["_body"].splitlines()
@@ -289,7 +480,7 @@ def main():
                 rendered[rel] = render(rel)
             res.run(f"{rel}: renders", do_render)
         want = {"base", "overlays/cpu", "overlays/gpu", "overlays/autoscaling", "overlays/autoscaling/keda",
-                "overlays/monitoring", "overlays/gateway"}
+                "overlays/monitoring", "overlays/gateway", "overlays/disaggregated", "overlays/multi-node"}
         res.run("every overlay exists", lambda: (_ for _ in ()).throw(AssertionError(sorted(want - set(rendered))))
                 if want - set(rendered) else None)
 
@@ -309,7 +500,11 @@ def main():
             sm = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "x"},
                   "spec": {"selector": {}, "endpoints": [{"interval": 15}]}}
             unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}}
-            for bad in (dep, pool, sm, unknown):
+            lws = copy.deepcopy(find(rendered["overlays/multi-node"], "LeaderWorkerSet")[0])
+            lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"] = 8
+            lws2 = copy.deepcopy(find(rendered["overlays/multi-node"], "LeaderWorkerSet")[0])
+            lws2["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Always"
+            for bad in (dep, pool, sm, unknown, lws, lws2):
                 rc, out = validate([bad], work, "bad")
                 assert rc == 1 and "INVALID" in out, f"accepted a broken {bad['kind']}: {out[-500:]}"
         res.run("validator refuses broken objects", validator_refuses)
@@ -340,6 +535,49 @@ def main():
                 raise AssertionError("a bad flag in the args passed")
         res.run("policy and flag checks can fail", policy_can_fail)
 
+        def lws_policy_can_fail():
+            objs = copy.deepcopy(rendered["overlays/multi-node"])
+            lwt = find(objs, "LeaderWorkerSet")[0]["spec"]["leaderWorkerTemplate"]
+            w = lwt["workerTemplate"]["spec"]["containers"][0]
+            del w["resources"]["limits"]["memory"]
+            w["ports"] = [{"name": "http", "containerPort": 8000}]  # a worker with a port must be probed
+            problems = check_policy(objs)
+            assert any("no memory limit" in p for p in problems), problems
+            assert any("no livenessProbe" in p for p in problems), problems
+            lwt["leaderTemplate"]["spec"]["containers"][0]["args"] += ["--node-rank", "$(NODE_RANK)"]
+            try:
+                check_tessera_args(objs, tessera, work)
+            except AssertionError as e:
+                assert "$(NODE_RANK)" in str(e), e
+            else:
+                raise AssertionError("an undefined $(VAR) in args passed")
+            objs = copy.deepcopy(rendered["overlays/multi-node"])
+            lwt = find(objs, "LeaderWorkerSet")[0]["spec"]["leaderWorkerTemplate"]
+            lwt["size"] = 3
+            try:
+                check_multi_node(objs)
+            except AssertionError as e:
+                assert "size 3" in str(e), e
+            else:
+                raise AssertionError("a group size unequal to --nnodes passed")
+        res.run("LeaderWorkerSet policy, $(VAR) and group-size checks can fail", lws_policy_can_fail)
+
+        res.run("disaggregated: router -> headless Services -> prefill/decode pools",
+                lambda: check_disaggregated(rendered["overlays/disaggregated"]))
+
+        def disaggregated_can_fail():
+            objs = copy.deepcopy(rendered["overlays/disaggregated"])
+            del find(objs, "Service", "tessera-decode")[0]["spec"]["clusterIP"]
+            try:
+                check_disaggregated(objs)
+            except AssertionError as e:
+                assert "not headless" in str(e), e
+            else:
+                raise AssertionError("a ClusterIP Service for a pool passed")
+        res.run("disaggregated check can fail", disaggregated_can_fail)
+        res.run("multi-node: LeaderWorkerSet group wired to --nnodes/--node-rank/--leader-addr",
+                lambda: check_multi_node(rendered["overlays/multi-node"]))
+
         def gpu_overlay():
             objs = rendered["overlays/gpu"]
             spec = find(objs, "Deployment", "tessera")[0]["spec"]["template"]["spec"]
@@ -359,6 +597,9 @@ def main():
             assert "tessera:moe_expert_tokens_total" in exported and "tessera:request_rejected_total" in exported, \
                 sorted(exported)
         res.run("a tiny MoE server's metric names", get_exported)
+        res.run("multi-node: the LeaderWorkerSet's leader and worker args form a group and serve",
+                lambda: lws_group_serves(rendered["overlays/multi-node"], tessera, work,
+                                         os.path.join(work, "tiny-moe")))
 
         def names_exported(where, text):
             used = metric_names_in(text)

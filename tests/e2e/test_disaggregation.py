@@ -115,19 +115,21 @@ def main():
         model = synth(tessera, os.path.join(workdir, "m"))
         other = synth(tessera, os.path.join(workdir, "other"), "--seed", "1")
         deeper = synth(tessera, os.path.join(workdir, "deeper"), "--set", "num_hidden_layers=3")
-        base = ["--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048", "--served-model-name", "m"]
+        base = ["--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048", "--served-model-name", "m",
+                "--reasoning-parser", "qwen3"]
         kv = ["--kv-ucx-tls", "tcp,self"]
 
-        def start_srv(name, role, extra=(), m=model):
+        def start_srv(name, role, extra=(), m=model, grpc=False):
             s = Server(tessera, ["--model", m, "--role", role, *base, *(kv if role != "unified" else []), *extra],
-                       workdir, name)
+                       workdir, name, grpc=grpc)
             servers.append(s)
             return s
-        uni = start_srv("unified", "unified")
+        uni = start_srv("unified", "unified", grpc=True)
         p1 = start_srv("prefill1", "prefill", ["--kv-pin-timeout", "5"])
         p2 = start_srv("prefill2", "prefill", ["--kv-pin-timeout", "5"])
-        d1 = start_srv("decode1", "decode")
-        d2 = start_srv("decode2", "decode")
+        d1 = start_srv("decode1", "decode", grpc=True)
+        d2 = start_srv("decode2", "decode", grpc=True)
+        d3 = start_srv("decode3", "decode", grpc=True)  # joins the survivor of the HTTP kill for the gRPC one
         dfault = start_srv("decode-fault", "decode", ["--kv-transfer-fault", "drop"])
         dother = start_srv("decode-other", "decode", m=other)
         ddeep = start_srv("decode-deeper", "decode", m=deeper)
@@ -137,7 +139,7 @@ def main():
         P1, P2, D1, D2 = (s.port for s in (p1, p2, d1, d2))
         router = Server(tessera, ["--role", "router", "--prefill-instances", f"127.0.0.1:{P1},127.0.0.1:{P2}",
                                   "--decode-instances", f"127.0.0.1:{D1},127.0.0.1:{D2}", "--prefill-threshold",
-                                  "32", "--router-poll-interval", "0.2"], workdir, "router")
+                                  "32", "--router-poll-interval", "0.2"], workdir, "router", grpc=True)
         servers.append(router)
         if not res.run("router ready", lambda: router.wait_ready(timeout=30)):
             return res.summary(start)
@@ -182,10 +184,84 @@ def main():
             st, got = post(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
             assert st == 200, got
             assert got["choices"][0]["message"]["content"] == want["choices"][0]["message"]["content"], (got, want)
+            # cached_tokens: what each one's prefix cache held (the decode counts the pulled blocks)
+            for u in (got["usage"], want["usage"]):
+                u.pop("prompt_tokens_details", None)
             assert got["usage"] == want["usage"], (got["usage"], want["usage"])
             s = streamed(R, "/v1/chat/completions", dict(messages=msgs, temperature=0, max_tokens=10))
             assert s[0][1] == want["choices"][0]["message"]["content"], (s, want)
         res.run("router: chat (plain and streamed) == unified", chat_same)
+
+        def parity():
+            """Every field a unified instance takes, through the router: the same answer (ids and timestamps aside)."""
+            msgs = [{"role": "user", "content": "Plan a trip to the caches. " * 10}]
+            tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                     "required": ["city"]}}}]
+            cases = [
+                ("/v1/completions", dict(prompt=LONG, max_tokens=6, temperature=0, logprobs=3)),
+                ("/v1/completions", dict(prompt=LONG[:40], max_tokens=4, temperature=0, logprobs=2, echo=True)),
+                ("/v1/completions", dict(prompt=LONG2, max_tokens=4, temperature=0, prompt_logprobs=1)),
+                ("/v1/completions", dict(prompt=["The cache", "A block of"], max_tokens=5, temperature=0, n=2,
+                                         seed=3)),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=6, temperature=0, cache_salt="tenant-a")),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=5, temperature=0, cache_salt=5)),
+                ("/v1/completions", dict(prompt=LONG, max_tokens=5, temperature=0, suffix="x")),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                              top_logprobs=2, n=2)),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, tools=tools)),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=8, temperature=0, tools=tools,
+                                              tool_choice="none")),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=10, temperature=0,
+                                              response_format={"type": "json_object"})),
+                ("/v1/chat/completions", dict(messages=msgs, max_tokens=6, temperature=0,
+                                              structured_outputs={"choice": ["cache hit", "cache miss"]})),
+            ]
+            for path, body in cases:
+                for stream in (False, True):
+                    b = dict(body, stream=stream, model="m")
+                    if stream:
+                        b["stream_options"] = {"include_usage": True}
+                    want, got = _answer(U, path, b), _answer(R, path, b)
+                    _same(got, want, f"{path} {json.dumps(b)[:200]}")
+            # The salted prompt's KV moved too: the prefill hashed it with the same salt as the decode.
+            before = pulled()
+            salted = dict(prompt=LONG, max_tokens=4, temperature=0, cache_salt="tenant-b")
+            _same(_answer(R, "/v1/completions", salted), _answer(U, "/v1/completions", salted), "salted")
+            assert pulled() >= before + len(LONG) // BLOCK, "a salted prompt's blocks were not pulled"
+        res.run("router parity: logprobs, echo, prompt_logprobs, several prompts, cache_salt, tools, "
+                "response_format, structured outputs, n, errors == unified (plain and streamed)", parity)
+
+        def grpc_router():
+            """The router's gRPC API against the unified instance's: same answers, through prefill -> decode."""
+            ug, rg = f"127.0.0.1:{ports(uni)['grpc']}", f"127.0.0.1:{ports(router)['grpc']}"
+            chat = {"messages": [{"role": "user", "content": "Tell me about caches. " * 12}]}
+            reqs = [
+                ("Generate", {"token_ids": {"ids": LONG}, "params": {"temperature": 0, "max_tokens": 8}}),
+                ("GenerateStream", {"token_ids": {"ids": LONG2}, "params": {"temperature": 0, "max_tokens": 8,
+                                                                            "top_logprobs": 2}}),
+                ("GenerateStream", {"chat": chat, "params": {"temperature": 0, "max_tokens": 8}}),
+                ("GenerateStream", {"text": {"text": "Caches " * 40}, "params": {"temperature": 0.8, "seed": 7,
+                                                                                "n": 2, "max_tokens": 6}}),
+                ("Generate", {"token_ids": {"ids": LONG}, "params": {"temperature": -1}}),
+                ("Tokenize", {"text": {"text": "Hello world"}}),
+            ]
+            before = pulled()
+            calls = [{"target": t, "method": m, "request": r} for m, r in reqs for t in (ug, rg)]
+            calls += [{"target": rg, "method": "Health", "request": {"service": "tessera.v1.Tessera"}},
+                      {"target": rg, "method": "ListModels", "request": {}},
+                      {"target": ug, "method": "ListModels", "request": {}}]
+            out = _grpc_calls(workdir, calls)
+            for i, (m, r) in enumerate(reqs):
+                want, got = out[2 * i], out[2 * i + 1]
+                _same(_fold_grpc(got), _fold_grpc(want), f"gRPC {m} {json.dumps(r)[:120]}")
+            assert out[-3] == {"code": 0, "details": "", "response": {"status": "SERVING"}}, out[-3]
+            got_m, want_m = out[-2]["response"]["models"][0], out[-1]["response"]["models"][0]
+            assert (got_m["id"], got_m["vocab_size"]) == (want_m["id"], want_m["vocab_size"]), (got_m, want_m)
+            assert pulled() >= before + 2 * (len(LONG2) // BLOCK), "gRPC decodes pulled no blocks"
+            assert "grpc:GenerateStream" in request(R, "GET", "/metrics")[1]["_body"]
+        res.run("router gRPC (Generate, GenerateStream: token ids, chat, logprobs, n=2; errors, Tokenize, "
+                "ListModels, health) == unified gRPC; KV pulled", grpc_router)
 
         def instances_file():
             path = os.path.join(workdir, "instances.json")
@@ -367,6 +443,46 @@ def main():
         res.run("decode killed -9 mid-stream: the router resumes on the other decode, every token once",
                 decode_killed)
 
+        def grpc_decode_killed():
+            survivor = state["survivor"]
+            r3 = Server(tessera, ["--role", "router", "--decode-instances",
+                                  f"127.0.0.1:{survivor.port},127.0.0.1:{d3.port}", "--router-poll-interval", "0.2"],
+                        workdir, "router-grpc", grpc=True)
+            servers.append(r3)
+            r3.wait_ready(timeout=30)
+            path = os.path.join(workdir, "grpc_kill.json")
+            with open(path, "w") as f:
+                json.dump([{"target": f"127.0.0.1:{ports(r3)['grpc']}", "method": "GenerateStream",
+                            "request": {"token_ids": {"ids": LONG2},
+                                        "params": {"temperature": 0, "max_tokens": 400, "ignore_eos": True}}}], f)
+            here = os.path.dirname(os.path.abspath(__file__))
+            node = subprocess.Popen(["node", os.path.join(here, "grpc_call.mjs"), path], stdout=subprocess.PIPE,
+                                    cwd=os.path.dirname(os.path.dirname(here)))
+            killed = None
+            deadline = time.time() + 60
+            while killed is None and time.time() < deadline and node.poll() is None:
+                for d in (survivor, d3):
+                    if metric(d.port, "tessera:num_requests_running") > 0:
+                        time.sleep(0.1)  # some tokens out first
+                        d.proc.send_signal(signal.SIGKILL)
+                        killed = d
+                        break
+                time.sleep(0.02)
+            out = json.loads(node.communicate(timeout=120)[0].decode().splitlines()[-1])
+            assert killed is not None, f"no decode was running the gRPC request: {json.dumps(out)[:300]}"
+            code, _, folded, usage = _fold_grpc(out)
+            assert code == 0, out.get("details")
+            want_ids, want_text, _ = ref["long_stream"][0]
+            got = folded[0]
+            assert got["token_ids"] == want_ids, f"{len(got['token_ids'])} ids vs {len(want_ids)}"
+            assert got["text"] == want_text and got["finish_reason"] == "length"
+            assert usage == {"prompt_tokens": len(LONG2), "completion_tokens": 400}, usage
+            assert get_metrics(r3.port)["tessera:router_migrations_total"] >= 1
+            state["survivor"] = d3 if killed is survivor else survivor
+            r3.stop()
+        res.run("gRPC: decode killed -9 mid-stream: the router continues on another decode, every token once",
+                grpc_decode_killed)
+
         def no_leaks():
             for s in [state.get("survivor"), dfault, dother, ddeep]:
                 if s is None:
@@ -395,6 +511,107 @@ def _labeled(port, name):
             key, value = line.rsplit(" ", 1)
             out[key] = float(value)
     return out
+
+
+def _answer(port, path, body):
+    """(status, normalized answer): a plain body as is; a stream folded per choice (text, deltas, logprobs,
+    token ids, finish) plus its usage chunk; ids and timestamps dropped."""
+    if not body.get("stream"):
+        status, _, parsed = request(port, "POST", path, body, timeout=60)
+        parsed.pop("_body", None)
+        for k in ("id", "created"):
+            parsed.pop(k, None)
+        if isinstance(parsed.get("usage"), dict):
+            parsed["usage"].pop("prompt_tokens_details", None)  # what each one's prefix cache held
+        for c in parsed.get("choices", []):
+            for call in (c.get("message") or {}).get("tool_calls") or []:
+                call.pop("id", None)
+        return status, parsed
+    status, _, events, done = stream_events(port, path, body, timeout=60)
+    if status != 200:
+        return status, events
+    folded, usage = {}, None
+    for e in events:
+        assert e.get("object") in ("text_completion", "chat.completion.chunk"), e
+        if e.get("usage") is not None and not e["choices"]:
+            usage = {k: v for k, v in e["usage"].items() if k != "prompt_tokens_details"}
+        for c in e["choices"]:
+            f = folded.setdefault(c["index"], {"text": "", "delta": {}, "lp": [], "ids": [], "finish": None,
+                                              "prompt_logprobs": None})
+            f["text"] += c.get("text") or ""
+            for k, v in (c.get("delta") or {}).items():
+                if k == "tool_calls":
+                    for call in v:
+                        call.pop("id", None)
+                    f["delta"].setdefault(k, []).extend(v)
+                elif isinstance(v, str):
+                    f["delta"][k] = f["delta"].get(k, "") + v
+            lp = c.get("logprobs")
+            if isinstance(lp, dict) and "content" in lp:
+                f["lp"] += lp["content"]
+            elif isinstance(lp, dict):
+                f["lp"] += list(zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]))
+            f["ids"] += c.get("token_ids") or []
+            f["finish"] = c.get("finish_reason") or f["finish"]
+            if c.get("prompt_logprobs") is not None:
+                f["prompt_logprobs"] = c["prompt_logprobs"]
+    return status, {"done": done, "choices": folded, "usage": usage}
+
+
+def _grpc_calls(workdir, calls):
+    """Runs gRPC calls through tests/e2e/grpc_call.mjs (@grpc/grpc-js); one result dict per call."""
+    path = os.path.join(workdir, "grpc_calls.json")
+    with open(path, "w") as f:
+        json.dump(calls, f)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["node", os.path.join(here, "grpc_call.mjs"), path], capture_output=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    out = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    assert len(out) == len(calls), out
+    return out
+
+
+def _fold_grpc(result):
+    """A gRPC result with its request id and cache-dependent counts dropped; a stream folded per choice."""
+    def usage(u):
+        return {k: v for k, v in (u or {}).items() if k != "cached_tokens"}
+    if "messages" not in result:
+        r = json.loads(json.dumps(result.get("response")))
+        if isinstance(r, dict):
+            r.pop("request_id", None)
+            if "usage" in r:
+                r["usage"] = usage(r["usage"])
+        return result["code"], result["details"], r
+    folded, last = {}, None
+    for m in result["messages"]:
+        for c in m["choices"]:
+            f = folded.setdefault(c["index"], {"text": "", "token_ids": [], "logprobs": [], "finish_reason": ""})
+            f["text"] += c["text"]
+            f["token_ids"] += c["token_ids"]
+            f["logprobs"] += c["logprobs"]
+            f["finish_reason"] = c["finish_reason"] or f["finish_reason"]
+        last = m
+    assert last is None or last["finished"], last
+    return result["code"], result["details"], folded, usage(last and last["usage"])
+
+
+def _same(got, want, what, path=""):
+    """Equal JSON, floats within 1e-3 (a pulled prefix and a computed one may round apart)."""
+    if isinstance(want, float) or isinstance(got, float):
+        assert isinstance(got, (int, float)) and isinstance(want, (int, float)) and abs(got - want) <= 1e-3, \
+            f"{what}: {path}: {got} != {want}"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), \
+            f"{what}: {path}: keys {sorted(got) if isinstance(got, dict) else got} != {sorted(want)}"
+        for k in want:
+            _same(got[k], want[k], what, f"{path}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), f"{what}: {path}: {got} != {want}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            _same(a, b, what, f"{path}[{i}]")
+    else:
+        assert got == want, f"{what}: {path}: {got!r} != {want!r}"
 
 
 def _eq(a, b):

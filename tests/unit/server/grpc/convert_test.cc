@@ -48,6 +48,14 @@ TEST(GenerateRequestToJson, TextPromptWithParamsIsACompletionsBody) {
   EXPECT_FALSE(j.contains("cache_salt"));
   r.set_cache_salt("tenant-a");
   EXPECT_EQ(ToJson(r, &chat)["cache_salt"], "tenant-a");
+  EXPECT_FALSE(j.contains("kv_transfer_params"));
+  r.set_kv_transfer_params(R"({"do_remote_prefill":true,"remote_block_ids":[1,2]})");
+  EXPECT_EQ(ToJson(r, &chat)["kv_transfer_params"], json::parse(R"({"do_remote_prefill":true,"remote_block_ids":[1,2]})"));
+  r.set_kv_transfer_params("[1]");
+  StatusOr<std::string> bad = GenerateRequestToJson(r, &chat);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kv_transfer_params"), std::string::npos);
+  r.clear_kv_transfer_params();
   EXPECT_FALSE(j.contains("top_p"));
 }
 

@@ -92,6 +92,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"{" + kMsgs + R"(,"response_format":"text"})", "response_format"},
         BadCase{"{" + kMsgs + R"(,"response_format":{}})", "response_format.type"},
         BadCase{"{" + kMsgs + R"(,"parallel_tool_calls":"yes"})", "parallel_tool_calls"},
+        BadCase{"{" + kMsgs + R"(,"return_token_ids":1})", "return_token_ids"},
+        BadCase{"{" + kMsgs + R"(,"kv_transfer_params":"yes"})", "kv_transfer_params"},
+        BadCase{"{" + kMsgs + R"(,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"h","remote_port":0,
+                "remote_request_id":"r","remote_block_ids":[1]}})",
+                "kv_transfer_params.remote_port"},
         BadCase{"{" + kMsgs + R"(,"add_generation_prompt":1})", "add_generation_prompt"},
         BadCase{"{" + kMsgs + R"(,"continue_final_message":true})", "continue_final_message"},
         BadCase{"{" + kMsgs + R"(,"chat_template_kwargs":[]})", "chat_template_kwargs"},
@@ -193,6 +198,35 @@ TEST(ChatRequestTest, ToolRoleMayHaveNullContent) {
   ChatRequest out;
   ASSERT_FALSE(ParseChatRequest(R"({"messages":[{"role":"tool","tool_call_id":"x"}]})", Limits(), &out));
   EXPECT_TRUE(out.messages[0]["content"].is_null());
+}
+
+}  // namespace
+}  // namespace tessera::openai
+
+namespace tessera::openai {
+namespace {
+
+// Disaggregation on chat (as on /v1/completions): vLLM's kv_transfer_params
+// and return_token_ids are parsed, not refused.
+TEST(ChatRequestTest, KvTransferParamsAndReturnTokenIds) {
+  ChatRequest out;
+  auto err = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],"return_token_ids":true,
+      "kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1","remote_port":7000,
+                            "remote_request_id":"cmpl-1-0","remote_engine_id":"e","remote_block_ids":[3,4]}})",
+                              Limits(), &out);
+  ASSERT_FALSE(err.has_value()) << err->message;
+  EXPECT_TRUE(out.return_token_ids);
+  ASSERT_TRUE(out.kv_transfer.remote.has_value());
+  EXPECT_EQ(out.kv_transfer.remote->host, "10.0.0.1");
+  EXPECT_EQ(out.kv_transfer.remote->port, 7000);
+  EXPECT_EQ(out.kv_transfer.remote->handle, "cmpl-1-0");
+  EXPECT_EQ(out.kv_transfer.remote->block_ids, (std::vector<int32_t>{3, 4}));
+  EXPECT_FALSE(out.kv_transfer.do_remote_decode);
+  err = ParseChatRequest(R"({"messages":[{"role":"user","content":"hi"}],
+      "kv_transfer_params":{"do_remote_decode":true}})", Limits(), &out);
+  ASSERT_FALSE(err.has_value()) << err->message;
+  EXPECT_TRUE(out.kv_transfer.do_remote_decode);
+  EXPECT_FALSE(out.return_token_ids);
 }
 
 }  // namespace

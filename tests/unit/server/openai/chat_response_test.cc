@@ -103,3 +103,36 @@ TEST(ChatStreamTest, LazyStartEchoAndContinuousUsage) {
 
 }  // namespace
 }  // namespace tessera::openai
+
+namespace tessera::openai {
+namespace {
+
+// return_token_ids: every update's ids ride on its last chunk of the choice,
+// on an empty delta when the text is held back; the plain body has them all.
+TEST(ChatStreamTest, ReturnTokenIds) {
+  ChatOptions o = Options(false, 0, "");
+  o.return_token_ids = true;
+  ChatStream s("c", 1, "m", 1, o, false);
+  (void)s.Start();
+  std::vector<json> held = s.OnUpdate(U({D(0, "", {E(5, "\xe4", -1.0f)})}, 2, 1));  // text held back (UTF-8)
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0]["choices"][0]["delta"], json::object());
+  EXPECT_EQ(held[0]["choices"][0]["token_ids"], json::array({5}));
+  std::vector<json> last = s.OnUpdate(U({D(0, "ab", {E(6, "a", -1.0f), E(7, "b", -1.0f)}, FinishReason::kLength)},
+                                        2, 3, true));
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0]["choices"][0]["delta"], json({{"content", "ab"}}));
+  EXPECT_EQ(last[0]["choices"][0]["token_ids"], json::array({6, 7}));
+  ChatStream plain("c", 1, "m", 1, Options(false, 0, ""), false);
+  (void)plain.Start();
+  EXPECT_TRUE(plain.OnUpdate(U({D(0, "", {E(5, "\xe4", -1.0f)})}, 2, 1)).empty());  // no ids asked: no chunk
+
+  ChatAccumulator acc(1, o);
+  acc.Add(U({D(0, "", {E(5, "x", -1.0f)})}, 2, 1));
+  acc.Add(U({D(0, "ab", {E(6, "a", -1.0f)}, FinishReason::kStop)}, 2, 2, true));
+  EXPECT_EQ(acc.Build("c", 1, "m")["choices"][0]["token_ids"], json::array({5, 6}));
+  EXPECT_FALSE(ChatAccumulator(1, Options(false, 0, "")).Build("c", 1, "m")["choices"][0].contains("token_ids"));
+}
+
+}  // namespace
+}  // namespace tessera::openai

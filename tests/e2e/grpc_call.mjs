@@ -1,0 +1,62 @@
+// A gRPC client for the Python e2e tests (they are stdlib-only): runs calls
+// on tessera.v1.Tessera with the real @grpc/grpc-js client and prints one
+// JSON line per call. Not a test by itself (tests/e2e/test_*.mjs are).
+//
+//   TESSERA_NPM_DIR=.deps/npm node tests/e2e/grpc_call.mjs CALLS.json
+//
+// CALLS.json: [{"target": "127.0.0.1:PORT", "method": "Generate" |
+// "GenerateStream" | "Tokenize" | "ListModels" | "Health", "request": {...},
+// "cancel_after": N (streams: cancel after N messages)}, ...], run in turn.
+// Each output line: {"code": gRPC status code (0 OK), "details", "response"
+// (unary) or "messages" (stream)}. Bounded: 60 s per call.
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const npmDir = process.env.TESSERA_NPM_DIR ?? path.join(repo, '.deps/npm');
+const require = createRequire(path.join(path.resolve(npmDir), 'node_modules/'));
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const def = protoLoader.loadSync(['proto/tessera.proto', 'proto/health.proto'], {
+  includeDirs: [repo], keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
+});
+const pkg = grpc.loadPackageDefinition(def);
+const clients = new Map();
+function client(target, health) {
+  const key = `${health ? 'h' : 't'}${target}`;
+  if (!clients.has(key)) {
+    const Ctor = health ? pkg.grpc.health.v1.Health : pkg.tessera.v1.Tessera;
+    clients.set(key, new Ctor(target, grpc.credentials.createInsecure()));
+  }
+  return clients.get(key);
+}
+const opts = () => ({ deadline: new Date(Date.now() + 60_000) });
+// Bytes fields as arrays of numbers (JSON has no Buffer).
+const plain = (v) => JSON.parse(JSON.stringify(v, (k, x) => (x && x.type === 'Buffer' ? x.data : x)));
+
+function run(c) {
+  return new Promise((resolve) => {
+    if (c.method === 'GenerateStream') {
+      const messages = [];
+      const call = client(c.target).GenerateStream(c.request, new grpc.Metadata(), opts());
+      call.on('data', (m) => {
+        messages.push(plain(m));
+        if (c.cancel_after && messages.length >= c.cancel_after) call.cancel();
+      });
+      call.on('error', (err) => resolve({ code: err.code, details: err.details, messages }));
+      call.on('end', () => resolve({ code: 0, details: '', messages }));
+      return;
+    }
+    const health = c.method === 'Health';
+    client(c.target, health)[health ? 'Check' : c.method](c.request, new grpc.Metadata(), opts(), (err, resp) =>
+      resolve(err ? { code: err.code, details: err.details } : { code: 0, details: '', response: plain(resp) }));
+  });
+}
+
+const calls = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+for (const c of calls) console.log(JSON.stringify(await run(c)));
+// Not process.exit(): stdout to a pipe is written asynchronously and would be cut.
+for (const c of clients.values()) c.close();
