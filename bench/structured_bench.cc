@@ -2,11 +2,14 @@
 // or --schema FILE) over a real tokenizer's vocabulary and walks random valid
 // documents token by token, timing every FillMask (the per-step work of one
 // constrained sequence). Reports vocabulary trie build, compile time and mask
-// time p50/p99/max, split into first visits of a parser state (a trie walk)
-// and repeats (the per-grammar mask cache).
+// time p50/p99/max, also split into the first document (position tables
+// being built) and the later ones (tables and the per-grammar mask cache
+// warm, as for every request after the first). --full-walk also times a walk of
+// the whole vocabulary trie for every state (the cost without the position
+// tables) and checks that both masks are equal.
 //
 //   tessera-structured-bench --tokenizer-dir MODEL_DIR [--schema FILE] [--docs 20] [--seed 1]
-//                            [--max-tokens 400] [--json OUT]
+//                            [--max-tokens 400] [--full-walk] [--json OUT]
 // Check it on tiny inputs (--docs 1 --max-tokens 20); real figures come from a quiet machine.
 #include <algorithm>
 #include <chrono>
@@ -90,6 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "tokens per document at most");
   app.add_option("--seed", seed, "random walk seed");
   app.add_option("--json", json_out, "write the figures here too");
+  bool full_walk = false;
+  app.add_flag("--full-walk", full_walk, "also time a full trie walk of every state (and check the masks agree)");
   CLI11_PARSE(app, argc, argv);
 
   auto tok = tessera::text::Tokenizer::FromDirectory(dir);
@@ -126,15 +131,26 @@ int main(int argc, char** argv) {
   const double compile_ms = Ms(Clock::now() - t1);
 
   std::mt19937_64 rng(seed);
-  std::vector<uint32_t> mask(static_cast<size_t>((*compiled)->mask_words()));
-  Stats all;
+  std::vector<uint32_t> mask(static_cast<size_t>((*compiled)->mask_words())), full(mask.size());
+  Stats all, first_doc, later, walk;
   int64_t tokens = 0, complete = 0;
   for (int d = 0; d < docs; ++d) {
     tessera::structured::GrammarMatcher m(*compiled);
     for (int i = 0; i < max_tokens && !m.IsComplete(); ++i) {
       const auto s = Clock::now();
       m.FillMask(mask);
-      all.ms.push_back(Ms(Clock::now() - s));
+      const double ms = Ms(Clock::now() - s);
+      all.ms.push_back(ms);
+      (d == 0 ? first_doc : later).ms.push_back(ms);
+      if (full_walk) {  // the same state by one walk of the whole trie (no tables, no cache): cost and exactness
+        const auto w = Clock::now();
+        m.FillMaskFullWalk(full);
+        walk.ms.push_back(Ms(Clock::now() - w));
+        if (full != mask) {
+          std::fprintf(stderr, "bug: the table mask differs from the full-walk mask\n");
+          return 1;
+        }
+      }
       std::vector<int32_t> allowed;
       for (size_t w = 0; w < mask.size(); ++w) {
         for (uint32_t bits = mask[w]; bits; bits &= bits - 1) {
@@ -159,14 +175,28 @@ int main(int argc, char** argv) {
     complete += m.IsComplete();
   }
   const double p50 = all.Pct(0.5), p99 = all.Pct(0.99), mx = all.Pct(1.0);
+  const double d0_p50 = first_doc.Pct(0.5), d0_p99 = first_doc.Pct(0.99), dn_p50 = later.Pct(0.5),
+               dn_p99 = later.Pct(0.99), w_p50 = walk.Pct(0.5), w_p99 = walk.Pct(0.99);
   std::printf("vocab %d tokens: trie built in %.1f ms; schema compiled in %.2f ms (%zu bytes of GBNF)\n",
               vocab->size(), vocab_ms, compile_ms, gbnf->size());
   std::printf("%lld tokens over %d documents (%lld complete): mask p50 %.4f ms, p99 %.3f ms, max %.3f ms\n",
               static_cast<long long>(tokens), docs, static_cast<long long>(complete), p50, p99, mx);
+  std::printf("  first document (tables being built): p50 %.4f ms, p99 %.3f ms; later documents: p50 %.4f ms, "
+              "p99 %.3f ms\n", d0_p50, d0_p99, dn_p50, dn_p99);
+  if (full_walk) {
+    std::printf("  full trie walk of the same states (no tables, no cache): p50 %.3f ms, p99 %.3f ms; masks equal\n",
+                w_p50, w_p99);
+  }
   if (!json_out.empty()) {
     Json out = {{"vocab_size", vocab->size()}, {"trie_build_ms", vocab_ms}, {"compile_ms", compile_ms},
                 {"tokens", tokens}, {"documents", docs}, {"complete", complete},
-                {"mask_ms_p50", p50}, {"mask_ms_p99", p99}, {"mask_ms_max", mx}};
+                {"mask_ms_p50", p50}, {"mask_ms_p99", p99}, {"mask_ms_max", mx},
+                {"first_doc_ms_p50", d0_p50}, {"first_doc_ms_p99", d0_p99}, {"later_docs_ms_p50", dn_p50},
+                {"later_docs_ms_p99", dn_p99}};
+    if (full_walk) {
+      out["full_walk_ms_p50"] = w_p50;
+      out["full_walk_ms_p99"] = w_p99;
+    }
     std::ofstream(json_out) << out.dump(2) << "\n";
   }
   return 0;

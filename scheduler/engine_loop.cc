@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <random>
 #include <utility>
 
@@ -488,10 +487,9 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
   const int64_t vocab = model_->config().vocab_size;
   // Structured-output masks depend only on the tokens so far: computed on a
-  // helper thread while the forward pass runs.
+  // persistent helper thread while the forward pass runs.
   std::vector<MaskJob> jobs = CollectMaskJobs(plan, vocab);
-  std::future<void> masks;
-  if (!jobs.empty()) masks = std::async(std::launch::async, [&jobs] { FillMasks(jobs); });
+  if (!jobs.empty()) mask_worker_.Start([&jobs] { FillMasks(jobs); });
   Status forward;
   if (group_) {
     std::vector<std::pair<int64_t, int64_t>> copies;
@@ -500,7 +498,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   } else {
     forward = model_->Forward(batch, cache_.get(), &logits_);
   }
-  if (masks.valid()) masks.wait();
+  mask_worker_.Wait();
   RETURN_IF_ERROR(forward);
   std::unordered_map<SeqId, const MaskJob*> job_of;
   for (const MaskJob& j : jobs) job_of[j.seq_id] = &j;

@@ -33,6 +33,7 @@
 #include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
 #include "scheduler/kv_tiers/kv_tier_manager.h"
+#include "scheduler/mask_worker.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/spec/acceptance.h"
 #include "scheduler/spec/proposer.h"
@@ -291,6 +292,7 @@ class EngineLoop {
   Sampler sampler_;
   std::vector<float> logits_;
   std::deque<std::vector<uint32_t>> mask_buffers_;  // reused across steps (deque: stable addresses)
+  MaskWorker mask_worker_;  // fills them beside the forward pass
   bool mask_reject_logged_ = false;
   // This step's prompt logprobs per request: (choice index, entries).
   std::unordered_map<std::string, std::pair<int32_t, std::vector<TokenLogprobs>>> prompt_logprobs_;

@@ -23,22 +23,6 @@ std::optional<ApiError> ReadMaxTokens(const Json& body, SamplingParams* params) 
   return std::nullopt;
 }
 
-// tool_choice "required" and a named function are parsed and checked against
-// `tools`, but need the grammar engine to force the output
-// (tools::ToolCallOutputSchema); until that is wired they are refused, never
-// accepted and left to chance.
-std::optional<ApiError> ReadToolChoice(const Json& body, const Json& tools, tools::ToolChoice* out) {
-  if (auto e = tools::ParseToolChoice(body, tools, out)) return e;
-  if (out->mode == tools::ToolChoiceMode::kRequired || out->mode == tools::ToolChoiceMode::kNamed) {
-    return BadRequest("tool_choice " +
-                          std::string(out->mode == tools::ToolChoiceMode::kNamed ? "with a named function"
-                                                                                 : "\"required\"") +
-                          " is not supported by this server yet (it needs constrained decoding); use \"auto\"",
-                      "tool_choice", "unsupported_parameter");
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 std::optional<ApiError> ParseChatRequest(std::string_view body_text, const RequestLimits& limits, ChatRequest* out) {
@@ -52,7 +36,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ParseGenerationPromptFlags(body, &r.add_generation_prompt, &r.continue_final_message)) return e;
   if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
-  if (auto e = ReadToolChoice(body, r.tools, &r.tool_choice)) return e;
+  if (auto e = tools::ParseToolChoice(body, r.tools, &r.tool_choice)) return e;
   if (auto e = RefuseUnenforced(body)) return e;
   if (auto e = ParseKvTransferParams(body, &r.kv_transfer)) return e;
   if (auto e = ReadBool(body, "return_token_ids", "return_token_ids", &r.return_token_ids)) return e;

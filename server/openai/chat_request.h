@@ -45,9 +45,8 @@ struct ChatRequest {
 };
 
 // On failure returns the error to send (400; 404 model_not_found).
-// Unsupported until the grammar engine enforces them (400
-// unsupported_parameter naming the field): tool_choice "required" / a named
-// function, response_format json_*.
+// tool_choice "required" / a named function are enforced by a grammar that
+// PrepareChat builds (tool_grammar.h).
 std::optional<ApiError> ParseChatRequest(std::string_view body, const RequestLimits& limits, ChatRequest* out);
 
 // What `echo` prepends to the generated content: the last message's content

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "server/openai/tool_calls/template_messages.h"
+#include "server/openai/tool_calls/tool_grammar.h"
+#include "server/structured/structured.h"
 
 namespace tessera::openai {
 namespace {
@@ -39,6 +41,35 @@ GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, 
   in.skip_special_tokens = skip_special;
   in.include_stop_str_in_output = include_stop;
   return in;
+}
+
+// tool_choice "required" / a named function: the grammar of the calls
+// becomes the request's constraint (ToolCallGrammar), so the output always
+// parses into calls.
+std::optional<ApiError> ForceToolCalls(const RequestModel& model, const tools::ChatOutputOptions& output,
+                                       ChatRequest* req) {
+  const char* what = req->tool_choice.mode == tools::ToolChoiceMode::kNamed ? "a named function" : "\"required\"";
+  if (req->structured.kind != StructuredOutputSpec::Kind::kNone) {
+    return BadRequest("'" + req->structured.param + "' cannot be combined with tool_choice " + what +
+                          " (the output is the tool calls)",
+                      req->structured.param);
+  }
+  if (model.structured == nullptr) {
+    return BadRequest(std::string("tool_choice ") + what + " needs constrained decoding, which is not available on " +
+                          "this server",
+                      "tool_choice", "unsupported_parameter");
+  }
+  std::string gbnf;
+  tools::ToolGrammarOptions options{.choice = req->tool_choice,
+                                    .parallel_tool_calls = req->parallel_tool_calls,
+                                    .parser = output.tool_parser,
+                                    .close_think = output.reasoning_parser != tools::ReasoningParserKind::kNone &&
+                                                   output.prompt_opened_think};
+  if (auto err = tools::ToolCallGrammar(req->tools, options, model.structured->limits(), &gbnf)) return err;
+  StatusOr<structured::StructuredOutputs::ConstraintPtr> c = model.structured->Gbnf(gbnf);
+  if (!c.ok()) return BadRequest("'tools': the tool-call grammar does not compile: " + c.status().message(), "tools");
+  req->params.constraint = std::move(*c);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -104,10 +135,13 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
   p.output.parallel_tool_calls = req.parallel_tool_calls;
   p.output.reasoning_parser = model.output.reasoning_parser;
   p.output.prompt_opened_think = tools::PromptOpensThink(*prompt);
+  if (req.tool_choice.mode == tools::ToolChoiceMode::kRequired || req.tool_choice.mode == tools::ToolChoiceMode::kNamed) {
+    if (auto err = ForceToolCalls(model, p.output, &p.request)) return err;
+  }
   const bool mistral_tools =
       p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
       model.output.tool_parser == tools::ToolParserKind::kMistral;
-  p.input = MakeInput(std::move(ids), req.params, req.skip_special_tokens && !mistral_tools,
+  p.input = MakeInput(std::move(ids), p.request.params, req.skip_special_tokens && !mistral_tools,
                       req.include_stop_str_in_output, req.cache_salt);
   p.input.export_kv = req.kv_transfer.do_remote_decode;
   p.input.remote_kv = req.kv_transfer.remote;

@@ -60,7 +60,11 @@ struct PreparedChat {
 // On failure returns the error to send: 400 naming the field (code
 // "context_length_exceeded" for prompt + max_tokens over the context,
 // "unsupported" for chat without a template; "tool_choice" for tools under
-// "auto" when model.output has no tool-call parser), 404 model_not_found.
+// "auto" when model.output has no tool-call parser;
+// "tools[i].function.parameters" for a schema a forced call (tool_choice
+// "required" / named, enforced by the grammar of tool_grammar.h) cannot
+// follow; the structured-output field when combined with a forced call),
+// 404 model_not_found.
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out);
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out);
 

@@ -16,6 +16,8 @@
 //     whole assistant message;
 //   * logit_bias: +100 on <|im_end|> (the model's end-of-turn token) ends the
 //     continuation at once, or +100 on an ordinary token makes it generate that.
+// tool_choice "required" / a named function are checked without such help:
+// the grammar forces the calls, and ajv validates their arguments.
 // Then the llama3_json and mistral formats, each on a server started with
 // --tool-call-parser. Prints one line per check and ends with `N passed,
 // M failed`; exit 1 on failure.
@@ -29,6 +31,8 @@ const npmDir = process.env.TESSERA_NPM_DIR ?? path.resolve('.deps/npm');
 const require = createRequire(path.join(npmDir, 'node_modules/'));
 const OpenAIModule = require('openai');
 const OpenAI = OpenAIModule.default ?? OpenAIModule;
+const AjvModule = require('ajv');
+const Ajv = AjvModule.default ?? AjvModule;
 
 const args = process.argv.slice(2);
 const argValue = (name) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : undefined; };
@@ -139,6 +143,16 @@ const TOOLS = [{
   },
 }, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } }];
 
+// Schemas whose every instance is short (what a random model writes under them stays bounded).
+const BOUNDED_TOOLS = [{
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Rome'] },
+      days: { type: 'integer', minimum: 1, maximum: 14 } }, required: ['city'] },
+  },
+}, { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } }];
+
 const CALLS_PREFIX = 'Let me check both.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", ' +
   '"days": 2}}\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>';
 const WANT_CALLS = [['get_weather', { city: 'Paris', days: 2 }], ['get_time', {}]];
@@ -151,6 +165,29 @@ function expectCalls(message, what) {
   }
   assert(new Set(calls.map((c) => c.id)).size === calls.length, `${what}: ids not unique`);
 }
+
+const ajv = new Ajv({ strict: false });
+const validators = Object.fromEntries(BOUNDED_TOOLS.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+const forcedReq = (toolChoice, extra) => ({
+  model: NAME, tools: BOUNDED_TOOLS, tool_choice: toolChoice, temperature: 0, max_tokens: 200,
+  messages: [{ role: 'user', content: 'Weather and time in Paris?' }], ...extra,
+});
+const expectForced = (c, what, name) => {
+  const calls = c.message.tool_calls ?? [];
+  assert(calls.length >= 1, () => `${what}: no tool calls: ${JSON.stringify(c)}`);
+  if (name) assertEq(calls.length, 1, `${what}: calls under a named function`);
+  for (const call of calls) {
+    assert(!name || call.function.name === name, () => `${what}: called ${call.function.name}`);
+    const validate = validators[call.function.name];
+    assert(validate, () => `${what}: unknown function ${call.function.name}`);
+    assert(validate(JSON.parse(call.function.arguments)),
+      () => `${what}: ${call.function.arguments} fails its schema: ${ajv.errorsText(validate.errors)}`);
+    assert(call.type === 'function' && /^call_[A-Za-z0-9]{8,}$/.test(call.id), () => `${what}: ${JSON.stringify(call)}`);
+  }
+  assert(!c.message.content, () => `${what}: content ${JSON.stringify(c.message.content)}`);
+  assertEq(c.finish_reason, 'tool_calls', `${what} finish_reason`);
+  return calls.map((x) => [x.function.name, x.function.arguments]);
+};
 
 async function runChecks(client) {
   const imEnd = await tokenId('<|im_end|>');
@@ -196,14 +233,37 @@ async function runChecks(client) {
     assertEq(r.choices[0].finish_reason, 'stop', 'finish_reason');
   });
 
-  await check('tool_choice "required" / named: 400 unsupported_parameter naming tool_choice', async () => {
-    for (const tc of ['required', { type: 'function', function: { name: 'get_time' } }]) {
+  // tool_choice "required" / named: the grammar forces the calls, so even a
+  // random-weight model answers with tool calls whose arguments follow the
+  // schemas (checked by ajv). Bounded schemas keep the outputs short; +100 on
+  // <|im_end|> ends the output as soon as the grammar allows it.
+  for (const [label, toolChoice, name] of [['"required"', 'required', null],
+    ['named', { type: 'function', function: { name: 'get_weather' } }, 'get_weather']]) {
+    await check(`tool_choice ${label}: grammar-forced calls, non-stream and stream agree`, async () => {
+      for (const extra of [{ logit_bias: { [imEnd]: 100 } }, { parallel_tool_calls: false }]) {
+        const r = await client.chat.completions.create(forcedReq(toolChoice, extra));
+        const want = expectForced(r.choices[0], `${label} ${JSON.stringify(extra)}`, name);
+        const final = await client.chat.completions.stream({ ...forcedReq(toolChoice, extra), stream: true })
+          .finalChatCompletion();
+        assertEq(expectForced(final.choices[0], `${label} stream`, name), want, 'streamed calls');
+      }
+    });
+  }
+
+  await check('tool_choice required/named: bad tool schema or a second constraint -> 400 naming the field', async () => {
+    const cases = [
+      [{ tool_choice: 'required', tools: [BOUNDED_TOOLS[0], { type: 'function', function: { name: 'bad',
+        parameters: { type: 'object', properties: { x: { not: { type: 'null' } } } } } }] },
+      'tools[1].function.parameters'],
+      [{ tool_choice: 'required', response_format: { type: 'json_object' } }, 'response_format'],
+      [{ tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
+    ];
+    for (const [extra, param] of cases) {
       try {
-        await client.chat.completions.create({ ...forced('x', {}), tool_choice: tc });
-        throw new Error(`accepted tool_choice ${JSON.stringify(tc)}`);
+        await client.chat.completions.create({ ...forcedReq('required'), ...extra });
+        throw new Error(`accepted ${JSON.stringify(extra)}`);
       } catch (e) {
-        assert(e instanceof OpenAI.BadRequestError && e.param === 'tool_choice' && e.code === 'unsupported_parameter',
-          () => `${JSON.stringify(tc)}: ${e}`);
+        assert(e instanceof OpenAI.BadRequestError && e.param === param, () => `${JSON.stringify(extra)}: ${e}`);
       }
     }
   });
@@ -305,6 +365,12 @@ async function main() {
         expectCalls(final.choices[0].message, `${parser} stream`);
         // The role chunk carries content "" (as vLLM's), so the accumulated content is "" where the message has null.
         assertEq(final.choices[0].message.content || null, r.choices[0].message.content, 'content');
+      });
+      await check(`--tool-call-parser ${parser}: tool_choice "required" forced in its format`, async () => {
+        const req = forcedReq('required', { parallel_tool_calls: false });
+        const want = expectForced((await client.chat.completions.create(req)).choices[0], parser, null);
+        const final = await client.chat.completions.stream({ ...req, stream: true }).finalChatCompletion();
+        assertEq(expectForced(final.choices[0], `${parser} stream`, null), want, 'streamed calls');
       });
       await stopServer(server);
     }

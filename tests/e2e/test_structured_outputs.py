@@ -193,7 +193,9 @@ def check_outputs(outputs, what):
 
 def schema_checks(res, port):
     rng = random.Random(20261125)
-    schemas = list(HAND_SCHEMAS) + [gen_schema(rng) for _ in range(60)]
+    # Hundreds of schemas: the hand-written ones sampled twice, 180 generated ones once.
+    schemas = list(HAND_SCHEMAS) + [gen_schema(rng) for _ in range(180)]
+    runs = [(i, k) for i in range(len(schemas)) for k in range(2 if i < len(HAND_SCHEMAS) else 1)]
     forms = []
     for i, s in enumerate(schemas):
         r = i % 4
@@ -210,10 +212,9 @@ def schema_checks(res, port):
     state = {}
 
     def generate():
-        jobs = [lambda e=e, c=c, i=i, k=k: constrained(port, e, c, seed=1000 * i + k)
-                for i, (e, c) in enumerate(forms) for k in range(2)]
+        jobs = [lambda i=i, k=k: constrained(port, forms[i][0], forms[i][1], seed=1000 * i + k) for i, k in runs]
         state["out"] = parallel(jobs)
-    if not res.run(f"{2 * len(schemas)} completions under {len(schemas)} JSON Schemas -> 200", generate):
+    if not res.run(f"{len(runs)} completions under {len(schemas)} JSON Schemas -> 200", generate):
         return
 
     def validate():
@@ -221,10 +222,10 @@ def schema_checks(res, port):
         for j, (text, finish) in enumerate(state["out"]):
             assert finish in ("stop", "length"), (finish, text[:200])
             if finish == "stop":
-                cases.append((schemas[j // 2], text))
+                cases.append((schemas[runs[j][0]], text))
                 where.append(j)
         assert len(cases) >= len(state["out"]) // 2, f"only {len(cases)}/{len(state['out'])} documents completed"
-        bad = [(schemas[where[n] // 2], cases[n][1], err) for n, (ok, err) in enumerate(ajv_check(cases)) if not ok]
+        bad = [(schemas[runs[where[n]][0]], cases[n][1], err) for n, (ok, err) in enumerate(ajv_check(cases)) if not ok]
         assert not bad, f"{len(bad)} invalid of {len(cases)}: " + json.dumps(bad[:3])[:3000]
         print(f"  {len(cases)} complete documents valid under ajv; "
               f"{len(state['out']) - len(cases)} cut by max_tokens", flush=True)

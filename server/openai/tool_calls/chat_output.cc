@@ -1,5 +1,7 @@
 #include "server/openai/tool_calls/chat_output.h"
 
+#include "server/openai/tool_calls/tool_grammar.h"
+
 #include <random>
 #include <utility>
 
@@ -35,8 +37,19 @@ ChatOutputParser::ChatOutputParser(const ChatOutputOptions& o, std::function<std
   if (o.reasoning_parser != ReasoningParserKind::kNone) reasoning_.emplace(o.reasoning_parser, o.prompt_opened_think);
   switch (o.tool_choice.mode) {
     case ToolChoiceMode::kAuto: tools_ = MakeToolCallParser(o.tool_parser); break;
-    case ToolChoiceMode::kRequired: tools_ = MakeRequiredToolCallParser(); break;
-    case ToolChoiceMode::kNamed: tools_ = MakeNamedToolCallParser(o.tool_choice.function_name); break;
+    case ToolChoiceMode::kRequired:
+    case ToolChoiceMode::kNamed:
+      // The format ToolCallGrammar forced the output into.
+      switch (ForcedToolCallFormat(o.tool_parser)) {
+        case ForcedFormat::kHermes: tools_ = MakeToolCallParser(ToolParserKind::kHermes); break;
+        case ForcedFormat::kLlama3Json: tools_ = MakeToolCallParser(ToolParserKind::kLlama3Json); break;
+        case ForcedFormat::kJson:
+          tools_ = o.tool_choice.mode == ToolChoiceMode::kRequired
+                       ? MakeRequiredToolCallParser()
+                       : MakeNamedToolCallParser(o.tool_choice.function_name);
+          break;
+      }
+      break;
     case ToolChoiceMode::kNone: break;
   }
 }

@@ -28,7 +28,8 @@ struct ChatOutputConfig {
 // One request's parsing, decided from the config and the request.
 struct ChatOutputOptions {
   // kAuto parses the model's own format with `tool_parser` (kNone: no parsing);
-  // kRequired / kNamed parse the forced JSON formats; kNone parses nothing.
+  // kRequired / kNamed parse the format ToolCallGrammar forced (tool_grammar.h);
+  // kNone parses nothing.
   ToolChoice tool_choice;
   ToolParserKind tool_parser = ToolParserKind::kNone;
   bool parallel_tool_calls = true;  // false: calls after the first are dropped

@@ -13,13 +13,6 @@ const Json* FindTool(const Json& tools, const std::string& name) {
   return nullptr;
 }
 
-Json ParametersOf(const Json& tool) {
-  const Json& fn = tool.at("function");
-  auto p = fn.find("parameters");
-  if (p == fn.end() || p->is_null()) return Json{{"type", "object"}};
-  return *p;
-}
-
 }  // namespace
 
 std::optional<ApiError> ParseToolChoice(const Json& body, const Json& tools, ToolChoice* out) {
@@ -65,26 +58,6 @@ std::optional<ApiError> ParseToolChoice(const Json& body, const Json& tools, Too
   }
   *out = std::move(c);
   return std::nullopt;
-}
-
-Json ToolCallOutputSchema(const Json& tools, const ToolChoice& choice, bool parallel_tool_calls) {
-  if (choice.mode == ToolChoiceMode::kNamed) {
-    const Json* tool = FindTool(tools, choice.function_name);
-    return tool ? ParametersOf(*tool) : Json();
-  }
-  if (choice.mode != ToolChoiceMode::kRequired || !tools.is_array() || tools.empty()) return Json();
-  Json branches = Json::array();
-  for (const Json& t : tools) {
-    branches.push_back({{"type", "object"},
-                        {"properties",
-                         {{"name", {{"type", "string"}, {"enum", Json::array({t.at("function").at("name")})}}},
-                          {"parameters", ParametersOf(t)}}},
-                        {"required", Json::array({"name", "parameters"})},
-                        {"additionalProperties", false}});
-  }
-  Json schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", std::move(branches)}}}};
-  if (!parallel_tool_calls) schema["maxItems"] = 1;
-  return schema;
 }
 
 }  // namespace tessera::openai::tools

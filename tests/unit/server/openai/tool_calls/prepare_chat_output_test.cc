@@ -5,6 +5,7 @@
 
 #include "server/openai/request_path.h"
 #include "server/openai/tool_calls/template_messages.h"
+#include "server/structured/structured.h"
 #include "tests/unit/server/text/tokenizer_test_util.h"
 
 namespace tessera::openai {
@@ -81,6 +82,49 @@ TEST_F(PrepareChatOutputTest, EnableThinkingFalseClosesThinkInThePrompt) {
   ASSERT_TRUE(r1.ok());
   model_.chat_template = &*r1;
   EXPECT_TRUE(Prepare("").output.prompt_opened_think);
+}
+
+// tool_choice "required" / named: the request carries the grammar of the
+// calls as its constraint; a bad tool schema or a second constraint is a 400
+// naming its field.
+TEST_F(PrepareChatOutputTest, ForcedToolCallsAreConstrained) {
+  structured::StructuredOutputs so(tok_.get(), tok_->vocab_size());
+  const std::string tools =
+      R"(,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+      R"("properties":{"a":{"type":"integer"}},"required":["a"]}}}])";
+  PreparedChat refused;
+  auto err = PrepareChat(model_, R"({"messages":[{"role":"user","content":"hi"}])" + tools +
+                                     R"(,"tool_choice":"required"})", &refused);
+  ASSERT_TRUE(err);  // no constrained decoding on this server
+  EXPECT_EQ(err->param, "tool_choice");
+  model_.structured = &so;
+  for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"f"}})"}) {
+    PreparedChat p = Prepare(tools + R"(,"tool_choice":)" + choice);
+    ASSERT_NE(p.input.params.constraint, nullptr) << choice;
+    EXPECT_TRUE(p.output.parses_tools());
+    // The matcher accepts the hermes call and nothing else first.
+    auto m = p.input.params.constraint->NewMatcher();
+    for (int32_t id : tok_->Encode("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 12}}\n</tool_call>", false)) {
+      ASSERT_TRUE(m->AcceptToken(id)) << choice;
+    }
+    EXPECT_TRUE(m->CanEnd());
+    EXPECT_FALSE(p.input.params.constraint->NewMatcher()->AcceptToken(tok_->Encode("Hello", false)[0]));
+  }
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}])";
+  PreparedChat p;
+  err = PrepareChat(model_, body + tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"}})", &p);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "response_format");
+  err = PrepareChat(model_, body + tools + R"(,"tool_choice":"required","guided_regex":"a+"})", &p);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "guided_regex");
+  err = PrepareChat(model_, body + R"(,"tool_choice":"required","tools":[{"type":"function","function":{"name":"g"}},)"
+                                   R"({"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                                   R"("properties":{"x":{"not":{}}}}}}]})",
+                    &p);
+  ASSERT_TRUE(err);
+  EXPECT_EQ(err->param, "tools[1].function.parameters");
+  EXPECT_EQ(err->status, HttpStatus::bad_request);
 }
 
 }  // namespace

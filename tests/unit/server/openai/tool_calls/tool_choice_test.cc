@@ -1,4 +1,4 @@
-// tool_choice parsing and the JSON Schema of the output it forces.
+// tool_choice parsing (the grammar it forces: tool_grammar_test.cc).
 #include "server/openai/tool_calls/tool_choice.h"
 
 #include <gtest/gtest.h>
@@ -41,26 +41,6 @@ TEST(ToolChoiceTest, ErrorsNameToolChoice) {
   auto e = Parse(R"({"tool_choice":"required"})", Json(), &c);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "tool_choice");
-}
-
-TEST(ToolCallOutputSchemaTest, RequiredIsAnArrayOfNamedCalls) {
-  Json schema = ToolCallOutputSchema(kTools, {ToolChoiceMode::kRequired, ""}, /*parallel_tool_calls=*/true);
-  EXPECT_EQ(schema, Json::parse(R"({"type":"array","minItems":1,"items":{"anyOf":[
-    {"type":"object","properties":{"name":{"type":"string","enum":["get_weather"]},
-       "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},
-     "required":["name","parameters"],"additionalProperties":false},
-    {"type":"object","properties":{"name":{"type":"string","enum":["now"]},"parameters":{"type":"object"}},
-     "required":["name","parameters"],"additionalProperties":false}]}})"))
-      << schema.dump();
-  EXPECT_EQ(ToolCallOutputSchema(kTools, {ToolChoiceMode::kRequired, ""}, false)["maxItems"], 1);
-}
-
-TEST(ToolCallOutputSchemaTest, NamedIsTheParametersAndAutoIsNothing) {
-  EXPECT_EQ(ToolCallOutputSchema(kTools, {ToolChoiceMode::kNamed, "get_weather"}, true),
-            kTools[0]["function"]["parameters"]);
-  EXPECT_EQ(ToolCallOutputSchema(kTools, {ToolChoiceMode::kNamed, "now"}, true), Json::parse(R"({"type":"object"})"));
-  EXPECT_TRUE(ToolCallOutputSchema(kTools, {ToolChoiceMode::kAuto, ""}, true).is_null());
-  EXPECT_TRUE(ToolCallOutputSchema(kTools, {ToolChoiceMode::kNone, ""}, true).is_null());
 }
 
 }  // namespace
