@@ -327,7 +327,7 @@ TEST_F(KvTiersRedisTest, RedisStoppedMeansRecompute) {
   EXPECT_EQ(Run(*other, Greedy("b", p)), want_p);
   EXPECT_EQ(PromptTokensComputed(*other), static_cast<int64_t>(p.size()));
   EXPECT_EQ(Run(*other, Greedy("c", q)), Reference(q));
-  const KvTierStats& r = Tier(other->kv_tiers()->stats(), "redis");
+  const KvTierStats r = Tier(other->kv_tiers()->stats(), "redis");
   EXPECT_GE(r.store.errors + r.spill_errors, 1);
   EXPECT_EQ(r.store.hits, 0);
 }
