@@ -157,6 +157,7 @@ void InstanceRegistry::PollLoop() {
       if (up) {
         if (!cur.healthy) spdlog::info("router: {} {} is back", InstanceRoleName(cur.role), cur.ref.address);
         cur.healthy = true;
+        cur.answered = true;
         cur.backoff = std::chrono::milliseconds(0);
         cur.queue = static_cast<int64_t>(SumMetric(res.body, "tessera:num_requests_running") +
                                          SumMetric(res.body, "tessera:num_requests_waiting"));
@@ -169,8 +170,11 @@ void InstanceRegistry::PollLoop() {
                        cur.ref.address, s.ok() ? "not ready" : s.message());
         }
         cur.healthy = false;
-        cur.backoff = std::min(std::chrono::milliseconds(8000),
-                               std::max(std::chrono::milliseconds(250), cur.backoff * 2));
+        // An instance still starting (never answered) is polled every 250 ms, so the router is ready soon
+        // after it; one that answered before backs off up to 8 s.
+        cur.backoff = cur.answered ? std::min(std::chrono::milliseconds(8000),
+                                              std::max(std::chrono::milliseconds(250), cur.backoff * 2))
+                                   : std::chrono::milliseconds(250);
         cur.next_poll = std::chrono::steady_clock::now() + cur.backoff;
       }
     }
@@ -226,7 +230,7 @@ std::vector<InstanceSnapshot> InstanceRegistry::Snapshot() const {
 bool InstanceRegistry::AnyHealthy(InstanceRole role) const {
   std::lock_guard lock(mu_);
   for (const auto& [k, in] : instances_) {
-    if (in.role == role && in.healthy) return true;
+    if (in.role == role && in.healthy && in.answered) return true;
   }
   return false;
 }

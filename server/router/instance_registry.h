@@ -61,13 +61,15 @@ class InstanceRegistry {
   // A call failed: out of rotation until a poll succeeds (backoff 0.25 s .. 8 s).
   void MarkFailed(const std::string& address);
   std::vector<InstanceSnapshot> Snapshot() const;
+  // Some instance of `role` is healthy and has answered a poll (the router's /ready).
   bool AnyHealthy(InstanceRole role) const;
 
  private:
   struct Instance {
     InstanceRef ref;
     InstanceRole role;
-    bool healthy = true;
+    bool healthy = true;    // optimistic until a poll or call fails
+    bool answered = false;  // a poll has succeeded (readiness needs one)
     int64_t outstanding = 0;
     int64_t queue = 0;
     double kv_usage = 0;

@@ -69,6 +69,19 @@ def serve_flags(tessera):
     return set(re.findall(r"--[a-z0-9-]+", p.stdout))
 
 
+def wait_router_sees(router, ports, timeout=20):
+    """Until the router's last poll found every instance in `ports` healthy (a prefill still starting
+    when the router became ready would be skipped, and the decode would compute the prompt)."""
+    deadline = time.time() + timeout
+    while True:
+        _, headers, _ = request(router, "GET", "/metrics")
+        lines = [ln for ln in headers["_body"].splitlines() if ln.startswith("tessera:router_instance_healthy")]
+        if all(any(f'instance="127.0.0.1:{p}"' in ln and ln.endswith(" 1") for ln in lines) for p in ports):
+            return
+        assert time.time() < deadline, ("the router never saw every instance healthy", ports, lines)
+        time.sleep(0.1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tessera", required=True)
@@ -129,6 +142,7 @@ def main():
             eps = got["endpoints"]
             assert got["entry"] == "router" and set(eps) == {"prefill", "decode", "router"}, got
             router, decode = port_of(eps["router"]["http"]), port_of(eps["decode"]["http"])
+            wait_router_sees(router, [port_of(eps["prefill"]["http"]), decode])
             assert greedy(router, LONG) == ref["long"], "pd through the router != unified"
             d = get_metrics(decode)
             assert d.get("tessera:kv_transfer_blocks_total", 0) >= len(LONG) // BLOCK, d  # pulled, not recomputed
@@ -165,6 +179,7 @@ def main():
             try:
                 assert set(eps) == {"redis", "instance1", "instance2", "router"}, eps
                 router = port_of(eps["router"]["http"])
+                wait_router_sees(router, [port_of(eps[n]["http"]) for n in ("instance1", "instance2")])
                 assert greedy(router, LONG) == ref["long"], "kv through the router != unified"
                 # The first request's blocks reach Redis (write-through) and the router's index (events).
                 deadline = time.time() + 10
