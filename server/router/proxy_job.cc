@@ -34,6 +34,20 @@ std::string Dump(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+// Appends `bytes` to `*pending` and calls on_data(payload) for each complete
+// "data: " event ("[DONE]" included); false from on_data stops (returned).
+template <typename F>
+bool ForEachSseData(std::string* pending, std::string_view bytes, F&& on_data) {
+  pending->append(bytes);
+  size_t end;
+  while ((end = pending->find("\n\n")) != std::string::npos) {
+    const std::string event = pending->substr(0, end);
+    pending->erase(0, end + 2);
+    if (event.rfind("data: ", 0) == 0 && !on_data(event.substr(6))) return false;
+  }
+  return true;
+}
+
 bool Flag(const Json& obj, const char* key) {
   auto it = obj.find(key);
   return it != obj.end() && it->is_boolean() && it->get<bool>();
@@ -259,16 +273,10 @@ class Proxy {
         upstream_body.append(d);
         return true;
       }
-      pending.append(d);
-      size_t end;
-      while ((end = pending.find("\n\n")) != std::string::npos) {
-        std::string event = pending.substr(0, end);
-        pending.erase(0, end + 2);
-        if (event.rfind("data: ", 0) != 0) continue;
-        const std::string data = event.substr(6);
+      return ForEachSseData(&pending, d, [&](const std::string& data) {
         if (data == "[DONE]") {
           done_seen = true;
-          continue;
+          return true;
         }
         Json j = Json::parse(data, nullptr, false);
         if (!j.is_object() || j.contains("error")) {
@@ -277,8 +285,8 @@ class Proxy {
           return false;
         }
         RelayChunk(std::move(j));
-      }
-      return true;
+        return true;
+      });
     });
     ctx_.registry->AddOutstanding(inst.address, -estimate);
     if (ex_->closed()) return LegOutcome::kClientAnswered;
@@ -392,16 +400,10 @@ class Proxy {
         error_body.append(d);
         return true;
       }
-      pending.append(d);
-      size_t end;
-      while ((end = pending.find("\n\n")) != std::string::npos) {
-        std::string event = pending.substr(0, end);
-        pending.erase(0, end + 2);
-        if (event.rfind("data: ", 0) != 0) continue;
-        const std::string data = event.substr(6);
+      return ForEachSseData(&pending, d, [&](const std::string& data) {
         if (data == "[DONE]") {
           done_seen = true;
-          continue;
+          return true;
         }
         const Json j = Json::parse(data, nullptr, false);
         if (!j.is_object() || j.contains("error")) {
@@ -410,14 +412,14 @@ class Proxy {
           return false;
         }
         if (j.contains("model") && j["model"].is_string()) model_ = j["model"].get<std::string>();
-        if (!j.contains("choices")) continue;
+        if (!j.contains("choices")) return true;
         for (const Json& ch : j["choices"]) {
           const int local = ch.value("index", 0);
           if (local < 0 || static_cast<size_t>(local) >= index_map.size()) continue;
           OnDelta(index_map[static_cast<size_t>(local)], ch);
         }
-      }
-      return true;
+        return true;
+      });
     });
     status = r.status;
     ctx_.registry->AddOutstanding(inst.address, -estimate);
