@@ -34,6 +34,12 @@ struct KvEventSubscriber::Impl {
     std::unique_ptr<zmq::socket_t> sub;
     int64_t last_seq = -1;   // last applied (live or replayed); -1: none
     int64_t last_live = -1;  // last received on the SUB socket; -1: none
+    // Catch-up: until the first live message, the subscription may not have
+    // reached the publisher yet ("slow joiner"), and a batch published in
+    // that window is lost without a later one to reveal the gap. The buffer
+    // is replayed again at growing intervals (50 ms .. 3.2 s, ~6 s in all).
+    int catchup_ms = 0;  // 0: done
+    std::chrono::steady_clock::time_point next_catchup;
   };
 
   KvEventSubscriberOptions options;
@@ -157,9 +163,34 @@ struct KvEventSubscriber::Impl {
       index->AddInstance(s.instance);
       Source& added = sources[s.instance] = std::move(src);
       // A new subscription missed the stream so far: rebuild from the buffer.
-      if (!added.config.replay_endpoint.empty() && !Replay(added, INT64_MAX)) {
-        Count(&KvEventSubscriberStats::replay_failures);
+      if (!added.config.replay_endpoint.empty()) {
+        if (Replay(added, INT64_MAX)) {
+          added.catchup_ms = 50;
+          added.next_catchup = std::chrono::steady_clock::now() + std::chrono::milliseconds(added.catchup_ms);
+        } else {
+          Count(&KvEventSubscriberStats::replay_failures);
+        }
       }
+    }
+  }
+
+  // One catch-up replay per due source; stops at the first live message, a
+  // failed replay, or after the last interval.
+  void CatchUp() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [name, src] : sources) {
+      if (src.catchup_ms == 0) continue;
+      if (src.last_live >= 0) {
+        src.catchup_ms = 0;
+        continue;
+      }
+      if (now < src.next_catchup) continue;
+      if (!Replay(src, INT64_MAX) || src.catchup_ms >= 3200) {
+        src.catchup_ms = 0;
+        continue;
+      }
+      src.catchup_ms *= 2;
+      src.next_catchup = now + std::chrono::milliseconds(src.catchup_ms);
     }
   }
 
@@ -170,6 +201,7 @@ struct KvEventSubscriber::Impl {
         if (stop) return;
       }
       TakeCommands();
+      CatchUp();
       std::vector<zmq::pollitem_t> items;
       std::vector<Source*> order;
       for (auto& [name, src] : sources) {

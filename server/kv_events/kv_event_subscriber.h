@@ -44,7 +44,7 @@ struct KvEventSubscriberStats {
   int64_t batches_applied = 0;
   int64_t decode_errors = 0;
   int64_t gaps = 0;           // sequence gaps seen (incl. a first batch past 0)
-  int64_t replays = 0;        // replay requests answered
+  int64_t replays = 0;        // replay requests answered (catch-up ones included)
   int64_t replay_failures = 0;
   int64_t restarts = 0;       // sequence went back
 };

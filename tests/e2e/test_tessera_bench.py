@@ -72,8 +72,15 @@ def main():
                 for r in reqs:
                     assert r["ok"] and r["output_tokens"] == r["max_tokens"], r
                     assert 0 <= r["ttft_ms"] <= r["e2el_ms"], r
+                # ITL samples come from content chunks: a short output may arrive as one
+                # chunk (a token with no text yet, or two tokens in one write), so its
+                # count is checked against the per-request lists, not required > 0.
+                assert run["itl_ms"]["count"] == sum(len(r["itl_ms"]) for r in reqs), run["itl_ms"]
+                assert all(len(r["itl_ms"]) <= r["output_tokens"] - 1 for r in reqs), reqs
                 for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
                     s = run[metric]
+                    if metric == "itl_ms" and s["count"] == 0:
+                        continue
                     assert s["count"] > 0, (metric, s)
                     assert s["min"] <= s["median"] <= s["p90"] <= s["p99"] <= s["max"], (metric, s)
                     assert s["min"] <= s["mean"] <= s["max"], (metric, s)
@@ -109,7 +116,7 @@ def main():
                     check_run(r, 6, output_len=4)
                 # Rate 40: the last of 6 Poisson arrivals comes after 0 s almost surely;
                 # rate inf: all are sent at once.
-                assert max(q["send_time_s"] for q in runs[1]["requests"]) < 0.5
+                assert max(q["send_time_s"] for q in runs[1]["requests"]) < 2.0
                 root = ET.parse(svg).getroot()
                 tags = [e.tag.split("}")[-1] for e in root.iter()]
                 assert root.tag.endswith("svg"), root.tag
@@ -144,9 +151,13 @@ def main():
                 check_run(run, 4)
                 reqs = run["requests"]
                 assert [r["max_tokens"] for r in reqs] == [5, 3, 6, 2]
-                # Offsets 0, 0.2, 0.3, 0.4 s after time scaling by 0.1.
+                # Offsets 0, 0.2, 0.3, 0.4 s after time scaling by 0.1: never early, in
+                # order, and late by less than a second even on a loaded machine (unscaled
+                # offsets would be 2, 3 and 4 s).
                 for r, want in zip(reqs, [0.0, 0.2, 0.3, 0.4]):
-                    assert want - 0.005 <= r["send_time_s"] <= want + 0.25, (r["send_time_s"], want)
+                    assert want - 0.005 <= r["send_time_s"] <= want + 1.0, (r["send_time_s"], want)
+                sends = [r["send_time_s"] for r in reqs]
+                assert sends == sorted(sends), sends
                 assert run["duration_s"] >= 0.4
 
             def sharegpt():
