@@ -536,6 +536,7 @@ std::vector<KvLoad> Scheduler::PlanKvLoads() {
     PrefixHit hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
     if (static_cast<int64_t>(hit.blocks.size()) > want) hit.blocks.resize(static_cast<size_t>(want));
     hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * bs;
+    hit.num_queried_tokens = 0;  // admission, after the load, counts the query
     const int64_t reused = static_cast<int64_t>(hit.blocks.size());
     if (reused >= want) {
       counters_.kv_blocks_reused += reused;

@@ -106,6 +106,10 @@ TEST(SchedulerKvTransferTest, LoadsOnlyBlocksMissingFromThePrefixCache) {
   EXPECT_EQ(plan.seqs[0].block_ids[3], loads[0].local_blocks[1]);
   EXPECT_EQ(s->metrics().counters.kv_blocks_pulled, 2);
   EXPECT_EQ(s->metrics().counters.kv_blocks_reused, 2);
+  // Prefix stats count each admission once: warm's 8 tokens (no hit), then d's
+  // 17 with 16 hit (2 reused + 2 pulled blocks), not the load's own lookup too.
+  EXPECT_EQ(s->metrics().counters.prefix_cache_queries, 8 + 17);
+  EXPECT_EQ(s->metrics().counters.prefix_cache_hits, 16);
 }
 
 TEST(SchedulerKvTransferTest, FailedLoadRecomputesAndCachesNothing) {
