@@ -69,7 +69,9 @@ struct ChoiceState {
   Json stop_reason = nullptr;
 };
 
-enum class LegOutcome { kDone, kFailed, kClientAnswered };
+// kAnswered: the instance's complete answer went to the client (non-streamed);
+// kClientAnswered: the client got an error passed through, or left.
+enum class LegOutcome { kDone, kAnswered, kFailed, kClientAnswered };
 
 class Proxy {
  public:
@@ -148,8 +150,10 @@ class Proxy {
         relay_kv = ctx_.kv_router->PeerExport(*route, prompt_, salt, body_.contains("model") ? body_["model"] : Json());
       }
       const LegOutcome out = RelayLeg(decode, relay_kv);
-      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kClientAnswered);
-      if (out == LegOutcome::kClientAnswered) return;
+      // ok: the instance computed the request (a 4xx passed through computed
+      // nothing, so it owes no KV events).
+      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kAnswered);
+      if (out == LegOutcome::kClientAnswered || out == LegOutcome::kAnswered) return;
       if (out == LegOutcome::kDone) return Finish();
       failed.push_back(decode.address);
       relay_kv = nullptr;
@@ -181,7 +185,7 @@ class Proxy {
         const int64_t left = max_tokens_ ? *max_tokens_ - done : -1;
         const LegOutcome out =
             DecodeLeg(*next, InstanceBody(prompt, 1, left, std::max<int64_t>(0, min_tokens_ - done), nullptr), {i});
-        if (out == LegOutcome::kClientAnswered) return;
+        if (out == LegOutcome::kClientAnswered || out == LegOutcome::kAnswered) return;
         if (out == LegOutcome::kFailed) failed.push_back(next->address);
       }
       if (!c.finished) {
@@ -307,7 +311,7 @@ class Proxy {
         j["id"] = id_;
         j["created"] = created_;
         SendJson(HttpStatus::ok, j);
-        return LegOutcome::kClientAnswered;
+        return LegOutcome::kAnswered;
       }
     }
     if (ok && stream_) {
