@@ -31,13 +31,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, request, synth_model  # noqa: E402
+from serve_util import Results, Server, get_metrics, grpc_calls, request, synth_model  # noqa: E402
 
 BLOCK = 16
 X = [(i * 7919) % 150000 + 100 for i in range(4 * BLOCK)]  # a 4-block shared prefix
@@ -88,18 +87,6 @@ def index_blocks(port):
 
 def pool_hits(port, role):
     return router_samples(port).get(("tessera:router_prompt_hit_tokens_total", frozenset({("role", role)})), 0)
-
-
-def grpc_calls(workdir, calls):
-    """gRPC calls through tests/e2e/grpc_call.mjs (@grpc/grpc-js); one result dict per call."""
-    path = os.path.join(workdir, "grpc_calls.json")
-    with open(path, "w") as f:
-        json.dump(calls, f)
-    here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run(["node", os.path.join(here, "grpc_call.mjs"), path], capture_output=True, timeout=120,
-                       cwd=os.path.dirname(os.path.dirname(here)))
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
-    return [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
 
 
 def scalar(port, name):
