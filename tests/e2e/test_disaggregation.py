@@ -17,8 +17,14 @@ prompt itself: same output). Faults: a prefill killed (-9) while it holds the
 request (the router retries on the other prefill, then lets decode
 recompute); a transfer that fails mid-way (recompute); a decode killed (-9)
 mid-stream (the router resumes the choice on the other decode: one unbroken
-stream, every token once). Survivors end with no KV blocks in use. A router
-fed by --instances-file follows the file as it changes.
+stream, every token once); a router killed (-9) with requests in every leg
+(decode: SSE, plain and gRPC; prefill: both prefills frozen holding a call):
+its clients see the drop at once, each instance sees its upstream close and
+aborts those requests (the decodes' abort counter, not a timer, says so), all
+end idle (a prefill that finished first is freed by --kv-pin-timeout), and a
+new router on the same instances answers bitwise as before. Survivors end with
+no KV blocks in use. A router fed by --instances-file follows the file as it
+changes.
 """
 import argparse
 import http.client
