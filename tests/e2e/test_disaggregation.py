@@ -311,6 +311,20 @@ def main():
         res.run("decode with 4 of 10 blocks in its prefix cache pulls the other 6; output == unified",
                 partial_prefix_hit)
 
+        def all_cached_released():
+            # The decode holds every block already: it pulls nothing, but still acknowledges, so the
+            # prefill unpins now (without the ack: at the 5 s pin timeout, with a warning naming it).
+            assert completion_ids(D1, LONG) == ref["long"]
+            kvp = prefill_export(P1, LONG)
+            t0 = metric(D1, "tessera:kv_transfer_seconds_count")
+            assert completion_ids(D1, LONG, kv_transfer_params=kvp) == ref["long"]
+            assert metric(D1, "tessera:kv_transfer_seconds_count") == t0, "pulled blocks it already held"
+            wait_until(lambda: metric(P1, "tessera:kv_exported_requests") == 0, 15, "prefill1: export ended")
+            handle = kvp["remote_request_id"]
+            assert f"'{handle}' was not pulled" not in p1.log_tail(400), f"{handle} freed by the pin timeout"
+        res.run("decode holding every block pulls none and acknowledges: the prefill unpins at once",
+                all_cached_released)
+
         fresh_count = [0]
 
         def fresh():
