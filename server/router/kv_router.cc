@@ -136,6 +136,9 @@ void KvRouter::Tick() {
     fresh.known = true;
     fresh.block_size = j["block_size"].get<int32_t>();
     if (fresh.block_size <= 0) continue;
+    if (auto nb = j.find("num_kv_blocks"); nb != j.end() && nb->is_number_integer()) {
+      fresh.num_blocks = std::max<int64_t>(0, nb->get<int64_t>());
+    }
     if (auto ev = j.find("kv_events"); ev != j.end() && ev->is_object() && ev->value("endpoint", "") != "") {
       fresh.events_endpoint = Reachable(ev->value("endpoint", ""), ref.host);
       fresh.replay_endpoint = Reachable(ev->value("replay_endpoint", ""), ref.host);
@@ -157,7 +160,9 @@ void KvRouter::Tick() {
   {
     std::lock_guard lock(mu_);
     for (auto it = routed_.begin(); it != routed_.end();) {
-      std::erase_if(it->second, [&](const auto& e) { return now - e.second > options_.routed_ttl; });
+      std::erase_if(it->second, [&](const auto& e) {
+        return now - e.second.last > (e.second.in_flight > 0 ? options_.routed_ttl : options_.routed_grace);
+      });
       it = it->second.empty() ? routed_.erase(it) : std::next(it);
     }
   }
@@ -182,7 +187,7 @@ bool KvRouter::Stale(const Info& info, const kv_events::InstanceMatch* match, Cl
 
 std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const int32_t> prompt,
                                               const std::string& cache_salt, int64_t max_tokens,
-                                              const std::vector<std::string>& exclude) {
+                                              const std::vector<std::string>& exclude, bool peer_fetch) {
   std::vector<InstanceSnapshot> cands;
   for (const InstanceSnapshot& s : registry_->Snapshot()) {
     if (s.role != role || !s.healthy) continue;
@@ -191,6 +196,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   }
   if (cands.empty()) return std::nullopt;
   RouteDecision d;
+  d.role = role;
   d.prompt_tokens = static_cast<int64_t>(prompt.size());
   d.dispatched = Clock::now();
   auto by_load = [&](const char* policy) -> std::optional<RouteDecision> {
@@ -232,16 +238,19 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
     return it->second;
   };
-  // Leading blocks routed to `address` within routed_ttl (not yet in the index, perhaps).
+  // Leading blocks in flight at `address` (see "In flight" in the header).
   auto routed_blocks = [&](const std::string& address, int32_t bs) -> int64_t {
     const std::vector<BlockHash>& hashes = chain(bs);
+    const auto t = Clock::now();
     std::lock_guard lock(mu_);
     int64_t n = 0;
     for (const BlockHash& h : hashes) {
       auto it = routed_.find(h);
       if (it == routed_.end()) break;
       auto at = it->second.find(address);
-      if (at == it->second.end() || Clock::now() - at->second > options_.routed_ttl) break;
+      if (at == it->second.end()) break;
+      const Routed& r = at->second;
+      if (t - r.last > (r.in_flight > 0 ? options_.routed_ttl : options_.routed_grace)) break;
       ++n;
     }
     return n;
@@ -266,6 +275,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   };
 
   bool fallback = false;
+  std::string why;  // debug log: every candidate's terms
   double best_cost = 0;
   const InstanceSnapshot* best = nullptr;
   int64_t best_hit = 0;
@@ -277,8 +287,18 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       fallback = true;
       break;
     }
+    int64_t evict = 0;  // tokens of cached blocks this request would push out
+    if (m != nullptr && info.num_blocks > 0) {
+      const int64_t bs = info.block_size;
+      const int64_t adds = (d.prompt_tokens - hit + decode_work + bs - 1) / bs;
+      evict = std::max<int64_t>(0, m->held_blocks + adds - info.num_blocks) * bs;
+    }
     const double cost = static_cast<double>(d.prompt_tokens - hit) + static_cast<double>(pending[s.ref.address]) +
-                        256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage;
+                        256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage + static_cast<double>(evict);
+    if (spdlog::should_log(spdlog::level::debug)) {
+      why += fmt::format(" {}[hit {} pending {} waiting {} kv {:.2f} evict {} cost {:.0f}]", s.ref.address, hit,
+                         pending[s.ref.address], s.waiting, s.kv_usage, evict, cost);
+    }
     if (best == nullptr || cost < best_cost || (cost == best_cost && hit > best_hit)) {
       best = &s;
       best_cost = cost;
@@ -301,7 +321,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
 
   // Peer fetch: a healthy instance (any role) holding more of the prefix.
   const Info& tinfo = infos[d.target.address];
-  if (options_.peer_fetch_min_tokens > 0 && tinfo.has_kv_transfer) {
+  if (peer_fetch && options_.peer_fetch_min_tokens > 0 && tinfo.has_kv_transfer) {
     std::set<std::string> seen;
     for (const InstanceSnapshot& s : registry_->Snapshot()) {
       if (!s.healthy || s.ref.address == d.target.address || !seen.insert(s.ref.address).second) continue;
@@ -318,13 +338,19 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
   }
   d.pending = d.prompt_tokens - std::max(d.hit_tokens, d.peer_tokens) + decode_work;
-  const std::vector<BlockHash>& routed_chain = chain(tinfo.block_size);
+  d.routed_chain = chain(tinfo.block_size);
   {
     std::lock_guard lock(mu_);
     pending_[d.target.address] += d.pending;
-    for (const BlockHash& h : routed_chain) routed_[h][d.target.address] = d.dispatched;
+    for (const BlockHash& h : d.routed_chain) {
+      Routed& r = routed_[h][d.target.address];
+      ++r.in_flight;
+      r.last = d.dispatched;
+    }
   }
   Count(d);
+  spdlog::debug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
+                d.peer ? " (peer " + d.peer->address + ")" : "", why);
   return d;
 }
 
@@ -360,9 +386,18 @@ Json KvRouter::PeerExport(const RouteDecision& d, std::span<const int32_t> promp
 
 void KvRouter::Done(const RouteDecision& d, bool ok) {
   if (options_.logic != RoutingLogic::kKvAware) return;
+  const auto now = Clock::now();
   std::lock_guard lock(mu_);
   if (d.pending != 0) {
     if ((pending_[d.target.address] -= d.pending) == 0) pending_.erase(d.target.address);
+  }
+  for (const BlockHash& h : d.routed_chain) {
+    auto it = routed_.find(h);
+    if (it == routed_.end()) continue;
+    auto at = it->second.find(d.target.address);
+    if (at == it->second.end()) continue;
+    at->second.in_flight = std::max(0, at->second.in_flight - 1);
+    at->second.last = now;
   }
   if (!ok) return;
   auto it = infos_.find(d.target.address);
@@ -377,10 +412,11 @@ void KvRouter::Done(const RouteDecision& d, bool ok) {
 
 void KvRouter::Count(const RouteDecision& d) {
   std::lock_guard lock(mu_);
-  ++counters_.decisions[{d.target.address, d.policy}];
+  const std::string role = InstanceRoleName(d.role);
+  ++counters_.decisions[{d.target.address, d.policy, role}];
   const int64_t hit = std::max(d.hit_tokens, d.peer ? d.peer_tokens : 0);
-  counters_.hit_tokens += hit;
-  counters_.prefill_tokens += d.prompt_tokens - hit;
+  counters_.hit_tokens[role] += hit;
+  counters_.prefill_tokens[role] += d.prompt_tokens - hit;
   const double ratio = d.prompt_tokens > 0 ? static_cast<double>(hit) / static_cast<double>(d.prompt_tokens) : 0;
   for (size_t i = 0; i < std::size(kRatioBounds); ++i) {
     if (ratio <= kRatioBounds[i]) {
@@ -396,20 +432,24 @@ std::string KvRouter::SerializeMetrics() const {
   std::string out;
   std::lock_guard lock(mu_);
   out += "# HELP tessera:router_routing_decisions_total Instances chosen, per routing policy (kv-aware, load, "
-         "round-robin, load-fallback: kv-aware without fresh events).\n"
+         "round-robin, load-fallback: kv-aware without fresh events) and pool (role: prefill, decode).\n"
          "# TYPE tessera:router_routing_decisions_total counter\n";
   for (const auto& [k, n] : counters_.decisions) {
-    out += fmt::format("tessera:router_routing_decisions_total{{instance=\"{}\",policy=\"{}\"}} {}\n",
-                       Escape(k.first), k.second, n);
+    out += fmt::format("tessera:router_routing_decisions_total{{instance=\"{}\",policy=\"{}\",role=\"{}\"}} {}\n",
+                       Escape(std::get<0>(k)), std::get<1>(k), std::get<2>(k), n);
   }
   out += "# HELP tessera:router_prompt_hit_tokens_total Prompt tokens the chosen instance held (or pulled from a "
-         "peer) per the prefix index, at decision time.\n"
+         "peer) per the prefix index, at decision time, per pool.\n"
          "# TYPE tessera:router_prompt_hit_tokens_total counter\n";
-  out += fmt::format("tessera:router_prompt_hit_tokens_total {}\n", counters_.hit_tokens);
+  for (const auto& [role, n] : counters_.hit_tokens) {
+    out += fmt::format("tessera:router_prompt_hit_tokens_total{{role=\"{}\"}} {}\n", role, n);
+  }
   out += "# HELP tessera:router_prompt_prefill_tokens_total Prompt tokens the chosen instance had to compute, per "
-         "the prefix index.\n# TYPE tessera:router_prompt_prefill_tokens_total counter\n";
-  out += fmt::format("tessera:router_prompt_prefill_tokens_total {}\n", counters_.prefill_tokens);
-  out += "# HELP tessera:router_prompt_hit_ratio Per decision: prompt tokens held / prompt tokens.\n"
+         "the prefix index, per pool.\n# TYPE tessera:router_prompt_prefill_tokens_total counter\n";
+  for (const auto& [role, n] : counters_.prefill_tokens) {
+    out += fmt::format("tessera:router_prompt_prefill_tokens_total{{role=\"{}\"}} {}\n", role, n);
+  }
+  out += "# HELP tessera:router_prompt_hit_ratio Per decision (both pools): prompt tokens held / prompt tokens.\n"
          "# TYPE tessera:router_prompt_hit_ratio histogram\n";
   int64_t cum = 0;
   for (size_t i = 0; i < std::size(kRatioBounds); ++i) {

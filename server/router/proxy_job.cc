@@ -695,10 +695,15 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     ctx.metrics->PrefillSkipped("prompt_logprobs");
     return nullptr;
   }
+  const std::string salt = body.contains("cache_salt") && body["cache_salt"].is_string()
+                               ? body["cache_salt"].get<std::string>() : "";
   std::vector<std::string> failed;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<InstanceRef> p = ctx.registry->Pick(InstanceRole::kPrefill, failed);
-    if (!p) break;
+    // --routing-logic applies to the prefill pool too: kv-aware sends the
+    // prompt where its prefix is cached (1 token of decode work there).
+    std::optional<RouteDecision> route = ctx.kv_router->Choose(InstanceRole::kPrefill, prompt, salt, 1, failed, false);
+    if (!route) break;
+    const InstanceRef* p = &route->target;
     const Json b = PrefillBody(body, prompt);
     const int64_t tokens = static_cast<int64_t>(prompt.size());
     ctx.registry->AddOutstanding(p->address, tokens);
@@ -711,6 +716,7 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     ctx.registry->AddOutstanding(p->address, -tokens);
     const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
     const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
+    ctx.kv_router->Done(*route, ok);
     ctx.metrics->Decision(p->address, "prefill", ok);
     if (ok) {
       ctx.metrics->ObservePrefill(took);

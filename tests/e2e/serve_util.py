@@ -221,7 +221,7 @@ class Server:
                 raise AssertionError(f"server exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
                 status, _, body = request(self.port, "GET", "/ready", timeout=5)
-                if status == 200 and body.get("status") == "ready":  # decode roles add "grpc_port"
+                if status == 200 and body.get("status") == "ready":  # "grpc_port" too when gRPC is on
                     return
                 if status == 503 and body == {"status": "loading"}:
                     self.saw_loading = True
