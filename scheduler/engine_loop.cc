@@ -695,6 +695,9 @@ void EngineLoop::RunKvTransfers() {
       on_kv_pull_(e);
     }
   }
+  // Exports this instance will never pull (all cached here, no room, or the
+  // request ended first): acknowledged, so the prefill unpins them now.
+  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_transport_->Release(src.host, src.port, src.handle);
 }
 
 void EngineLoop::PublishExports() {

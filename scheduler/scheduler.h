@@ -136,6 +136,11 @@ class Scheduler {
   // finds them as a hit; otherwise they are freed uncached and the prompt is
   // computed here (vLLM's kv_load_failure_policy "recompute").
   void FinishKvLoad(const KvLoad& load, bool ok);
+  // Sources this instance will not pull from since the last call: every block
+  // already in the prefix cache, no room, or the request ended before its
+  // pull. The engine loop acknowledges each to its prefill, which then frees
+  // the pinned blocks at once rather than at its pin timeout.
+  std::vector<RemoteKvSource> TakeKvReleases();
   // Requests exported since the last call (their blocks stay held).
   std::vector<KvExport> TakeExports();
   // Frees an exported request's blocks (decode acknowledged, or timeout).
@@ -221,6 +226,7 @@ class Scheduler {
   SchedulerCounters counters_;
   std::unordered_map<std::string, SeqId> exports_;  // request id -> KV holder id (sequence gone)
   std::vector<KvExport> new_exports_;
+  std::vector<RemoteKvSource> kv_releases_;  // decode side: sources never pulled from
   std::vector<KvTierSpill> tier_spills_;  // since the last TakeTierSpills
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;
