@@ -39,7 +39,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, request, stream_events  # noqa: E402
+from serve_util import Results, Server, get_metrics, grpc_calls, request, stream_events  # noqa: E402
 
 BLOCK = 16
 LONG = [(i * 7919) % 150000 + 100 for i in range(150)]  # 9 full blocks + a partial one
@@ -257,7 +257,7 @@ def main():
             calls += [{"target": rg, "method": "Health", "request": {"service": "tessera.v1.Tessera"}},
                       {"target": rg, "method": "ListModels", "request": {}},
                       {"target": ug, "method": "ListModels", "request": {}}]
-            out = _grpc_calls(workdir, calls)
+            out = grpc_calls(workdir, calls)
             for i, (m, r) in enumerate(reqs):
                 want, got = out[2 * i], out[2 * i + 1]
                 _same(_fold_grpc(got), _fold_grpc(want), f"gRPC {m} {json.dumps(r)[:120]}")
@@ -681,20 +681,6 @@ def _answer(port, path, body):
             if c.get("prompt_logprobs") is not None:
                 f["prompt_logprobs"] = c["prompt_logprobs"]
     return status, {"done": done, "choices": folded, "usage": usage}
-
-
-def _grpc_calls(workdir, calls):
-    """Runs gRPC calls through tests/e2e/grpc_call.mjs (@grpc/grpc-js); one result dict per call."""
-    path = os.path.join(workdir, "grpc_calls.json")
-    with open(path, "w") as f:
-        json.dump(calls, f)
-    here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run(["node", os.path.join(here, "grpc_call.mjs"), path], capture_output=True, timeout=120,
-                       cwd=os.path.dirname(os.path.dirname(here)))
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
-    out = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
-    assert len(out) == len(calls), out
-    return out
 
 
 def _fold_grpc(result):
