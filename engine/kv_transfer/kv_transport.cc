@@ -323,6 +323,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
       }
     }
   } ack{stub.get(), spec.handle, peer};
+  if (options_.before_read) options_.before_read(spec.handle);
   const int32_t layers = layout_.num_layers;
   if (resp.k_regions_size() != layers || resp.v_regions_size() != layers || resp.block_bytes() != block_bytes_ ||
       resp.checksums_size() != static_cast<int>(spec.remote_blocks.size())) {
