@@ -67,10 +67,10 @@ def metrics(port):
 
 
 class Proc:
-    def __init__(self, args, workdir, name):
+    def __init__(self, args, workdir, name, log_level="warn"):
         self.port_file = os.path.join(workdir, name + ".port")
         self.log = open(os.path.join(workdir, name + ".log"), "wb")
-        self.proc = subprocess.Popen(args[:1] + ["--log-level", "warn"] + args[1:] +
+        self.proc = subprocess.Popen(args[:1] + ["--log-level", log_level] + args[1:] +
                                      ["--host", "127.0.0.1", "--port", "0", "--grpc-port", "-1",
                                       "--port-file", self.port_file],
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -115,7 +115,8 @@ def run_one(a, model, workload, policy, out):
         for p in procs:
             p.wait_ready()
         r = Proc([tessera, "serve", "--role", "router", "--routing-logic", policy, "--router-poll-interval", "0.1",
-                  "--decode-instances", ",".join(f"127.0.0.1:{p.port}" for p in procs)], out, f"{workload}-{policy}-r")
+                  "--decode-instances", ",".join(f"127.0.0.1:{p.port}" for p in procs)], out, f"{workload}-{policy}-r",
+                 a.router_log_level)
         procs.append(r)
         r.wait_ready()
         time.sleep(1.0)  # the router learns the instances' event endpoints
@@ -154,6 +155,7 @@ def main():
     ap.add_argument("--workloads", default="shared-prefix,multi-turn")
     ap.add_argument("--num-kv-blocks", type=int, default=416)
     ap.add_argument("--peer-fetch", action="store_true", help="instances run KV transfer (--kv-peer-fetch)")
+    ap.add_argument("--router-log-level", default="warn", help="debug: every kv-aware decision with its terms")
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="tessera-kv-router-bench-")
     os.makedirs(out, exist_ok=True)

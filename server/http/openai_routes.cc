@@ -74,7 +74,8 @@ void HandleModels(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
 }
 
 // GET /server_info: what a router learns about an instance without per-instance
-// flags. Answers while loading too (block_size and kv_transfer then null).
+// flags. Answers while loading too (block_size, num_kv_blocks and kv_transfer
+// then absent or null).
 void HandleServerInfo(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   json info = {{"role", ctx->role}, {"model", ctx->served_model_name}, {"block_size", nullptr},
                {"kv_events", nullptr}, {"kv_transfer", nullptr}};
@@ -85,6 +86,7 @@ void HandleServerInfo(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex
   }
   if (ServingEngine* engine = ctx->ready_engine()) {
     info["block_size"] = engine->kv_block_size();
+    info["num_kv_blocks"] = engine->kv_num_blocks();
     if (const KvTransport* kt = engine->kv_transport()) {
       info["kv_transfer"] = {{"host", kt->host()}, {"port", kt->port()}, {"engine_id", kt->engine_id()}};
     }

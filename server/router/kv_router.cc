@@ -136,6 +136,9 @@ void KvRouter::Tick() {
     fresh.known = true;
     fresh.block_size = j["block_size"].get<int32_t>();
     if (fresh.block_size <= 0) continue;
+    if (auto nb = j.find("num_kv_blocks"); nb != j.end() && nb->is_number_integer()) {
+      fresh.num_blocks = std::max<int64_t>(0, nb->get<int64_t>());
+    }
     if (auto ev = j.find("kv_events"); ev != j.end() && ev->is_object() && ev->value("endpoint", "") != "") {
       fresh.events_endpoint = Reachable(ev->value("endpoint", ""), ref.host);
       fresh.replay_endpoint = Reachable(ev->value("replay_endpoint", ""), ref.host);
@@ -157,7 +160,9 @@ void KvRouter::Tick() {
   {
     std::lock_guard lock(mu_);
     for (auto it = routed_.begin(); it != routed_.end();) {
-      std::erase_if(it->second, [&](const auto& e) { return now - e.second > options_.routed_ttl; });
+      std::erase_if(it->second, [&](const auto& e) {
+        return now - e.second.last > (e.second.in_flight > 0 ? options_.routed_ttl : options_.routed_grace);
+      });
       it = it->second.empty() ? routed_.erase(it) : std::next(it);
     }
   }
@@ -232,16 +237,19 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
     return it->second;
   };
-  // Leading blocks routed to `address` within routed_ttl (not yet in the index, perhaps).
+  // Leading blocks in flight at `address` (see "In flight" in the header).
   auto routed_blocks = [&](const std::string& address, int32_t bs) -> int64_t {
     const std::vector<BlockHash>& hashes = chain(bs);
+    const auto t = Clock::now();
     std::lock_guard lock(mu_);
     int64_t n = 0;
     for (const BlockHash& h : hashes) {
       auto it = routed_.find(h);
       if (it == routed_.end()) break;
       auto at = it->second.find(address);
-      if (at == it->second.end() || Clock::now() - at->second > options_.routed_ttl) break;
+      if (at == it->second.end()) break;
+      const Routed& r = at->second;
+      if (t - r.last > (r.in_flight > 0 ? options_.routed_ttl : options_.routed_grace)) break;
       ++n;
     }
     return n;
@@ -266,6 +274,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   };
 
   bool fallback = false;
+  std::string why;  // debug log: every candidate's terms
   double best_cost = 0;
   const InstanceSnapshot* best = nullptr;
   int64_t best_hit = 0;
@@ -277,8 +286,18 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       fallback = true;
       break;
     }
+    int64_t evict = 0;  // tokens of cached blocks this request would push out
+    if (m != nullptr && info.num_blocks > 0) {
+      const int64_t bs = info.block_size;
+      const int64_t adds = (d.prompt_tokens - hit + decode_work + bs - 1) / bs;
+      evict = std::max<int64_t>(0, m->held_blocks + adds - info.num_blocks) * bs;
+    }
     const double cost = static_cast<double>(d.prompt_tokens - hit) + static_cast<double>(pending[s.ref.address]) +
-                        256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage;
+                        256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage + static_cast<double>(evict);
+    if (spdlog::should_log(spdlog::level::debug)) {
+      why += fmt::format(" {}[hit {} pending {} waiting {} kv {:.2f} evict {} cost {:.0f}]", s.ref.address, hit,
+                         pending[s.ref.address], s.waiting, s.kv_usage, evict, cost);
+    }
     if (best == nullptr || cost < best_cost || (cost == best_cost && hit > best_hit)) {
       best = &s;
       best_cost = cost;
@@ -318,13 +337,19 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
   }
   d.pending = d.prompt_tokens - std::max(d.hit_tokens, d.peer_tokens) + decode_work;
-  const std::vector<BlockHash>& routed_chain = chain(tinfo.block_size);
+  d.routed_chain = chain(tinfo.block_size);
   {
     std::lock_guard lock(mu_);
     pending_[d.target.address] += d.pending;
-    for (const BlockHash& h : routed_chain) routed_[h][d.target.address] = d.dispatched;
+    for (const BlockHash& h : d.routed_chain) {
+      Routed& r = routed_[h][d.target.address];
+      ++r.in_flight;
+      r.last = d.dispatched;
+    }
   }
   Count(d);
+  spdlog::debug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
+                d.peer ? " (peer " + d.peer->address + ")" : "", why);
   return d;
 }
 
@@ -360,9 +385,18 @@ Json KvRouter::PeerExport(const RouteDecision& d, std::span<const int32_t> promp
 
 void KvRouter::Done(const RouteDecision& d, bool ok) {
   if (options_.logic != RoutingLogic::kKvAware) return;
+  const auto now = Clock::now();
   std::lock_guard lock(mu_);
   if (d.pending != 0) {
     if ((pending_[d.target.address] -= d.pending) == 0) pending_.erase(d.target.address);
+  }
+  for (const BlockHash& h : d.routed_chain) {
+    auto it = routed_.find(h);
+    if (it == routed_.end()) continue;
+    auto at = it->second.find(d.target.address);
+    if (at == it->second.end()) continue;
+    at->second.in_flight = std::max(0, at->second.in_flight - 1);
+    at->second.last = now;
   }
   if (!ok) return;
   auto it = infos_.find(d.target.address);

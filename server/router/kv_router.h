@@ -7,6 +7,12 @@
 //               router (prefill tokens + max_tokens of the requests sent to it
 //               and not finished) + 256 x its waiting sequences + 256 x its KV
 //               usage (0..1), the last two polled from its /metrics
+//               + the tokens of cached blocks it would evict: the blocks the
+//               request adds beyond the pool's free room (pool size from
+//               /server_info, blocks held from the index), since a cached
+//               prefix evicted is likely one to recompute later. Without it,
+//               a burst on one holder copies every prefix to every instance,
+//               and pools that hold them together but not each thrash.
 // and, for kv-aware, peer fetch: when another instance holds more of the
 // prompt's prefix than the chosen one (at least --kv-peer-fetch-min-tokens
 // more) and both run a KV transfer agent (--role prefill|decode or
@@ -21,10 +27,14 @@
 // /server_info) and the request's cache_salt, over the token ids the router
 // already gets from an instance's /tokenize: no tokenizer in the router.
 //
-// In flight: a prompt routed to an instance counts as held there for
-// `routed_ttl` (its BlockStored events come only once it is computed), so a
-// burst of requests sharing a new prefix goes to one instance instead of
-// each computing it.
+// In flight: a prompt routed to an instance counts as held there while a
+// request with it is in flight there (at most `routed_ttl` after the last
+// dispatch) and for `routed_grace` after the last one ends (its BlockStored
+// events come only once it is computed), so a burst of requests sharing a new
+// prefix goes to one instance instead of each computing it. After that only
+// the index counts: an instance that evicted the prefix no longer looks like
+// it holds it (a belief refreshed by every dispatch would keep a prefix
+// "held" on every instance it was ever sent to, and a full pool thrashes).
 //
 // Liveness: an instance the registry marks unhealthy (a failed call or poll)
 // for drop_after is dropped from the index (so within about
@@ -72,7 +82,8 @@ struct KvRouterOptions {
   std::chrono::milliseconds tick{200};          // maintenance: /server_info, subscriptions, drops
   std::chrono::milliseconds stale_after{3000};  // see the header comment
   int64_t peer_fetch_min_tokens = 64;           // 0: never fetch from a peer
-  std::chrono::milliseconds routed_ttl{10000};  // see "In flight" above
+  std::chrono::milliseconds routed_ttl{10000};   // see "In flight" above
+  std::chrono::milliseconds routed_grace{1000};  // see "In flight" above
   // An instance unhealthy this long leaves the index (a shorter outage, e.g.
   // one failed poll under load, keeps its subscription and entries).
   std::chrono::milliseconds drop_after{1000};
@@ -86,6 +97,7 @@ struct RouteDecision {
   std::optional<InstanceRef> peer;  // kv-aware: fetch the prefix from here
   int64_t peer_tokens = 0;   // prompt tokens the peer holds
   int64_t pending = 0;       // work added to the target's pending tokens until Done
+  std::vector<BlockHash> routed_chain;  // kv-aware: the prompt's blocks counted in flight at the target until Done
   std::chrono::steady_clock::time_point dispatched;
 };
 
@@ -122,6 +134,7 @@ class KvRouter {
   struct Info {  // what /server_info said, and the subscription
     bool known = false;            // /server_info answered with a block size
     int32_t block_size = 0;
+    int64_t num_blocks = 0;        // its KV pool; 0: not said (no eviction term)
     std::string events_endpoint, replay_endpoint;  // "" : no events
     bool has_kv_transfer = false;
     bool subscribed = false;
@@ -157,9 +170,12 @@ class KvRouter {
   mutable std::mutex mu_;
   std::map<std::string, Info> infos_;  // by address; guarded by mu_
   std::map<std::string, int64_t> pending_;  // address -> tokens of work in flight; guarded by mu_
-  // Chain hash -> instance -> when a prompt with that block was routed there; guarded by mu_.
-  std::unordered_map<BlockHash, std::map<std::string, std::chrono::steady_clock::time_point>, BlockHashHasher>
-      routed_;
+  struct Routed {
+    int32_t in_flight = 0;                        // requests with this block dispatched there, not Done
+    std::chrono::steady_clock::time_point last;  // last dispatch or Done
+  };
+  // Chain hash -> instance -> requests in flight with that block; guarded by mu_.
+  std::unordered_map<BlockHash, std::map<std::string, Routed>, BlockHashHasher> routed_;
   Counters counters_;                  // guarded by mu_
   bool stop_ = false;                  // guarded by mu_
   std::thread thread_;

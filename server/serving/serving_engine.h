@@ -176,6 +176,7 @@ class ServingEngine {
   const KvTierManager* kv_tiers() const { return loop_->kv_tiers(); }
   // Tokens per KV block (the prefix cache's hash granularity).
   int32_t kv_block_size() const { return loop_->scheduler_options().kv.block_size; }
+  int32_t kv_num_blocks() const { return loop_->scheduler_options().kv.num_blocks; }  // the device pool
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.

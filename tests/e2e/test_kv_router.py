@@ -16,6 +16,8 @@ router flags).
     the prefix from it over the KV transport; greedy tokens are bitwise those
     the holder computed itself;
   * router restarted: the index is rebuilt (replay) to what it was;
+  * a prefix evicted on the instance it was routed to stops counting as
+    held there once its requests have ended;
   * an instance killed (-9): dropped from the index within 3 s, requests still
     succeed;
   * an instance without KV events joins (--instances-file): decisions fall back
@@ -222,6 +224,31 @@ def main():
             _, hit, _ = routed(r2.port, lambda: ids(r2.port, X + [11]))
             assert hit == 4 * BLOCK, hit
         res.run("router restarted: the index is rebuilt from the instances' replay", router_restart_rebuilds_index)
+
+        def evicted_prefix_not_believed_held():
+            # A new prefix routed through the router, then evicted on that instance by other prompts
+            # sent to it directly: within seconds of the first request, the router must not count it as
+            # held there any more (an in-flight belief refreshed by dispatches, not ended by completion,
+            # once kept every routed prefix "held" for 10 s after its last use, and a full pool thrashed).
+            r2 = state["router"]
+            y = [(i * 104729) % 150000 + 50 for i in range(4 * BLOCK)]
+            t, hit, _ = routed(r2.port, lambda: ids(r2.port, y + [1]))
+            assert hit == 0, hit
+            inst, hit, _ = routed(r2.port, lambda: ids(r2.port, y + [2]))
+            assert inst == t and hit == 4 * BLOCK, (inst, t, hit)
+            last_done = time.time()
+            for k in range(2):  # 2 x 60 blocks through a pool of 96: every older free block is evicted
+                post(addr[t].port, dict(prompt=[(i * 31 + k * 977) % 150000 + 7 for i in range(60 * BLOCK - 8)],
+                                        max_tokens=1))
+            def settled():  # the evictions' events have reached the index
+                n = index_blocks(r2.port).get(t, 0)
+                time.sleep(0.2)
+                return n == index_blocks(r2.port).get(t, 0) and n <= 96
+            wait_for(settled, 5, "the evictions in the index")
+            time.sleep(max(0.0, last_done + 1.5 - time.time()))  # past the router's 1 s grace after a Done
+            _, hit, _ = routed(r2.port, lambda: ids(r2.port, y + [3]))
+            assert hit == 0, f"{hit} hit tokens counted for a prefix evicted everywhere"
+        res.run("a prefix evicted on its instance is no longer counted as held there", evicted_prefix_not_believed_held)
 
         def killed_instance_dropped():
             r2 = state["router"]
