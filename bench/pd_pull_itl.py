@@ -151,6 +151,10 @@ def main():
             "handover_s": [round(b - a, 3) for a, b in windows],
             "stream_before_pulls": summary(quiet),
             "stream_during_pulls": summary(during),
+            # Silences over 2x the quiet p50: (seconds after the first handover the silence ended, its ms).
+            "long_silences": [(round(t - first, 3), round(1e3 * g, 1)) for t, g, _ in gaps
+                              if g > 2 * summary(quiet)["itl_p50_ms"] / 1e3],
+            "handovers_at": [(round(a - first, 3), round(b - first, 3)) for a, b in windows],
         }
         print(json.dumps(out, indent=1))
     finally:
