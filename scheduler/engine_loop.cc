@@ -314,7 +314,11 @@ void EngineLoop::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  StopKvPulls();  // offline use (no loop thread), or a no-op after ThreadMain's
+  if (kv_puller_) {
+    StopKvPulls();  // offline use (no loop thread), or a no-op after ThreadMain's
+    std::lock_guard lock(mu_);
+    metrics_ = scheduler_->metrics();  // blocks freed since the last step's snapshot
+  }
   if (group_) group_->Stop();
 }
 

@@ -302,7 +302,9 @@ TEST_F(EngineLoopKvPullTest, FrozenPeerFallsBackToRecomputeAndStopIsBounded) {
   const int vocab = static_cast<int>(unified->model_config().vocab_size);
   std::mt19937 rng(19);
   const std::vector<int32_t> prompt = RandomTokens(rng, 40, vocab);
+  const std::vector<int32_t> prompt2 = RandomTokens(rng, 40, vocab);  // not in the decode's prefix cache
   const Collected ref = RunOffline(*unified, Greedy("f", prompt, 6));
+  const Collected ref2 = RunOffline(*unified, Greedy("g", prompt2, 6));
 
   std::atomic<int> failed{0};
   EngineLoopOptions o = WithTransfer(nullptr, 500ms);
@@ -322,6 +324,7 @@ TEST_F(EngineLoopKvPullTest, FrozenPeerFallsBackToRecomputeAndStopIsBounded) {
   EXPECT_EQ(failed.load(), 1);
 
   r.id = "g";
+  r.prompt_token_ids = prompt2;
   r.remote_kv->port = peer2.port();
   auto s2 = decode->Submit(r);
   ASSERT_TRUE(s2.ok());
@@ -336,7 +339,7 @@ TEST_F(EngineLoopKvPullTest, FrozenPeerFallsBackToRecomputeAndStopIsBounded) {
   if (stopped.last == FinishReason::kAbort) {
     EXPECT_TRUE(stopped.tokens.empty());
   } else {
-    EXPECT_EQ(stopped.tokens, ref.tokens);
+    EXPECT_EQ(stopped.tokens, ref2.tokens);
   }
   EXPECT_EQ(decode->metrics().gauges.kv_usage, 0.0);
 }
