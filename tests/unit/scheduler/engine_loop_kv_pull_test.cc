@@ -248,12 +248,19 @@ TEST_F(EngineLoopKvPullTest, AbortDuringAPullFreesItsBlocksWhenThePullEnds) {
   const Collected aborted = Drain(**s);
   EXPECT_EQ(aborted.last, FinishReason::kAbort);
   EXPECT_TRUE(aborted.tokens.empty());
-  // A later request's end makes the loop snapshot its metrics after the abort.
+  // A later request runs and ends meanwhile; the loop's metrics snapshot of a
+  // step after the abort with nothing running or waiting holds only the pull's blocks.
   auto later = decode->Submit(Greedy("q", RandomTokens(rng, 5, vocab), 2));
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(Drain(**later).tokens.size(), 2u);
+  SchedulerMetrics m = decode->metrics();
+  for (int i = 0; i < 3000 && (m.gauges.num_running != 0 || m.gauges.num_waiting != 0); ++i) {
+    std::this_thread::sleep_for(10ms);
+    m = decode->metrics();
+  }
+  EXPECT_EQ(m.gauges.num_running + m.gauges.num_waiting, 0);
   EXPECT_EQ(pulls.load(), 0);
-  EXPECT_GT(decode->metrics().gauges.kv_usage, 0.0) << "the aborted request's blocks were freed mid-pull";
+  EXPECT_GT(m.gauges.kv_usage, 0.0) << "the aborted request's blocks were freed mid-pull";
 
   gate->Open();
   bool idle = false;
