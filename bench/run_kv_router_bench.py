@@ -49,7 +49,7 @@ def decisions(port):
     """{policy or instance: decisions} from the router's tessera:router_routing_decisions_total."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     out = {}
-    for m in re.finditer(r'^tessera:router_routing_decisions_total\{instance="([^"]*)",policy="([^"]*)"\} (\S+)$',
+    for m in re.finditer(r'^tessera:router_routing_decisions_total\{instance="([^"]*)",policy="([^"]*)"[^}]*\} (\S+)$',
                          text, re.M):
         for k in (m.group(1), m.group(2)):
             out[k] = out.get(k, 0) + int(float(m.group(3)))

@@ -697,6 +697,10 @@ void EngineLoop::RunKvTransfers() {
     kv_loads_.emplace(id, std::move(load));
     kv_puller_->Submit(id, std::move(spec));
   }
+  // Exports this instance will never pull (all cached here, no room, or the
+  // request ended first): acknowledged (on the puller's thread, a gRPC call),
+  // so the prefill unpins them now.
+  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_puller_->Release(src.host, src.port, src.handle);
 }
 
 void EngineLoop::FinishKvPull(KvPuller::Done& done) {

@@ -74,8 +74,10 @@ bool KvCacheManager::AllocateSlots(SeqId seq, int64_t num_computed, int64_t num_
       s.blocks.push_back(b);
     }
     s.num_cached = hit_blocks;
-    stats_.prefix_queries += hit->num_queried_tokens;
-    stats_.prefix_hits += hit->num_tokens;
+    if (hit->num_queried_tokens > 0) {  // an admission's lookup (a load's hold counts at its admission)
+      stats_.prefix_queries += hit->num_queried_tokens;
+      stats_.prefix_hits += hit->num_tokens;
+    }
   }
   for (int64_t i = first_write; i < static_cast<int64_t>(s.blocks.size()) && num_new > 0; ++i) {
     const BlockId old = s.blocks[i];

@@ -43,7 +43,8 @@ struct CopyOp {
 struct PrefixHit {
   std::vector<BlockId> blocks;
   int64_t num_tokens = 0;          // blocks.size() * block_size
-  int64_t num_queried_tokens = 0;  // the sequence's length when looked up (caching on)
+  int64_t num_queried_tokens = 0;  // the sequence's length when looked up (caching on);
+                                   // 0: not counted in the prefix stats (a tier or KV load)
 };
 
 struct KvCacheStats {

@@ -514,6 +514,7 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
   st.num_preemptions = seq->num_preemptions;
   finished_stats_.push_back(std::move(st));
   finished_since_plan_.push_back(seq->id);
+  if (seq->kv_load_pending) kv_releases_.push_back(*seq->request->remote_kv);  // ended before its pull
 
   auto group = requests_.find(seq->request_id());
   auto& ids = group->second;
@@ -528,9 +529,12 @@ std::vector<KvLoad> Scheduler::PlanKvLoads() {
   for (Sequence* seq : waiting_) {
     if (!seq->kv_load_pending) continue;
     seq->kv_load_pending = false;
-    if (!kv_->caching_enabled() || kv_->Holds(seq->id)) continue;
-    UpdateHashes(seq);
     const RemoteKvSource& src = *seq->request->remote_kv;
+    if (!kv_->caching_enabled() || kv_->Holds(seq->id)) {
+      kv_releases_.push_back(src);
+      continue;
+    }
+    UpdateHashes(seq);
     const int64_t bs = kv_->block_size();
     // At least one prompt token is left to compute: its logits give the first token.
     const int64_t want = std::min<int64_t>({static_cast<int64_t>(src.block_ids.size()),
@@ -539,14 +543,17 @@ std::vector<KvLoad> Scheduler::PlanKvLoads() {
     PrefixHit hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
     if (static_cast<int64_t>(hit.blocks.size()) > want) hit.blocks.resize(static_cast<size_t>(want));
     hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * bs;
+    hit.num_queried_tokens = 0;  // admission, after the load, counts the query
     const int64_t reused = static_cast<int64_t>(hit.blocks.size());
     if (reused >= want) {
       counters_.kv_blocks_reused += reused;
+      kv_releases_.push_back(src);
       continue;  // everything the source holds is here already
     }
     std::vector<CopyOp> copies;  // fresh blocks past the hit: nothing to copy
     if (!kv_->AllocateSlots(seq->id, hit.num_tokens, (want - reused) * bs, 0, &hit, &copies)) {
       ++counters_.kv_pull_failures;  // no room now: prefill it here when admitted
+      kv_releases_.push_back(src);
       continue;
     }
     KvLoad load;
@@ -585,6 +592,12 @@ void Scheduler::FinishKvLoad(const KvLoad& load, bool ok) {
   // Released blocks keep their hashes (ok) and sit at the most recently used
   // end of the free queue: the admission below finds them as a prefix hit.
   kv_->Free(seq->id);
+}
+
+std::vector<RemoteKvSource> Scheduler::TakeKvReleases() {
+  std::vector<RemoteKvSource> out;
+  out.swap(kv_releases_);
+  return out;
 }
 
 std::vector<KvExport> Scheduler::TakeExports() {

@@ -142,6 +142,11 @@ class Scheduler {
   // kv_load_failure_policy "recompute"). A sequence that ended meanwhile has
   // its blocks freed now.
   void FinishKvLoad(const KvLoad& load, bool ok);
+  // Sources this instance will not pull from since the last call: every block
+  // already in the prefix cache, no room, or the request ended before its
+  // pull. The engine loop acknowledges each to its prefill, which then frees
+  // the pinned blocks at once rather than at its pin timeout.
+  std::vector<RemoteKvSource> TakeKvReleases();
   // Requests exported since the last call (their blocks stay held).
   std::vector<KvExport> TakeExports();
   // Frees an exported request's blocks (decode acknowledged, or timeout).
@@ -228,6 +233,7 @@ class Scheduler {
   SchedulerCounters counters_;
   std::unordered_map<std::string, SeqId> exports_;  // request id -> KV holder id (sequence gone)
   std::vector<KvExport> new_exports_;
+  std::vector<RemoteKvSource> kv_releases_;  // decode side: sources never pulled from
   std::vector<KvTierSpill> tier_spills_;  // since the last TakeTierSpills
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;

@@ -378,7 +378,7 @@ int RunServe(ServeFlags f) {
     shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
   }
   const int grpc_port = grpc ? grpc->port() : -1;
-  if (f.role == "prefill" || f.role == "decode") ctx.grpc_port.store(grpc_port);  // a router reads it on /ready
+  ctx.grpc_port.store(grpc_port);  // a router reads it on /ready (decode and unified pools)
   if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
   spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
                grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,

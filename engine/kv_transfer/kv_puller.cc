@@ -23,7 +23,21 @@ void KvPuller::Submit(uint64_t id, KvPullSpec spec) {
       done_.push_back({id, Stopping()});
       return;
     }
-    queue_.push_back({id, std::move(spec)});
+    queue_.push_back({id, std::move(spec), false});
+  }
+  cv_.notify_all();
+}
+
+void KvPuller::Release(std::string host, int port, std::string handle) {
+  Job job;
+  job.spec.host = std::move(host);
+  job.spec.port = port;
+  job.spec.handle = std::move(handle);
+  job.release = true;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    queue_.push_back(std::move(job));
   }
   cv_.notify_all();
 }
@@ -49,13 +63,20 @@ void KvPuller::ThreadMain() {
   while (true) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) {
-      for (const Job& j : queue_) done_.push_back({j.id, Stopping()});
+      for (const Job& j : queue_) {
+        if (!j.release) done_.push_back({j.id, Stopping()});
+      }
       queue_.clear();
       break;
     }
     Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    if (job.release) {
+      transport_->Release(job.spec.host, job.spec.port, job.spec.handle);
+      lock.lock();
+      continue;
+    }
     Done d{job.id, transport_->Pull(job.spec)};
     lock.lock();
     done_.push_back(std::move(d));

@@ -4,8 +4,9 @@
 // destination blocks out of every batch, and applies each answer from
 // TakeDone on its own thread.
 //
-// Pulls run one at a time, in submission order, on the puller's thread: it is
-// the only thread that calls KvTransport::Pull (and so UcxAgent::Get).
+// Pulls (and releases of exports the decode will not pull) run one at a time,
+// in submission order, on the puller's thread: it is the only thread that
+// calls KvTransport::Pull (and so UcxAgent::Get) and KvTransport::Release.
 //
 // Threading: Submit/TakeDone/Stop from the owner's thread (the engine loop);
 // `notify` runs on the puller's thread after each answer is queued.
@@ -39,17 +40,22 @@ class KvPuller {
   // Queues a pull. spec.local_blocks are written by the puller's thread until
   // its answer is taken: the caller must neither read nor free them before.
   void Submit(uint64_t id, KvPullSpec spec);
+  // Queues an acknowledgement of an export this instance will not pull
+  // (KvTransport::Release, up to 2 s on a dead peer): no answer.
+  void Release(std::string host, int port, std::string handle);
   // Answers since the last call (the destination blocks are the caller's again).
   std::vector<Done> TakeDone();
   // Lets the pull in progress end (bounded by the transport's pull timeout),
-  // answers queued ones CANCELLED without running them, and joins. TakeDone
-  // then returns every answer not yet taken. Idempotent.
+  // answers queued ones CANCELLED without running them, drops queued
+  // releases (the peers free those blocks at their pin timeout), and joins.
+  // TakeDone then returns every answer not yet taken. Idempotent.
   void Stop();
 
  private:
   struct Job {
-    uint64_t id;
+    uint64_t id = 0;
     KvPullSpec spec;
+    bool release = false;  // a Release of spec.host:spec.port, spec.handle; no answer
   };
   void ThreadMain();
 

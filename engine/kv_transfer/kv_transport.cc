@@ -66,6 +66,20 @@ Status FromGrpc(const grpc::Status& s, const std::string& peer) {
   }
 }
 
+// The decode's acknowledgement: the peer frees `handle`'s pinned blocks now.
+// Best effort, bounded by 2 s: without it the peer's pin timeout frees them.
+void SendRelease(pb::KvTransfer::Stub* stub, const std::string& handle, const std::string& peer) {
+  pb::ReleaseTransferRequest rel;
+  rel.set_handle(handle);
+  pb::ReleaseTransferResponse rr;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  grpc::Status s = stub->ReleaseTransfer(&ctx, rel, &rr);
+  if (!s.ok()) {
+    spdlog::warn("kv transfer: ack to {} failed ({}); it frees the blocks at its timeout", peer, s.error_message());
+  }
+}
+
 }  // namespace
 
 struct KvTransport::Impl {
@@ -77,6 +91,13 @@ struct KvTransport::Impl {
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
   std::condition_variable cv;
   std::thread expirer;
+
+  std::shared_ptr<grpc::Channel> ChannelTo(const std::string& peer) {
+    std::lock_guard lock(channels_mu);
+    auto& c = channels[peer];
+    if (!c) c = grpc::CreateChannel(peer, grpc::InsecureChannelCredentials());
+    return c;
+  }
 };
 
 // Validates everything before exposing memory: handle, block ids (each in
@@ -269,6 +290,11 @@ int64_t KvTransport::num_exports() const {
   return static_cast<int64_t>(exports_.size());
 }
 
+void KvTransport::Release(const std::string& host, int port, const std::string& handle) {
+  const std::string peer = host + ":" + std::to_string(port);
+  SendRelease(pb::KvTransfer::NewStub(impl_->ChannelTo(peer)).get(), handle, peer);
+}
+
 StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
   const auto start = std::chrono::steady_clock::now();
   const std::string peer = spec.host + ":" + std::to_string(spec.port);
@@ -278,14 +304,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
   for (int32_t b : spec.local_blocks) {
     if (b < 0 || b >= cache_->num_blocks()) return OutOfRange("kv transfer: local block out of range");
   }
-  std::shared_ptr<grpc::Channel> channel;
-  {
-    std::lock_guard lock(impl_->channels_mu);
-    auto& c = impl_->channels[peer];
-    if (!c) c = grpc::CreateChannel(peer, grpc::InsecureChannelCredentials());
-    channel = c;
-  }
-  auto stub = pb::KvTransfer::NewStub(channel);
+  auto stub = pb::KvTransfer::NewStub(impl_->ChannelTo(peer));
   pb::OpenTransferRequest req;
   req.set_handle(spec.handle);
   for (size_t i = 0; i < spec.remote_blocks.size(); ++i) {
@@ -310,18 +329,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
     pb::KvTransfer::Stub* stub;
     const std::string& handle;
     const std::string& peer;
-    ~Ack() {
-      pb::ReleaseTransferRequest rel;
-      rel.set_handle(handle);
-      pb::ReleaseTransferResponse rr;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      grpc::Status s = stub->ReleaseTransfer(&ctx, rel, &rr);
-      if (!s.ok()) {
-        spdlog::warn("kv transfer: ack to {} failed ({}); it frees the blocks at its timeout", peer,
-                     s.error_message());
-      }
-    }
+    ~Ack() { SendRelease(stub, handle, peer); }
   } ack{stub.get(), spec.handle, peer};
   if (options_.before_read) options_.before_read(spec.handle);
   const int32_t layers = layout_.num_layers;

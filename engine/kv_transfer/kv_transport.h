@@ -96,6 +96,10 @@ class KvTransport {
 
   // Decode: reads spec.remote_blocks into spec.local_blocks, then acknowledges.
   StatusOr<KvPullStats> Pull(const KvPullSpec& spec);
+  // Decode: acknowledges a handle it will not pull (its blocks are all cached
+  // here, or the request ended first), so the peer frees them now. Best effort,
+  // blocks up to 2 s; on failure the peer's pin timeout frees them.
+  void Release(const std::string& host, int port, const std::string& handle);
 
   class Service;  // the gRPC control plane (kv_transport.cc)
 

@@ -187,7 +187,7 @@ bool KvRouter::Stale(const Info& info, const kv_events::InstanceMatch* match, Cl
 
 std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const int32_t> prompt,
                                               const std::string& cache_salt, int64_t max_tokens,
-                                              const std::vector<std::string>& exclude) {
+                                              const std::vector<std::string>& exclude, bool peer_fetch) {
   std::vector<InstanceSnapshot> cands;
   for (const InstanceSnapshot& s : registry_->Snapshot()) {
     if (s.role != role || !s.healthy) continue;
@@ -196,6 +196,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   }
   if (cands.empty()) return std::nullopt;
   RouteDecision d;
+  d.role = role;
   d.prompt_tokens = static_cast<int64_t>(prompt.size());
   d.dispatched = Clock::now();
   auto by_load = [&](const char* policy) -> std::optional<RouteDecision> {
@@ -320,7 +321,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
 
   // Peer fetch: a healthy instance (any role) holding more of the prefix.
   const Info& tinfo = infos[d.target.address];
-  if (options_.peer_fetch_min_tokens > 0 && tinfo.has_kv_transfer) {
+  if (peer_fetch && options_.peer_fetch_min_tokens > 0 && tinfo.has_kv_transfer) {
     std::set<std::string> seen;
     for (const InstanceSnapshot& s : registry_->Snapshot()) {
       if (!s.healthy || s.ref.address == d.target.address || !seen.insert(s.ref.address).second) continue;
@@ -411,10 +412,11 @@ void KvRouter::Done(const RouteDecision& d, bool ok) {
 
 void KvRouter::Count(const RouteDecision& d) {
   std::lock_guard lock(mu_);
-  ++counters_.decisions[{d.target.address, d.policy}];
+  const std::string role = InstanceRoleName(d.role);
+  ++counters_.decisions[{d.target.address, d.policy, role}];
   const int64_t hit = std::max(d.hit_tokens, d.peer ? d.peer_tokens : 0);
-  counters_.hit_tokens += hit;
-  counters_.prefill_tokens += d.prompt_tokens - hit;
+  counters_.hit_tokens[role] += hit;
+  counters_.prefill_tokens[role] += d.prompt_tokens - hit;
   const double ratio = d.prompt_tokens > 0 ? static_cast<double>(hit) / static_cast<double>(d.prompt_tokens) : 0;
   for (size_t i = 0; i < std::size(kRatioBounds); ++i) {
     if (ratio <= kRatioBounds[i]) {
@@ -430,20 +432,24 @@ std::string KvRouter::SerializeMetrics() const {
   std::string out;
   std::lock_guard lock(mu_);
   out += "# HELP tessera:router_routing_decisions_total Instances chosen, per routing policy (kv-aware, load, "
-         "round-robin, load-fallback: kv-aware without fresh events).\n"
+         "round-robin, load-fallback: kv-aware without fresh events) and pool (role: prefill, decode).\n"
          "# TYPE tessera:router_routing_decisions_total counter\n";
   for (const auto& [k, n] : counters_.decisions) {
-    out += fmt::format("tessera:router_routing_decisions_total{{instance=\"{}\",policy=\"{}\"}} {}\n",
-                       Escape(k.first), k.second, n);
+    out += fmt::format("tessera:router_routing_decisions_total{{instance=\"{}\",policy=\"{}\",role=\"{}\"}} {}\n",
+                       Escape(std::get<0>(k)), std::get<1>(k), std::get<2>(k), n);
   }
   out += "# HELP tessera:router_prompt_hit_tokens_total Prompt tokens the chosen instance held (or pulled from a "
-         "peer) per the prefix index, at decision time.\n"
+         "peer) per the prefix index, at decision time, per pool.\n"
          "# TYPE tessera:router_prompt_hit_tokens_total counter\n";
-  out += fmt::format("tessera:router_prompt_hit_tokens_total {}\n", counters_.hit_tokens);
+  for (const auto& [role, n] : counters_.hit_tokens) {
+    out += fmt::format("tessera:router_prompt_hit_tokens_total{{role=\"{}\"}} {}\n", role, n);
+  }
   out += "# HELP tessera:router_prompt_prefill_tokens_total Prompt tokens the chosen instance had to compute, per "
-         "the prefix index.\n# TYPE tessera:router_prompt_prefill_tokens_total counter\n";
-  out += fmt::format("tessera:router_prompt_prefill_tokens_total {}\n", counters_.prefill_tokens);
-  out += "# HELP tessera:router_prompt_hit_ratio Per decision: prompt tokens held / prompt tokens.\n"
+         "the prefix index, per pool.\n# TYPE tessera:router_prompt_prefill_tokens_total counter\n";
+  for (const auto& [role, n] : counters_.prefill_tokens) {
+    out += fmt::format("tessera:router_prompt_prefill_tokens_total{{role=\"{}\"}} {}\n", role, n);
+  }
+  out += "# HELP tessera:router_prompt_hit_ratio Per decision (both pools): prompt tokens held / prompt tokens.\n"
          "# TYPE tessera:router_prompt_hit_ratio histogram\n";
   int64_t cum = 0;
   for (size_t i = 0; i < std::size(kRatioBounds); ++i) {

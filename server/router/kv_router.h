@@ -60,6 +60,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -90,6 +91,7 @@ struct KvRouterOptions {
 };
 
 struct RouteDecision {
+  InstanceRole role = InstanceRole::kDecode;
   InstanceRef target;
   std::string policy;        // kv-aware | load | round-robin | load-fallback
   int64_t prompt_tokens = 0;
@@ -110,11 +112,12 @@ class KvRouter {
 
   // An instance of `role` for `prompt` (token ids as the instances see them),
   // salted with `cache_salt` ("" : none), not in `exclude`. nullopt: none healthy.
-  // `max_tokens` < 0: unknown (counted as 256 pending tokens). Every decision
-  // must be followed by Done().
+  // `max_tokens` < 0: unknown (counted as 256 pending tokens). `peer_fetch`
+  // false: never name a peer (a caller that does not call PeerExport). Every
+  // decision must be followed by Done().
   std::optional<RouteDecision> Choose(InstanceRole role, std::span<const int32_t> prompt,
                                       const std::string& cache_salt, int64_t max_tokens,
-                                      const std::vector<std::string>& exclude = {});
+                                      const std::vector<std::string>& exclude = {}, bool peer_fetch = true);
 
   // Peer fetch: asks decision.peer to export the prompt's first
   // decision.peer_tokens tokens (pinned until pulled) and returns the
@@ -144,8 +147,8 @@ class KvRouter {
     std::chrono::steady_clock::time_point owed_done;
   };
   struct Counters {
-    std::map<std::pair<std::string, std::string>, int64_t> decisions;  // (instance, policy)
-    int64_t hit_tokens = 0, prefill_tokens = 0;
+    std::map<std::tuple<std::string, std::string, std::string>, int64_t> decisions;  // (instance, policy, role)
+    std::map<std::string, int64_t> hit_tokens, prefill_tokens;                      // by role
     std::map<std::string, int64_t> peer_fetches;  // outcome -> count
     int64_t peer_fetch_tokens = 0;
     // Per-decision hit ratio histogram (hit / prompt tokens), le buckets.

@@ -69,7 +69,9 @@ struct ChoiceState {
   Json stop_reason = nullptr;
 };
 
-enum class LegOutcome { kDone, kFailed, kClientAnswered };
+// kAnswered: the instance's complete answer went to the client (non-streamed);
+// kClientAnswered: the client got an error passed through, or left.
+enum class LegOutcome { kDone, kAnswered, kFailed, kClientAnswered };
 
 class Proxy {
  public:
@@ -148,8 +150,10 @@ class Proxy {
         relay_kv = ctx_.kv_router->PeerExport(*route, prompt_, salt, body_.contains("model") ? body_["model"] : Json());
       }
       const LegOutcome out = RelayLeg(decode, relay_kv);
-      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kClientAnswered);
-      if (out == LegOutcome::kClientAnswered) return;
+      // ok: the instance computed the request (a 4xx passed through computed
+      // nothing, so it owes no KV events).
+      ctx_.kv_router->Done(*route, out == LegOutcome::kDone || out == LegOutcome::kAnswered);
+      if (out == LegOutcome::kClientAnswered || out == LegOutcome::kAnswered) return;
       if (out == LegOutcome::kDone) return Finish();
       failed.push_back(decode.address);
       relay_kv = nullptr;
@@ -181,7 +185,7 @@ class Proxy {
         const int64_t left = max_tokens_ ? *max_tokens_ - done : -1;
         const LegOutcome out =
             DecodeLeg(*next, InstanceBody(prompt, 1, left, std::max<int64_t>(0, min_tokens_ - done), nullptr), {i});
-        if (out == LegOutcome::kClientAnswered) return;
+        if (out == LegOutcome::kClientAnswered || out == LegOutcome::kAnswered) return;
         if (out == LegOutcome::kFailed) failed.push_back(next->address);
       }
       if (!c.finished) {
@@ -307,7 +311,7 @@ class Proxy {
         j["id"] = id_;
         j["created"] = created_;
         SendJson(HttpStatus::ok, j);
-        return LegOutcome::kClientAnswered;
+        return LegOutcome::kAnswered;
       }
     }
     if (ok && stream_) {
@@ -695,10 +699,15 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     ctx.metrics->PrefillSkipped("prompt_logprobs");
     return nullptr;
   }
+  const std::string salt = body.contains("cache_salt") && body["cache_salt"].is_string()
+                               ? body["cache_salt"].get<std::string>() : "";
   std::vector<std::string> failed;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::optional<InstanceRef> p = ctx.registry->Pick(InstanceRole::kPrefill, failed);
-    if (!p) break;
+    // --routing-logic applies to the prefill pool too: kv-aware sends the
+    // prompt where its prefix is cached (1 token of decode work there).
+    std::optional<RouteDecision> route = ctx.kv_router->Choose(InstanceRole::kPrefill, prompt, salt, 1, failed, false);
+    if (!route) break;
+    const InstanceRef* p = &route->target;
     const Json b = PrefillBody(body, prompt);
     const int64_t tokens = static_cast<int64_t>(prompt.size());
     ctx.registry->AddOutstanding(p->address, tokens);
@@ -711,6 +720,7 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     ctx.registry->AddOutstanding(p->address, -tokens);
     const Json j = s.ok() && r.status == 200 ? Json::parse(r.body, nullptr, false) : Json();
     const bool ok = j.is_object() && j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object();
+    ctx.kv_router->Done(*route, ok);
     ctx.metrics->Decision(p->address, "prefill", ok);
     if (ok) {
       ctx.metrics->ObservePrefill(took);

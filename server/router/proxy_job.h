@@ -25,7 +25,7 @@ struct ProxyContext {
   InstanceRegistry* registry = nullptr;
   RouterMetrics* metrics = nullptr;
   RouterFlags flags;
-  KvRouter* kv_router = nullptr;  // --routing-logic; null: least loaded
+  KvRouter* kv_router = nullptr;  // --routing-logic (always set by the router)
 };
 
 // Blocks until the client is answered (or gone).

@@ -12,6 +12,7 @@
 #include "proto/tessera.grpc.pb.h"
 #include "server/grpc/convert.h"
 #include "server/router/http_client.h"
+#include "server/router/kv_router.h"
 
 namespace tessera {
 
@@ -162,6 +163,22 @@ class RouterGrpcService final : public v1::Tessera::Service {
     return std::nullopt;
   }
 
+  // The first leg's decode, by --routing-logic over the prompt (kv-aware:
+  // where its prefix is cached), and its stub. The caller owes Done().
+  std::optional<std::pair<RouteDecision, std::shared_ptr<v1::Tessera::Stub>>> ChooseDecode(
+      const std::vector<int32_t>& prompt, const std::string& salt, int64_t max_tokens,
+      std::vector<std::string>* failed) {
+    for (int i = 0; i < 8; ++i) {
+      std::optional<RouteDecision> route =
+          ctx_.kv_router->Choose(InstanceRole::kDecode, prompt, salt, max_tokens, *failed, false);
+      if (!route) return std::nullopt;
+      if (auto stub = Stub(route->target)) return std::make_pair(*route, stub);
+      ctx_.kv_router->Done(*route, false);
+      failed->push_back(route->target.address);
+    }
+    return std::nullopt;
+  }
+
   std::unique_ptr<grpc::ClientContext> UpstreamContext(grpc::ServerContext* sctx) const {
     auto c = grpc::ClientContext::FromServerContext(*sctx);
     for (const auto& [k, v] : sctx->client_metadata()) {
@@ -220,16 +237,23 @@ class RouterGrpcService final : public v1::Tessera::Service {
     std::vector<std::string> failed;
     v1::GenerateRequest up = request;
     if (!kv.is_null()) up.set_kv_transfer_params(kv.dump());
+    const std::string salt = body.contains("cache_salt") && body["cache_salt"].is_string()
+                                 ? body["cache_salt"].get<std::string>() : "";
+    const int64_t max_tokens = request.params().has_max_tokens()
+                                   ? int64_t{request.params().max_tokens()} * static_cast<int64_t>(call.choices.size())
+                                   : -1;
     for (int attempt = 0; attempt <= ctx_.flags.max_migrations; ++attempt) {
       if (sctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled");
-      auto d = PickDecode(&failed);
-      if (!d) break;
+      auto route = ChooseDecode(call.prompt, salt, max_tokens, &failed);
+      if (!route) break;
+      const std::pair<InstanceRef, std::shared_ptr<v1::Tessera::Stub>> d(route->first.target, route->second);
       if (attempt > 0) ctx_.metrics->Migration();
       std::vector<int> identity(call.choices.size());
       for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int>(i);
-      grpc::Status s = Leg(&call, *d, up, identity, response);
+      grpc::Status s = Leg(&call, d, up, identity, response);
+      ctx_.kv_router->Done(route->first, s.ok());
       if (s.ok() || IsClientError(s.error_code())) return s;
-      failed.push_back(d->first.address);
+      failed.push_back(d.first.address);
       up.clear_kv_transfer_params();
       if (call.written) break;
     }

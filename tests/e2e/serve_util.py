@@ -221,7 +221,7 @@ class Server:
                 raise AssertionError(f"server exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
                 status, _, body = request(self.port, "GET", "/ready", timeout=5)
-                if status == 200 and body.get("status") == "ready":  # decode roles add "grpc_port"
+                if status == 200 and body.get("status") == "ready":  # "grpc_port" too when gRPC is on
                     return
                 if status == 503 and body == {"status": "loading"}:
                     self.saw_loading = True
@@ -293,3 +293,18 @@ def get_metrics(port):
     status, headers, _ = request(port, "GET", "/metrics")
     assert status == 200, f"/metrics status {status}"
     return parse_metrics(headers["_body"])
+
+
+def grpc_calls(workdir, calls):
+    """Runs gRPC calls through tests/e2e/grpc_call.mjs (the real @grpc/grpc-js client: these tests are
+    stdlib-only); one result dict per call, in order (see grpc_call.mjs for the call and result format)."""
+    path = os.path.join(workdir, "grpc_calls.json")
+    with open(path, "w") as f:
+        json.dump(calls, f)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(["node", os.path.join(here, "grpc_call.mjs"), path], capture_output=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(here)))
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    out = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+    assert len(out) == len(calls), out
+    return out

@@ -17,8 +17,14 @@ prompt itself: same output). Faults: a prefill killed (-9) while it holds the
 request (the router retries on the other prefill, then lets decode
 recompute); a transfer that fails mid-way (recompute); a decode killed (-9)
 mid-stream (the router resumes the choice on the other decode: one unbroken
-stream, every token once). Survivors end with no KV blocks in use. A router
-fed by --instances-file follows the file as it changes.
+stream, every token once); a router killed (-9) with requests in every leg
+(decode: SSE, plain and gRPC; prefill: both prefills frozen holding a call):
+its clients see the drop at once, each instance sees its upstream close and
+aborts those requests (the decodes' abort counter, not a timer, says so), all
+end idle (a prefill that finished first is freed by --kv-pin-timeout), and a
+new router on the same instances answers bitwise as before. Survivors end with
+no KV blocks in use. A router fed by --instances-file follows the file as it
+changes.
 """
 import argparse
 import http.client
@@ -305,6 +311,20 @@ def main():
         res.run("decode with 4 of 10 blocks in its prefix cache pulls the other 6; output == unified",
                 partial_prefix_hit)
 
+        def all_cached_released():
+            # The decode holds every block already: it pulls nothing, but still acknowledges, so the
+            # prefill unpins now (without the ack: at the 5 s pin timeout, with a warning naming it).
+            assert completion_ids(D1, LONG) == ref["long"]
+            kvp = prefill_export(P1, LONG)
+            t0 = metric(D1, "tessera:kv_transfer_seconds_count")
+            assert completion_ids(D1, LONG, kv_transfer_params=kvp) == ref["long"]
+            assert metric(D1, "tessera:kv_transfer_seconds_count") == t0, "pulled blocks it already held"
+            wait_until(lambda: metric(P1, "tessera:kv_exported_requests") == 0, 15, "prefill1: export ended")
+            handle = kvp["remote_request_id"]
+            assert f"'{handle}' was not pulled" not in p1.log_tail(400), f"{handle} freed by the pin timeout"
+        res.run("decode holding every block pulls none and acknowledges: the prefill unpins at once",
+                all_cached_released)
+
         fresh_count = [0]
 
         def fresh():
@@ -378,6 +398,111 @@ def main():
                 wait_until(lambda s=s: metric(s.port, "tessera:kv_exported_requests") == 0 and
                            metric(s.port, "tessera:kv_cache_usage_perc") == 0, 15, f"{s.name}: nothing pinned")
         res.run("prefills: pinned blocks freed (acknowledged, or after the 5 s pin timeout)", prefills_idle)
+
+        def router_killed():
+            """A second router over the same instances, killed -9 with requests in every leg: decode (SSE,
+            plain, gRPC) and prefill (both prefills frozen while holding a call). Its clients see the
+            connection drop at once; each instance sees its upstream close and aborts those requests."""
+            rk = Server(tessera, ["--role", "router", "--prefill-instances", f"127.0.0.1:{P1},127.0.0.1:{P2}",
+                                  "--decode-instances", f"127.0.0.1:{D1},127.0.0.1:{D2}", "--prefill-threshold",
+                                  "32", "--router-poll-interval", "0.2"], workdir, "router-killed", grpc=True)
+            servers.append(rk)
+            rk.wait_ready(timeout=30)
+            decodes, prefills = (d1, d2), (p1, p2)
+
+            def total(group, name):
+                return sum(metric(s.port, name) for s in group)
+
+            def aborted(group):
+                return sum(v for s in group for k, v in _labeled(s.port, "tessera:request_success_total").items()
+                           if 'finished_reason="abort"' in k)
+            a0 = aborted(decodes)
+            # max_tokens far beyond what a decode makes before the kill: these end only by abort.
+            long = dict(COMMON, prompt=LONG2, max_tokens=1850, ignore_eos=True)  # LONG + 1850 < 2048
+            outcome, threads = {}, []
+
+            def client(name, port, body, stream):
+                try:
+                    if stream:
+                        outcome[name] = stream_events(port, "/v1/completions", dict(body, stream=True), timeout=60)
+                    else:
+                        outcome[name] = post(port, "/v1/completions", body, timeout=60)
+                except Exception as e:  # noqa: BLE001 -- the connection drops with the router
+                    outcome[name] = e
+
+            def spawn(name, body, stream):
+                t = threading.Thread(target=client, args=(name, rk.port, body, stream), daemon=True)
+                t.start()
+                threads.append(t)
+            spawn("sse", long, True)
+            spawn("sse2", dict(long, prompt=LONG), True)
+            spawn("plain", long, False)
+            spawn("plain2", dict(long, prompt=LONG), False)
+            path = os.path.join(workdir, "grpc_router_kill.json")
+            with open(path, "w") as f:
+                json.dump([{"target": f"127.0.0.1:{ports(rk)['grpc']}", "method": "GenerateStream",
+                            "request": {"token_ids": {"ids": LONG2},
+                                        "params": {"temperature": 0, "max_tokens": 1850, "ignore_eos": True}}}], f)
+            here = os.path.dirname(os.path.abspath(__file__))
+            node = subprocess.Popen(["node", os.path.join(here, "grpc_call.mjs"), path], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, cwd=os.path.dirname(os.path.dirname(here)))
+            in_decode = 5
+            wait_until(lambda: total(decodes, "tessera:num_requests_running") +
+                       total(decodes, "tessera:num_requests_waiting") >= in_decode, 30,
+                       f"{in_decode} requests on the decodes")
+            # Prefill leg: both prefills frozen, so these calls are in flight there when the router dies.
+            for p in prefills:
+                p.proc.send_signal(signal.SIGSTOP)
+            try:
+                r0 = metric(rk.port, "tessera:router_requests_total")
+                spawn("prefill-sse", dict(COMMON, prompt=fresh()), True)
+                spawn("prefill-plain", dict(COMMON, prompt=fresh()), False)
+                wait_until(lambda: total(decodes, "tessera:num_requests_running") +
+                           total(decodes, "tessera:num_requests_waiting") >= in_decode and
+                           metric(rk.port, "tessera:router_requests_total") >= r0 + 2, 10, "2 more router requests")
+                time.sleep(0.5)  # tokenized on a decode, then sent to a (frozen) prefill
+                rk.proc.send_signal(signal.SIGKILL)
+                rk.proc.wait(10)
+            finally:
+                for p in prefills:
+                    p.proc.send_signal(signal.SIGCONT)
+            # (c) nothing hangs: every client sees its connection drop, none gets an answer.
+            for t in threads:
+                t.join(15)
+            assert not any(t.is_alive() for t in threads), f"clients still waiting 15 s after the kill: {outcome}"
+            for name, o in outcome.items():  # a stream may have begun; nothing may end as if complete
+                assert isinstance(o, Exception) or (len(o) == 4 and o[0] == 200 and not o[3]), \
+                    f"{name}: an answer from a router killed before it could finish: {str(o)[:300]}"
+            g = json.loads(node.communicate(timeout=15)[0].decode().splitlines()[-1])
+            assert g["code"] == 14, f"gRPC stream: want UNAVAILABLE (14), got {json.dumps(g)[:300]}"
+            # (a) the decodes aborted the 5 requests (they would run on for 1850 tokens otherwise) and
+            # every instance is idle again; a prefill may have finished its request and pinned the
+            # blocks before noticing: freed by the 5 s pin timeout at worst.
+            wait_until(lambda: aborted(decodes) >= a0 + in_decode, 15,
+                       f"the decodes aborted the {in_decode} requests of the dead router")
+            for s in decodes + prefills:
+                wait_until(lambda s=s: metric(s.port, "tessera:num_requests_running") == 0 and
+                           metric(s.port, "tessera:num_requests_waiting") == 0 and
+                           metric(s.port, "tessera:kv_cache_usage_perc") == 0 and
+                           metric(s.port, "tessera:kv_exported_requests") == 0, 15,
+                           f"{s.name}: idle (no request, no KV in use, nothing pinned)")
+            # The frozen prefills got the requests after the router had gone.
+            logs = p1.log_tail(400) + p2.log_tail(400)
+            assert "disconnected" in logs or "was not pulled within" in logs, logs[-2000:]
+            # (b) a new router on the same instances: the same greedy tokens as before.
+            rn = Server(tessera, ["--role", "router", "--prefill-instances", f"127.0.0.1:{P1},127.0.0.1:{P2}",
+                                  "--decode-instances", f"127.0.0.1:{D1},127.0.0.1:{D2}", "--prefill-threshold",
+                                  "32", "--router-poll-interval", "0.2"], workdir, "router-new")
+            servers.append(rn)
+            rn.wait_ready(timeout=30)
+            assert completion_ids(rn.port, LONG) == ref["long"]
+            _eq(streamed(rn.port, "/v1/completions", dict(COMMON, prompt=LONG2)), ref["long2"])
+            rn.stop()
+            # The first router marked the frozen prefills down; the tests below need it to use them again.
+            wait_until(lambda: all(v == 1 for k, v in _labeled(R, "tessera:router_instance_healthy").items()
+                                   if 'role="prefill"' in k), 15, "the first router sees both prefills again")
+        res.run("router killed -9 under load (decode SSE/plain/gRPC, prefill legs): clients see the drop, "
+                "instances abort and end idle, a new router answers the same", router_killed)
 
         def prefill_killed():
             # Loads are equal, so the router picks the prefill whose address sorts first. It is

@@ -16,6 +16,7 @@ router flags).
     the prefix from it over the KV transport; greedy tokens are bitwise those
     the holder computed itself;
   * router restarted: the index is rebuilt (replay) to what it was;
+  * the router's gRPC front and a prefill pool route by the index too;
   * a prefix evicted on the instance it was routed to stops counting as
     held there once its requests have ended;
   * an instance killed (-9): dropped from the index within 3 s, requests still
@@ -35,7 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, request, synth_model  # noqa: E402
+from serve_util import Results, Server, get_metrics, grpc_calls, request, synth_model  # noqa: E402
 
 BLOCK = 16
 X = [(i * 7919) % 150000 + 100 for i in range(4 * BLOCK)]  # a 4-block shared prefix
@@ -84,6 +85,10 @@ def index_blocks(port):
             if name == "tessera:router_kv_index_blocks"}
 
 
+def pool_hits(port, role):
+    return router_samples(port).get(("tessera:router_prompt_hit_tokens_total", frozenset({("role", role)})), 0)
+
+
 def scalar(port, name):
     return get_metrics(port).get(name, 0.0)
 
@@ -122,8 +127,8 @@ def main():
         model = synth_model(tessera, workdir)
         inst_args = ["--model", model, "--threads", "1", "--num-kv-blocks", "96", "--max-model-len", "1024",
                      "--max-num-seqs", "2", "--kv-events-config", EVENTS, "--kv-peer-fetch", "--kv-ucx-tls", "tcp,self"]
-        a = Server(tessera, inst_args, workdir, "inst-a")
-        b = Server(tessera, inst_args, workdir, "inst-b")
+        a = Server(tessera, inst_args, workdir, "inst-a", grpc=True)
+        b = Server(tessera, inst_args, workdir, "inst-b", grpc=True)
         servers += [a, b]
         a.wait_ready()
         b.wait_ready()
@@ -215,7 +220,7 @@ def main():
             time.sleep(0.3)  # let events settle
             before = index_blocks(r.port)
             r.stop()
-            r2 = Server(tessera, router_args, workdir, "router2")
+            r2 = Server(tessera, router_args, workdir, "router2", grpc=True)
             servers.append(r2)
             res.server = r2
             r2.wait_ready()
@@ -224,6 +229,42 @@ def main():
             _, hit, _ = routed(r2.port, lambda: ids(r2.port, X + [11]))
             assert hit == 4 * BLOCK, hit
         res.run("router restarted: the index is rebuilt from the instances' replay", router_restart_rebuilds_index)
+
+        def grpc_and_prefill_pool_are_kv_aware():
+            # The router's gRPC front and its prefill pool choose by --routing-logic too: a prompt with
+            # the held prefix goes to an instance holding it there as well (hit tokens counted per pool;
+            # both instances hold X by now: the peer fetch copied it).
+            r2, holder = state["router"], state["holder"]
+            with open(r2.port_file) as f:
+                rg = f"127.0.0.1:{json.load(f)['grpc']}"
+            for k in range(2):
+                before = decisions(r2.port)[0]
+                hit0 = pool_hits(r2.port, "decode")
+                out = grpc_calls(workdir, [{"target": rg, "method": "Generate", "request": {
+                    "token_ids": {"ids": X + [70 + k]}, "params": {"temperature": 0, "max_tokens": 4}}}])[0]
+                assert out["code"] == 0, out
+                after = decisions(r2.port)[0]
+                moved = [i for i in after if after[i] != before.get(i, 0)]
+                assert len(moved) == 1 and pool_hits(r2.port, "decode") - hit0 == 4 * BLOCK, \
+                    (moved, pool_hits(r2.port, "decode") - hit0)
+            pd_args = ["--role", "router", "--prefill-instances", ",".join(sorted(addr)), "--decode-instances",
+                       ",".join(sorted(addr)), "--routing-logic", "kv-aware", "--prefill-threshold", "16",
+                       "--router-poll-interval", "0.1"]
+            r3 = Server(tessera, pd_args, workdir, "router-pd")
+            servers.append(r3)
+            r3.wait_ready()
+            wait_for(lambda: all(v > 0 for v in index_blocks(r3.port).values()) and len(index_blocks(r3.port)) == 2,
+                     5, "the pd router's index")
+            want = ids(addr[holder].port, X + [80, 81])
+            got = ids(r3.port, X + [80, 81])
+            assert got == want, (got, want)
+            prefill = {dict(l)["instance"]: v for (n, l), v in router_samples(r3.port).items()
+                       if n == "tessera:router_routing_decisions_total" and dict(l).get("role") == "prefill"}
+            assert sum(prefill.values()) == 1, prefill
+            assert pool_hits(r3.port, "prefill") == 4 * BLOCK, pool_hits(r3.port, "prefill")
+            r3.stop()
+        res.run("gRPC front and prefill pool: a held prefix goes to its holder there too",
+                grpc_and_prefill_pool_are_kv_aware)
 
         def evicted_prefix_not_believed_held():
             # A new prefix routed through the router, then evicted on that instance by other prompts

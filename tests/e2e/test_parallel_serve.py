@@ -32,7 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import PROMPT, Results, Server, complete, free_port, request  # noqa: E402
+from serve_util import PROMPT, Results, Server, complete, free_port, get_metrics, request  # noqa: E402
 
 PROMPTS = [PROMPT, [791, 6864, 315, 9822, 374], [16, 17, 18, 19, 20, 21, 22, 23]]
 
@@ -181,6 +181,75 @@ def main():
         finally:
             leader.stop()
             worker.stop()
+
+        # Dense -tp 2 as two Gloo processes: a worker killed while the server is idle (found by the
+        # heartbeat, not by a request), and the leader (rank 0, host of the rendezvous store) killed
+        # mid-request (the worker exits naming it).
+        tp = ["-tp", "2", "--parallel-timeout", "5"]
+        port_a, port_b = free_port(), free_port()
+        worker_a = Worker(tessera, workdir, "tp-worker-a", gloo_args(dense, port_a, 1, tp))
+        leader_a = Server(tessera, gloo_args(dense, port_a, 0, tp), workdir, "tp-leader-a")
+        worker_b = Worker(tessera, workdir, "tp-worker-b", gloo_args(dense, port_b, 1, tp))
+        leader_b = Server(tessera, gloo_args(dense, port_b, 0, tp), workdir, "tp-leader-b")
+        try:
+            def tp_ready():
+                leader_a.wait_ready()
+                leader_b.wait_ready()
+            if res.run("gloo -tp 2: two groups ready", tp_ready):
+                res.run("gloo -tp 2: greedy text equals one rank's",
+                        lambda: (lambda got: None if got == base_dense else
+                                 (_ for _ in ()).throw(AssertionError(f"{got} != {base_dense}")))(greedy(leader_a.port)))
+
+                def worker_killed_idle():
+                    worker_a.proc.send_signal(signal.SIGKILL)
+                    worker_a.proc.wait()
+                    deadline = time.time() + 20  # the heartbeat runs every timeout/4 = 1.25 s
+                    while True:
+                        status, _, body = request(leader_a.port, "GET", "/ready")
+                        if status == 503 and body.get("status") == "failed":
+                            break
+                        assert status == 200 and time.time() < deadline, \
+                            f"/ready {status} {body} (still not failed 20 s after the worker died)"
+                        time.sleep(0.1)
+                    assert "rank 1" in body.get("error", ""), body
+                    status, _, body = complete(leader_a.port, model="m", prompt=PROMPT, max_tokens=2)
+                    assert status == 503 and "rank 1" in str(body), (status, body)
+                    assert leader_a.terminate_and_wait(timeout=20) == 0
+                res.run("gloo -tp 2: a worker killed -9 while idle -> /ready 503 naming rank 1, requests 503, "
+                        "SIGTERM still exits", worker_killed_idle)
+
+                def leader_killed():
+                    outcome = {}
+
+                    def long_request():
+                        try:
+                            outcome["r"] = complete(leader_b.port, model="m", prompt=PROMPT, max_tokens=3000,
+                                                    temperature=0, ignore_eos=True)
+                        except Exception as e:  # noqa: BLE001 -- the leader dies under it
+                            outcome["r"] = e
+                    th = threading.Thread(target=long_request, daemon=True)
+                    th.start()
+                    deadline = time.time() + 20
+                    while get_metrics(leader_b.port).get("tessera:num_requests_running", 0) < 1:
+                        assert time.time() < deadline and th.is_alive(), f"the request never ran: {outcome}"
+                        time.sleep(0.05)
+                    leader_b.proc.send_signal(signal.SIGKILL)
+                    leader_b.proc.wait()
+                    try:
+                        code = worker_b.proc.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
+                        raise AssertionError("the worker still runs 20 s after the leader died")
+                    th.join(10)
+                    assert isinstance(outcome.get("r"), Exception), f"an answer from a killed leader? {outcome}"
+                    assert code != 0, "the worker exited 0 after losing its leader"
+                    with open(worker_b.log_path, "rb") as f:
+                        log = f.read().decode(errors="replace")
+                    assert "the leader (rank 0) is unreachable" in log, log[-2000:]
+                res.run("gloo -tp 2: the leader killed -9 mid-request -> the worker exits with an error naming "
+                        "rank 0, no hang", leader_killed)
+        finally:
+            for s in (leader_a, leader_b, worker_a, worker_b):
+                s.stop()
 
         # A worker that never joins.
         port = free_port()

@@ -108,6 +108,37 @@ TEST(SchedulerKvTransferTest, LoadsOnlyBlocksMissingFromThePrefixCache) {
   EXPECT_EQ(plan.seqs[0].block_ids[3], loads[0].local_blocks[1]);
   EXPECT_EQ(s->metrics().counters.kv_blocks_pulled, 2);
   EXPECT_EQ(s->metrics().counters.kv_blocks_reused, 2);
+  // Prefix stats count each admission once: warm's 8 tokens (no hit), then d's
+  // 17 with 16 hit (2 reused + 2 pulled blocks), not the load's own lookup too.
+  EXPECT_EQ(s->metrics().counters.prefix_cache_queries, 8 + 17);
+  EXPECT_EQ(s->metrics().counters.prefix_cache_hits, 16);
+  EXPECT_TRUE(s->TakeKvReleases().empty());  // the pull acknowledges the source itself
+}
+
+// A source the decode will not pull from is handed back for acknowledgement,
+// so the prefill unpins its blocks now rather than at its pin timeout.
+TEST(SchedulerKvTransferTest, SourceNotPulledFromIsReleased) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  ASSERT_TRUE(s->AddRequest(Req("warm", 17, 1)).ok());
+  RunAll(*s);  // 4 full blocks cached
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  EXPECT_TRUE(s->PlanKvLoads().empty());  // everything is here already
+  std::vector<RemoteKvSource> rel = s->TakeKvReleases();
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].handle, "h-d");
+  EXPECT_EQ(rel[0].port, 1234);
+  EXPECT_TRUE(s->TakeKvReleases().empty());
+  EXPECT_EQ(s->metrics().counters.kv_blocks_reused, 4);
+}
+
+TEST(SchedulerKvTransferTest, RequestEndedBeforeItsPullReleasesTheSource) {
+  auto s = std::move(Scheduler::Create(Options(32))).value();
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  ASSERT_TRUE(s->AbortRequest("d").ok());  // its client left before the engine loop planned the pull
+  EXPECT_TRUE(s->PlanKvLoads().empty());
+  std::vector<RemoteKvSource> rel = s->TakeKvReleases();
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].handle, "h-d");
 }
 
 TEST(SchedulerKvTransferTest, FailedLoadRecomputesAndCachesNothing) {

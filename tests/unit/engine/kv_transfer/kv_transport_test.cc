@@ -69,6 +69,18 @@ KvPullSpec Spec(const Side& from, std::string handle, std::vector<int32_t> remot
 
 class KvTransportTest : public ::testing::TestWithParam<std::string> {};
 
+TEST(KvTransportReleaseTest, ReleaseWithoutPullUnpinsAtOnce) {
+  // A decode that needs none of the blocks (all in its prefix cache) acknowledges anyway.
+  Side prefill(TinyConfig(), "tcp,self"), decode(TinyConfig(), "tcp,self");
+  ASSERT_TRUE(prefill.transport && decode.transport);
+  prefill.transport->Export("req-1", {3, 5}, {{1, 0}, {1, 1}});
+  decode.transport->Release("127.0.0.1", prefill.transport->port(), "req-1");
+  EXPECT_EQ(prefill.transport->num_exports(), 0);
+  EXPECT_EQ(prefill.transport->TakeReleased(), std::vector<std::string>{"req-1"});
+  decode.transport->Release("127.0.0.1", prefill.transport->port(), "req-1");  // unknown now: a no-op
+  EXPECT_TRUE(prefill.transport->TakeReleased().empty());
+}
+
 TEST_P(KvTransportTest, PullsExportedBlocksExactlyAndReleases) {
   Side prefill(TinyConfig(), GetParam()), decode(TinyConfig(), GetParam());
   ASSERT_TRUE(prefill.transport && decode.transport);

@@ -135,6 +135,31 @@ TEST_F(KvTiersTest, HostTierAfterEvictionIsExact) {
   EXPECT_GE(Tier(loop->kv_tiers()->stats(), "host").store.hits, 5);
 }
 
+// Part of the prefix still in the pool, the rest in the host tier: the
+// fetch loads only the missing blocks, and the prefix stats count the
+// admission once (the load's hold of the pool's blocks is not a second hit).
+TEST_F(KvTiersTest, HostTierCompletesAPartialPoolHitCountedOnce) {
+  const std::vector<int32_t> p = Prompt(1, 5 * kBlock + 3);
+  const std::vector<int32_t> want = Reference(p);
+  KvTierOptions t;
+  t.host_bytes = int64_t{64} << 20;
+  auto loop = MakeLoop(Options(t, /*num_blocks=*/16));
+  ASSERT_TRUE(loop);
+  EXPECT_EQ(Run(*loop, Greedy("a", p)), want);
+  // 13 blocks for another prompt: the pool keeps 3 of the first prompt's 6 (its head).
+  Run(*loop, Greedy("f1", Prompt(2, 12 * kBlock + 5)));
+  const SchedulerCounters before = loop->metrics().counters;
+  const int64_t loaded0 = loop->kv_tiers()->totals().tokens_loaded;
+  EXPECT_EQ(Run(*loop, Greedy("b", p)), want);
+  const SchedulerCounters after = loop->metrics().counters;
+  const int64_t loaded = loop->kv_tiers()->totals().tokens_loaded - loaded0;
+  EXPECT_GT(loaded, 0);
+  EXPECT_LT(loaded, 5 * kBlock);  // a partial pool hit completed from the tier
+  EXPECT_EQ(after.prompt_tokens - before.prompt_tokens, 3);
+  EXPECT_EQ(after.prefix_cache_queries - before.prefix_cache_queries, static_cast<int64_t>(p.size()));
+  EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, 5 * kBlock);
+}
+
 // The disk tier: a second instance (a restart) on the same directory loads
 // the prefix the first one computed; a corrupted file is detected (counted),
 // dropped, and the prompt computed from that block on.
