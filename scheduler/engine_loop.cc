@@ -253,6 +253,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
                                          MakeKvLayout(mc, loop->backend_->kv_dtype(),
                                                       loop->scheduler_->options().kv.block_size),
                                          std::move(fingerprint)));
+    loop->kv_puller_ = std::make_unique<KvPuller>(loop->kv_transport_.get(), to.notify);
   }
   return loop;
 }
@@ -313,6 +314,11 @@ void EngineLoop::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (kv_puller_) {
+    StopKvPulls();  // offline use (no loop thread), or a no-op after ThreadMain's
+    std::lock_guard lock(mu_);
+    metrics_ = scheduler_->metrics();  // blocks freed since the last step's snapshot
+  }
   if (group_) group_->Stop();
 }
 
@@ -321,9 +327,12 @@ void EngineLoop::ThreadMain() {
     {
       std::unique_lock lock(mu_);
       // scheduler_ is read here only by this (the loop) thread.
+      // After a step that ran nothing while pulls are in flight (their blocks
+      // may be what a waiting request needs), only an event can change that.
+      const bool stalled = last_plan_empty_ && !kv_loads_.empty();
       cv_.wait(lock, [&] {
         return stop_ || kv_wake_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() ||
-               (scheduler_->HasUnfinished() && !scheduler_->WaitingOnTiersOnly());
+               (scheduler_->HasUnfinished() && !scheduler_->WaitingOnLoadsOnly() && !stalled);
       });
       if (stop_) break;
     }
@@ -336,6 +345,7 @@ void EngineLoop::ThreadMain() {
   // Abort what is left.
   DrainInbox();
   for (auto& [id, a] : active_) (void)scheduler_->AbortRequest(id);
+  StopKvPulls();
   DeliverFinished();
   FailAll(Status(StatusCode::kUnavailable, "the engine stopped"));
 }
@@ -361,12 +371,14 @@ Status EngineLoop::RunUntilDone() {
   while (true) {
     {
       std::lock_guard lock(mu_);
-      if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished()) {
+      if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished() &&
+          kv_loads_.empty()) {
         return Status::Ok();
       }
     }
-    if (kv_tiers_ && scheduler_->WaitingOnTiersOnly()) {
-      std::unique_lock lock(mu_);  // nothing to run until a tier fetch answers
+    const bool pulls_only = !kv_loads_.empty() && (last_plan_empty_ || !scheduler_->HasUnfinished());
+    if (pulls_only || scheduler_->WaitingOnLoadsOnly()) {
+      std::unique_lock lock(mu_);  // nothing to run until a tier fetch or a pull answers
       cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return kv_wake_; });
     }
     Status s = Step();
@@ -447,6 +459,7 @@ Status EngineLoop::Step() {
 
 Status EngineLoop::RunStep() {
   const SchedulerOutput plan = scheduler_->Schedule();
+  last_plan_empty_ = plan.empty();
   if (plan.empty()) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
   Status s = RunPlan(plan);
@@ -668,7 +681,8 @@ void EngineLoop::RunKvTransfers() {
     kv_wake_ = false;
   }
   for (const std::string& handle : kv_transport_->TakeReleased()) scheduler_->ReleaseExport(handle);
-  for (const KvLoad& load : scheduler_->PlanKvLoads()) {
+  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
+  for (KvLoad& load : scheduler_->PlanKvLoads()) {
     KvPullSpec spec;
     spec.host = load.source.host;
     spec.port = load.source.port;
@@ -676,28 +690,46 @@ void EngineLoop::RunKvTransfers() {
     spec.remote_blocks = load.remote_blocks;
     spec.local_blocks.assign(load.local_blocks.begin(), load.local_blocks.end());
     for (const BlockHash& h : load.hashes) spec.keys.push_back({h.hi, h.lo});
-    // Blocking on the loop thread: the step waits for the bytes (a few ms on
-    // one host). Later: pull on a transfer thread while other requests run.
-    StatusOr<KvPullStats> st = kv_transport_->Pull(spec);
-    if (!st.ok()) {
-      spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", load.request_id,
-                   st.status().ToString());
-    }
-    scheduler_->FinishKvLoad(load, st.ok());
-    if (on_kv_pull_) {
-      KvPullEvent e;
-      e.ok = st.ok();
-      e.bytes = st.ok() ? st->bytes : 0;
-      e.seconds = st.ok() ? st->seconds : 0;
-      e.blocks_pulled = st.ok() ? static_cast<int64_t>(load.local_blocks.size()) : 0;
-      e.blocks_reused = load.reused_blocks;
-      e.peer = spec.host + ":" + std::to_string(spec.port);
-      on_kv_pull_(e);
-    }
+    // The puller's thread writes the bytes into load.local_blocks while this
+    // thread keeps stepping other requests; the scheduler keeps those blocks
+    // out of every batch (and unfreed) until FinishKvLoad.
+    const uint64_t id = next_kv_load_++;
+    kv_loads_.emplace(id, std::move(load));
+    kv_puller_->Submit(id, std::move(spec));
   }
   // Exports this instance will never pull (all cached here, no room, or the
-  // request ended first): acknowledged, so the prefill unpins them now.
-  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_transport_->Release(src.host, src.port, src.handle);
+  // request ended first): acknowledged (on the puller's thread, a gRPC call),
+  // so the prefill unpins them now.
+  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_puller_->Release(src.host, src.port, src.handle);
+}
+
+void EngineLoop::FinishKvPull(KvPuller::Done& done) {
+  auto it = kv_loads_.find(done.id);
+  if (it == kv_loads_.end()) return;
+  const KvLoad load = std::move(it->second);
+  kv_loads_.erase(it);
+  const StatusOr<KvPullStats>& st = done.result;
+  if (!st.ok()) {
+    spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", load.request_id,
+                 st.status().ToString());
+  }
+  scheduler_->FinishKvLoad(load, st.ok());
+  if (on_kv_pull_) {
+    KvPullEvent e;
+    e.ok = st.ok();
+    e.bytes = st.ok() ? st->bytes : 0;
+    e.seconds = st.ok() ? st->seconds : 0;
+    e.blocks_pulled = st.ok() ? static_cast<int64_t>(load.local_blocks.size()) : 0;
+    e.blocks_reused = load.reused_blocks;
+    e.peer = load.source.host + ":" + std::to_string(load.source.port);
+    on_kv_pull_(e);
+  }
+}
+
+void EngineLoop::StopKvPulls() {
+  if (!kv_puller_) return;
+  kv_puller_->Stop();
+  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
 }
 
 void EngineLoop::PublishExports() {

@@ -28,6 +28,7 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_transfer/kv_puller.h"
 #include "engine/kv_transfer/kv_transport.h"
 #include "engine/model.h"
 #include "engine/parallel/shard/rank_group.h"
@@ -90,7 +91,8 @@ struct EngineLoopOptions {
   // this loop's KV pool (CPU only). Requests may then carry Request::remote_kv
   // or Request::export_kv; without it such requests are refused.
   std::optional<KvTransportOptions> kv_transfer;
-  // Called on the loop thread after each pull attempt (metrics). Cheap.
+  // Called on the loop thread after each pull attempt (metrics), when the
+  // loop applies the pull's answer. Cheap.
   std::function<void(const KvPullEvent&)> on_kv_pull;
   // KV tiers below the pool (--kv-offload-*; engine_loop_tiers.cc): computed
   // blocks spill to them, prompts missing from the pool are fetched back
@@ -259,9 +261,15 @@ class EngineLoop {
   // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
   void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
-  // Disaggregation: frees released exports and runs the scheduler's pulls
-  // (before a step); publishes new exports (after one).
+  // Disaggregation: frees released exports, applies the pulls that ended and
+  // hands the scheduler's new pulls to kv_puller_ (before a step); publishes
+  // new exports (after one).
   void RunKvTransfers();
+  void FinishKvPull(KvPuller::Done& done);
+  // Joins the puller (its pull in progress ends within the pull timeout) and
+  // applies every answer, so no block is left held for a pull. Loop thread, or
+  // after it ended.
+  void StopKvPulls();
   void PublishExports();
   void AttachExport(const std::string& request_id, RequestOutput* out);
   // KV tiers (engine_loop_tiers.cc): applies fetched blocks and starts new
@@ -328,14 +336,21 @@ class EngineLoop {
   double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
   bool stop_ = false;
   bool started_ = false;
-  bool kv_wake_ = false;  // the transport released exports, or a tier fetch finished; under mu_
+  bool kv_wake_ = false;  // the transport released exports, a pull or a tier fetch finished; under mu_
+  bool last_plan_empty_ = false;  // the last Schedule() planned nothing; loop thread
   std::thread thread_;
   // Loop-thread state of exports whose final output is not yet pushed.
   std::unordered_map<std::string, KvExportInfo> pending_exports_;
   std::function<void(const KvPullEvent&)> on_kv_pull_;
-  // Last members: destroyed first (they read cache_ memory and wake mu_/cv_).
+  // Pulls handed to kv_puller_ whose answer the loop has not applied yet, by
+  // id; their destination blocks are held by the scheduler. Loop thread.
+  std::unordered_map<uint64_t, KvLoad> kv_loads_;
+  uint64_t next_kv_load_ = 1;
+  // Last members: destroyed first (they read and write cache_ memory and wake
+  // mu_/cv_); the puller before the transport it calls.
   std::unique_ptr<KvTierManager> kv_tiers_;
   std::unique_ptr<KvTransport> kv_transport_;
+  std::unique_ptr<KvPuller> kv_puller_;
 };
 
 }  // namespace tessera

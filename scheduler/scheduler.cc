@@ -334,7 +334,8 @@ SchedulerOutput Scheduler::Schedule() {
   while (!preempted_any && !waiting_.empty() && budget > 0 &&
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     auto next = waiting_.begin();
-    while (next != waiting_.end() && (*next)->tier_loading) ++next;  // its KV is on the way from a tier
+    // Its KV is on the way from a tier or a peer.
+    while (next != waiting_.end() && ((*next)->tier_loading || (*next)->kv_loading)) ++next;
     if (next == waiting_.end()) break;
     Sequence* seq = *next;
     UpdateHashes(seq);
@@ -475,7 +476,9 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
     if (reason == FinishReason::kAbort) Finish(child, reason);
   }
   const SeqId holder = seq->id;
-  if (seq->request->export_kv && reason != FinishReason::kAbort && kv_->Holds(holder)) {
+  if (seq->kv_loading) {
+    // A pull still writes into its blocks: FinishKvLoad frees them when it ends.
+  } else if (seq->request->export_kv && reason != FinishReason::kAbort && kv_->Holds(holder)) {
     // The prompt's full blocks stay held under the finished sequence's id.
     const auto blocks = kv_->blocks(holder);
     const size_t full = std::min<size_t>({static_cast<size_t>(seq->num_prompt_tokens / kv_->block_size()),
@@ -565,6 +568,7 @@ std::vector<KvLoad> Scheduler::PlanKvLoads() {
     }
     load.num_tokens = want * bs;
     load.reused_blocks = reused;
+    seq->kv_loading = true;
     loads.push_back(std::move(load));
   }
   return loads;
@@ -573,10 +577,11 @@ std::vector<KvLoad> Scheduler::PlanKvLoads() {
 void Scheduler::FinishKvLoad(const KvLoad& load, bool ok) {
   auto it = seqs_.find(load.seq);
   if (it == seqs_.end()) {
-    kv_->Free(load.seq);  // aborted meanwhile
+    kv_->Free(load.seq);  // ended meanwhile: its blocks were left to this call
     return;
   }
   Sequence* seq = it->second.get();
+  seq->kv_loading = false;
   if (ok) {
     kv_->CacheComputedBlocks(seq->id, seq->block_hashes, load.num_tokens, seq->token_ids);
     counters_.kv_blocks_pulled += static_cast<int64_t>(load.local_blocks.size());

@@ -125,16 +125,22 @@ class Scheduler {
 
   // Disaggregation hooks (DESIGN §4: a request may arrive with its KV computed
   // elsewhere or leave with it exported). The scheduler decides which blocks
-  // move; the engine loop moves them between PlanKvLoads and FinishKvLoad.
+  // move; the engine loop moves them between PlanKvLoads and FinishKvLoad,
+  // asynchronously: other requests keep being scheduled meanwhile.
   //
   // Waiting leaders with a RemoteKvSource not yet tried: for each, the local
   // prefix-cache hit is kept and fresh blocks are allocated for the rest of the
   // prompt's full blocks the source holds. Each request is tried once; one
   // that cannot get blocks now is simply prefilled locally (recompute).
+  // Until its FinishKvLoad, a planned sequence is never admitted, and its
+  // blocks are never freed: an abort or finish meanwhile ends the sequence but
+  // leaves the blocks to FinishKvLoad (they are written by the pull).
   std::vector<KvLoad> PlanKvLoads();
-  // ok: the pulled blocks join the prefix cache, so the sequence's admission
-  // finds them as a hit; otherwise they are freed uncached and the prompt is
-  // computed here (vLLM's kv_load_failure_policy "recompute").
+  // Call exactly once per planned load, between steps. ok: the pulled blocks
+  // join the prefix cache, so the sequence's admission finds them as a hit;
+  // otherwise they are freed uncached and the prompt is computed here (vLLM's
+  // kv_load_failure_policy "recompute"). A sequence that ended meanwhile has
+  // its blocks freed now.
   void FinishKvLoad(const KvLoad& load, bool ok);
   // Sources this instance will not pull from since the last call: every block
   // already in the prefix cache, no room, or the request ended before its
@@ -168,8 +174,9 @@ class Scheduler {
   // as a hit; otherwise they are freed uncached (recompute). Releases the
   // sequence for admission either way.
   void EndTierLoad(const KvTierFetch& fetch, int64_t num_blocks_total, bool ok);
-  // Every unfinished sequence waits for a tier fetch: no step can run now.
-  bool WaitingOnTiersOnly() const;
+  // Every unfinished sequence waits for a tier fetch or a KV pull: no step can
+  // run now.
+  bool WaitingOnLoadsOnly() const;
 
   bool HasUnfinished() const { return !seqs_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }

@@ -81,9 +81,10 @@ void Scheduler::EndTierLoad(const KvTierFetch& fetch, int64_t num_blocks_total, 
   kv_->Free(seq->id);
 }
 
-bool Scheduler::WaitingOnTiersOnly() const {
+bool Scheduler::WaitingOnLoadsOnly() const {
   if (!running_.empty() || waiting_.empty()) return false;
-  return std::all_of(waiting_.begin(), waiting_.end(), [](const Sequence* s) { return s->tier_loading; });
+  return std::all_of(waiting_.begin(), waiting_.end(),
+                     [](const Sequence* s) { return s->tier_loading || s->kv_loading; });
 }
 
 }  // namespace tessera

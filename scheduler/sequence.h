@@ -38,6 +38,9 @@ struct Sequence {
   int64_t arrival_order = 0;  // global admission order of its request (FCFS key)
   int32_t pending_forks = 0;  // index 0 only: choices 1..n-1 not yet forked
   bool kv_load_pending = false;  // index 0 with request->remote_kv: not yet pulled (or tried)
+  // A pull into its blocks is in flight (PlanKvLoads .. FinishKvLoad): not
+  // admitted, and its blocks are not freed (even when it ends) until then.
+  bool kv_loading = false;
   bool tier_fetch_pending = false;  // KV tiers on, index 0: not yet looked up in the tiers (since admission or preemption)
   bool tier_loading = false;        // a tier fetch is in flight: not admitted until it is applied
 

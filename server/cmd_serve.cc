@@ -650,7 +650,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0.01, 86400.0));
   cmd->add_option("--kv-pull-timeout", f->kv_pull_timeout_s,
                   "decode: seconds one KV pull may take (handshake to ack) before the prompt is computed here "
-                  "instead; the engine step waits for the pull")
+                  "instead; other requests keep running meanwhile (the pull has its own thread)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 600.0));
   cmd->add_flag("--kv-peer-fetch", f->kv_peer_fetch,

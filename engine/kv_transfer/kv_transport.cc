@@ -331,6 +331,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
     const std::string& peer;
     ~Ack() { SendRelease(stub, handle, peer); }
   } ack{stub.get(), spec.handle, peer};
+  if (options_.before_read) options_.before_read(spec.handle);
   const int32_t layers = layout_.num_layers;
   if (resp.k_regions_size() != layers || resp.v_regions_size() != layers || resp.block_bytes() != block_bytes_ ||
       resp.checksums_size() != static_cast<int>(spec.remote_blocks.size())) {

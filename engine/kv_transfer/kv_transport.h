@@ -13,8 +13,10 @@
 // blocks uncomputed (the caller recomputes).
 //
 // Which blocks to pull is the scheduler's decision; this class moves bytes.
-// Threading: Export/TakeReleased/Pull from the engine-loop thread; the gRPC
-// service runs on its own threads and only reads pinned (immutable) blocks.
+// Threading: Export/TakeReleased from the engine-loop thread; Pull from one
+// thread at a time (the engine loop's KvPuller, kv_puller.h), concurrently
+// with them; the gRPC service runs on its own threads and only reads pinned
+// (immutable) blocks.
 // CPU KV pools only (host memory); a CUDA pool is refused at Create.
 #pragma once
 
@@ -43,6 +45,9 @@ struct KvTransportOptions {
   // first pulled block after the read (the checksum must catch it); "drop"
   // reads half of the bytes, then fails as a link dying mid-transfer would.
   std::string fault;
+  // Tests: runs on the pulling thread after the handshake, before the reads,
+  // with the pull's handle (a slow or frozen link). Empty when serving.
+  std::function<void(const std::string& handle)> before_read;
   // Runs (any thread) when an export ends, so the engine loop wakes to free it.
   std::function<void()> notify;
 };

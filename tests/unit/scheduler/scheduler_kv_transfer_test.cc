@@ -3,6 +3,8 @@
 // gets fresh blocks for exactly the full blocks its prefix cache lacks, and
 // after a successful load is admitted with them as a prefix hit (after a failed
 // one it computes everything). Plain ids only, no tensors.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler.h"
@@ -162,14 +164,59 @@ TEST(SchedulerKvTransferTest, RemoteSourceNeverCoversTheLastPromptToken) {
   EXPECT_EQ(loads[0].remote_blocks, (std::vector<int32_t>{40, 41, 42}));
 }
 
-TEST(SchedulerKvTransferTest, AbortDuringLoadFreesItsBlocks) {
+// The pull writes into the blocks until FinishKvLoad: an abort meanwhile ends
+// the request but leaves the blocks held; FinishKvLoad frees them (uncached).
+TEST(SchedulerKvTransferTest, AbortDuringLoadFreesItsBlocksWhenTheLoadEnds) {
   auto s = std::move(Scheduler::Create(Options(32))).value();
   ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
   std::vector<KvLoad> loads = s->PlanKvLoads();
   ASSERT_EQ(loads.size(), 1u);
+  const double loading = s->kv_cache().Usage();
+  EXPECT_GT(loading, 0.0);
   ASSERT_TRUE(s->AbortRequest("d").ok());
+  EXPECT_FALSE(s->HasUnfinished());
+  EXPECT_EQ(s->kv_cache().Usage(), loading) << "blocks freed while the pull may still write them";
   s->FinishKvLoad(loads[0], /*ok=*/true);
   EXPECT_EQ(s->kv_cache().Usage(), 0.0);
+  // Nothing of the aborted load joined the prefix cache.
+  ASSERT_TRUE(s->AddRequest(Req("again", 17, 1)).ok());
+  SchedulerOutput plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].start_position, 0);
+}
+
+// A sequence whose load is in flight is never admitted, and its blocks are no
+// one else's: other requests are scheduled (and preempted) around it.
+TEST(SchedulerKvTransferTest, SequenceLoadingIsNotScheduledUntilTheLoadEnds) {
+  auto s = std::move(Scheduler::Create(Options(8))).value();  // 32 tokens of KV
+  ASSERT_TRUE(s->AddRequest(Remote("d", 17, {40, 41, 42, 43})).ok());
+  std::vector<KvLoad> loads = s->PlanKvLoads();
+  ASSERT_EQ(loads.size(), 1u);
+  ASSERT_EQ(loads[0].local_blocks.size(), 4u);
+  EXPECT_TRUE(s->WaitingOnLoadsOnly());
+  EXPECT_TRUE(s->Schedule().empty());
+  // Another request runs in the 4 blocks left, to its end.
+  ASSERT_TRUE(s->AddRequest(Req("a", 9, 6, 500)).ok());
+  EXPECT_FALSE(s->WaitingOnLoadsOnly());
+  for (int i = 0; i < 20 && s->num_running() + s->num_waiting() > 1; ++i) {
+    SchedulerOutput plan = s->Schedule();
+    std::vector<SampledTokens> sampled;
+    for (const ScheduledSequence& ss : plan.seqs) {
+      EXPECT_EQ(ss.request_id, "a");
+      for (BlockId b : ss.block_ids) {
+        EXPECT_EQ(std::count(loads[0].local_blocks.begin(), loads[0].local_blocks.end(), b), 0);
+      }
+      if (ss.sample) sampled.push_back({ss.seq_id, {7}});
+    }
+    ASSERT_TRUE(s->UpdateFromOutput(sampled).ok());
+  }
+  EXPECT_EQ(s->num_running(), 0);
+  EXPECT_EQ(s->num_waiting(), 1);
+  s->FinishKvLoad(loads[0], /*ok=*/true);
+  SchedulerOutput plan = s->Schedule();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].request_id, "d");
+  EXPECT_EQ(plan.seqs[0].start_position, 16);
 }
 
 }  // namespace
