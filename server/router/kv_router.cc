@@ -160,9 +160,7 @@ void KvRouter::Tick() {
   {
     std::lock_guard lock(mu_);
     for (auto it = routed_.begin(); it != routed_.end();) {
-      std::erase_if(it->second, [&](const auto& e) {
-        return now - e.second.last > (e.second.in_flight > 0 ? options_.routed_ttl : options_.routed_grace);
-      });
+      std::erase_if(it->second, [&](const auto& e) { return Expired(e.second, now); });
       it = it->second.empty() ? routed_.erase(it) : std::next(it);
     }
   }
@@ -248,9 +246,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       auto it = routed_.find(h);
       if (it == routed_.end()) break;
       auto at = it->second.find(address);
-      if (at == it->second.end()) break;
-      const Routed& r = at->second;
-      if (t - r.last > (r.in_flight > 0 ? options_.routed_ttl : options_.routed_grace)) break;
+      if (at == it->second.end() || Expired(at->second, t)) break;
       ++n;
     }
     return n;
@@ -349,8 +345,10 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
   }
   Count(d);
-  spdlog::debug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
-                d.peer ? " (peer " + d.peer->address + ")" : "", why);
+  if (!why.empty()) {  // --log-level debug only
+    spdlog::debug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
+                  d.peer ? " (peer " + d.peer->address + ")" : "", why);
+  }
   return d;
 }
 

@@ -177,6 +177,10 @@ class KvRouter {
     int32_t in_flight = 0;                        // requests with this block dispatched there, not Done
     std::chrono::steady_clock::time_point last;  // last dispatch or Done
   };
+  // No longer counts as held (see "In flight" above).
+  bool Expired(const Routed& r, std::chrono::steady_clock::time_point now) const {
+    return now - r.last > (r.in_flight > 0 ? options_.routed_ttl : options_.routed_grace);
+  }
   // Chain hash -> instance -> requests in flight with that block; guarded by mu_.
   std::unordered_map<BlockHash, std::map<std::string, Routed>, BlockHashHasher> routed_;
   Counters counters_;                  // guarded by mu_

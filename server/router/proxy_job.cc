@@ -136,8 +136,7 @@ class Proxy {
     // another running the same request (without the handle: it recomputes).
     // The decode (or unified) instance is picked by --routing-logic; with no
     // prefill handle, kv-aware may name a peer to export the prefix.
-    const std::string salt = body_.contains("cache_salt") && body_["cache_salt"].is_string()
-                                 ? body_["cache_salt"].get<std::string>() : "";
+    const std::string salt = CacheSaltOf(body_);
     Json relay_kv = kv;
     for (int attempt = 0; attempt <= ctx_.flags.max_migrations; ++attempt) {
       if (ex_->closed()) return;
@@ -685,6 +684,11 @@ bool NeedsPromptLogits(const Json& body, bool chat) {
 
 }  // namespace
 
+std::string CacheSaltOf(const Json& body) {
+  auto it = body.find("cache_salt");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const std::vector<int32_t>& prompt,
                      const std::string& id) {
   if (prompt.empty()) {
@@ -699,8 +703,7 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     ctx.metrics->PrefillSkipped("prompt_logprobs");
     return nullptr;
   }
-  const std::string salt = body.contains("cache_salt") && body["cache_salt"].is_string()
-                               ? body["cache_salt"].get<std::string>() : "";
+  const std::string salt = CacheSaltOf(body);
   std::vector<std::string> failed;
   for (int attempt = 0; attempt < 2; ++attempt) {
     // --routing-logic applies to the prefill pool too: kv-aware sends the

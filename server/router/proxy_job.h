@@ -46,6 +46,9 @@ bool TokenizeUpstream(const ProxyContext& ctx, const nlohmann::ordered_json& tok
 // failure): vLLM's kv_transfer_params for the decode, or null when skipped
 // (empty or short prompt, prompt logprobs asked) or failed; counted in the
 // router's metrics. `request_id` is for logs.
+// The request's cache_salt ("" : none or not a string).
+std::string CacheSaltOf(const nlohmann::ordered_json& body);
+
 nlohmann::ordered_json PrefillUpstream(const ProxyContext& ctx, const nlohmann::ordered_json& body, bool chat,
                                        const std::vector<int32_t>& prompt, const std::string& request_id);
 

@@ -237,8 +237,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
     std::vector<std::string> failed;
     v1::GenerateRequest up = request;
     if (!kv.is_null()) up.set_kv_transfer_params(kv.dump());
-    const std::string salt = body.contains("cache_salt") && body["cache_salt"].is_string()
-                                 ? body["cache_salt"].get<std::string>() : "";
+    const std::string salt = CacheSaltOf(body);
     const int64_t max_tokens = request.params().has_max_tokens()
                                    ? int64_t{request.params().max_tokens()} * static_cast<int64_t>(call.choices.size())
                                    : -1;
