@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""EPLB and parallel step time on CPU ranks, through `tessera serve` (issue 15).
+"""EPLB and parallel step time on CPU ranks, through `tessera serve`.
 
 Synthesizes a small Mixtral-shaped MoE whose router is skewed (synth
 --router-skew: the first top-k experts are hot), then serves it in several

@@ -1,4 +1,4 @@
-// tessera-kv-tier-bench (issue 18): time to first token of a prompt whose
+// tessera-kv-tier-bench: time to first token of a prompt whose
 // full blocks are loaded back from a KV tier (host DRAM, local disk, Redis on
 // loopback) against computing the same prompt, per prompt length: the
 // break-even prompt length per tier. Also the raw per-block read time of each
@@ -29,7 +29,7 @@
 #include "engine/kv_tiers/host_kv_store.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "engine/synth.h"
-#include "scheduler/engine_loop.h"
+#include "runtime/engine_loop.h"
 
 namespace tessera {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost model of a tensor/expert-parallel step (issue 15):
+"""Cost model of a tensor/expert-parallel step:
 
     step time = compute / ranks (experts: x the busiest rank's share of the load)
               + sum over collectives of (latency + bytes on the wire / bus bandwidth)

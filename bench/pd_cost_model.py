@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cost model: goodput of prefill/decode disaggregation vs unified instances on H100 GPUs (issue 17).
+"""Cost model: goodput of prefill/decode disaggregation vs unified instances on H100 GPUs.
 
     bench/pd_cost_model.py [--input-len 1024 --output-len 256 --ttft-ms 250 --tpot-ms 25] [--json OUT]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Goodput of prefill/decode disaggregation against unified instances (issue 17), measured.
+"""Goodput of prefill/decode disaggregation against unified instances, measured.
 
     bench/pd_goodput.py --model /tmp/q05 --topology pd --rates 0.1,0.2,0.3 [--out bench/figures]
     bench/pd_goodput.py --model /tmp/q05 --topology unified --rates 0.1,0.2,0.3

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Inter-token latency of a decode's running stream while other requests' KV is pulled (issue 17).
+"""Inter-token latency of a decode's running stream while other requests' KV is pulled.
 
     bench/pd_pull_itl.py --tessera build/tessera --model /tmp/pull_q3 [--prompt-len 512] [--pulls 3]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""KV-aware vs round-robin routing (issue 18): two unified instances behind `tessera serve --role router`.
+"""KV-aware vs round-robin routing: two unified instances behind `tessera serve --role router`.
 
     /usr/bin/python3 bench/run_kv_router_bench.py [--build build] [--model DIR] [--out DIR]
         [--policies kv-aware,round-robin] [--workloads shared-prefix,multi-turn] [--num-kv-blocks 320]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MoE figures for bench/RESULTS.md (issue 14's performance section) in one command:
+# MoE figures for bench/RESULTS.md ("Mixture of experts beside llama.cpp") in one command:
 #   1. synthesizes (once, cached) a ~1B-total / ~0.3B-active MoE GGUF per arch
 #      (`tessera synth --arch A --size 1b --format gguf --dtype D [--router-skew F]`);
 #   2. Tessera: tessera-engine-bench on it: prefill of a 512-token prompt, decode at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What time-bounded steps cost (issue 13): `tessera serve` at concurrency 16 with
+# What time-bounded steps cost: `tessera serve` at concurrency 16 with
 # --max-step-ms 250 (the default) and 0 (token budget only), alternating, two runs
 # each, tessera-bench random 128 in / 32 out, 32 prompts, new seed per run.
 #   bench/run_step_bound_results.sh MODEL [BUILD_DIR]

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Speculative-decoding figures for bench/RESULTS.md (issue 16), in one command.
+"""Speculative-decoding figures for bench/RESULTS.md, in one command.
 
     /usr/bin/python3 bench/spec_bench.py --build build --model TARGET [--draft DRAFT] \
         [--gguf T.gguf --gguf-draft D.gguf --llama-server ~/.cache/tessera/llama.cpp/build/bin/llama-server] \

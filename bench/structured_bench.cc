@@ -23,9 +23,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "server/structured/json_schema.h"
-#include "server/structured/structured.h"
-#include "server/text/tokenizer.h"
+#include "structured/json_schema.h"
+#include "structured/structured.h"
+#include "text/tokenizer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 Against a running `tessera serve` (--url). Each request asks for --max-tokens tokens with
 ignore_eos, so both runs generate the same number of tokens; the constrained run uses a JSON
 Schema with an open string (a mask every step, mostly string states). Reports tokens/s of each
-and the ratio (issue 20's target: constrained >= 0.95x). stdlib only.
+and the ratio (target: constrained >= 0.95x). stdlib only.
 
     python3 bench/structured_serve_bench.py --url http://127.0.0.1:8000 [--streams 16] [--max-tokens 256]
 Check it on tiny inputs (--streams 2 --max-tokens 8); the lead runs the real measurement.

@@ -17,7 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "server/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Backend: the small set of ops a model needs (DESIGN §3). The model code is
+// Backend: the small set of ops a model needs (docs/architecture.md, "Engine"). The model code is
 // written once against this interface; CPU and CUDA implement it.
 //
 // Pointers passed to ops live in the backend's memory space (host memory for

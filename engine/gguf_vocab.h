@@ -2,7 +2,7 @@
 // the named pre-tokenizers llama.cpp knows by `tokenizer.ggml.pre`, and the
 // conversion of an HF tokenizer.json (+ tokenizer_config.json) into that
 // metadata, as llama.cpp's convert_hf_to_gguf.py does for byte-level BPE.
-// The reverse direction (metadata -> Tokenizer) is server/text/gguf_tokenizer.h.
+// The reverse direction (metadata -> Tokenizer) is text/gguf_tokenizer.h.
 #pragma once
 
 #include <string>

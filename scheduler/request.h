@@ -22,7 +22,7 @@ enum class FinishReason { kNone, kStop, kLength, kAbort };
 // OpenAI's spelling: "stop", "length", "abort" ("" for kNone).
 const char* FinishReasonName(FinishReason reason);
 
-// Disaggregation (DESIGN §6), on a decode instance: the prompt's KV was
+// Disaggregation (docs/architecture.md, "Disaggregation"), on a decode instance: the prompt's KV was
 // computed by a prefill instance, which holds it pinned under `handle`. Before
 // this request's prefill the scheduler pulls the full blocks it does not find
 // in its own prefix cache (vLLM's kv_transfer_params: remote_host,

@@ -123,7 +123,7 @@ class Scheduler {
   // FAILED_PRECONDITION (no change) if `sampled` does not match the plan.
   StatusOr<std::vector<SequenceOutput>> UpdateFromOutput(std::span<const SampledTokens> sampled);
 
-  // Disaggregation hooks (DESIGN §4: a request may arrive with its KV computed
+  // Disaggregation hooks (docs/architecture.md, "KV connectors": a request may arrive with its KV computed
   // elsewhere or leave with it exported). The scheduler decides which blocks
   // move; the engine loop moves them between PlanKvLoads and FinishKvLoad,
   // asynchronously: other requests keep being scheduled meanwhile.
@@ -153,7 +153,7 @@ class Scheduler {
   void ReleaseExport(const std::string& request_id);
   int64_t num_exported() const { return static_cast<int64_t>(exports_.size()); }
 
-  // KV tiers (options.kv_tiers; scheduler_tiers.cc, DESIGN §6). The engine
+  // KV tiers (options.kv_tiers; scheduler_tiers.cc; docs/architecture.md, "KV connectors"). The engine
   // loop moves the bytes; the scheduler decides what moves.
   //
   // Full blocks registered by the last UpdateFromOutput (computed here, not

@@ -1,4 +1,4 @@
-// The scheduler's side of the KV tiers (DESIGN §6; scheduler/kv_tiers/):
+// The scheduler's side of the KV tiers (docs/architecture.md, "KV connectors"):
 // which computed blocks spill, which prompt blocks are fetched back before a
 // prefill, and how fetched bytes join the prefix cache. The engine loop
 // (engine_loop_tiers.cc) moves the bytes between these calls.

@@ -1,7 +1,7 @@
 // TokenConstraint: the per-request hook through which constrained decoding
 // (structured outputs: JSON Schema, regex, grammar) reaches the engine loop.
 // The scheduler and engine see only this opaque interface; what the
-// constraint is (server/structured/ compiles it) is none of their business.
+// constraint is (structured/ compiles it) is none of their business.
 //
 // The engine loop makes one TokenMatcher per choice (sequence) and, before
 // each sampling of that sequence, asks for the allowed-token bitmask; the

@@ -1,4 +1,4 @@
-// tessera-cuda-bench: the CUDA backend's figures for bench/RESULTS.md (issue 7),
+// tessera-cuda-bench: the CUDA backend's figures for bench/RESULTS.md,
 // each stated against ceilings measured in the same run.
 //
 //   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,kernels,attention,linear,moe,model]

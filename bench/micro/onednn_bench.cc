@@ -1,5 +1,5 @@
-// oneDNN (Debian libdnnl-dev) matmul against our Linear at Qwen2-0.5B shapes (issue 6):
-// is oneDNN worth adopting for large float GEMMs, and is it batch-invariant (DESIGN §3)?
+// oneDNN (Debian libdnnl-dev) matmul against our Linear at Qwen2-0.5B shapes:
+// is oneDNN worth adopting for large float GEMMs, and is it batch-invariant (docs/architecture.md, "Batch invariance")?
 // Built only when CMake finds oneDNN (bench/CMakeLists.txt).
 //
 //   build/bench/onednn_bench --benchmark_min_time=0.2

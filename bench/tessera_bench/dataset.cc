@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace tessera::bench {
 

@@ -24,7 +24,7 @@
 #include "bench/tessera_bench/report.h"
 #include "bench/tessera_bench/spec_metrics.h"
 #include "bench/tessera_bench/runner.h"
-#include "server/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace tessera::bench {
 namespace {

@@ -18,7 +18,7 @@
 #include "bench/tessera_bench/report.h"
 #include "bench/tessera_bench/runner.h"
 #include "bench/tessera_bench/sse.h"
-#include "server/text/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace tessera::bench {
 namespace {

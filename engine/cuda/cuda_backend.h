@@ -1,4 +1,4 @@
-// CUDA implementation of Backend (DESIGN §3): cuBLAS GEMMs, kernels/cuda for the
+// CUDA implementation of Backend (docs/architecture.md, "Engine"): cuBLAS GEMMs, kernels/cuda for the
 // other ops, a bf16 paged KV cache, CUDA graphs for decode steps.
 // Built by nvcc into tessera_cuda, and against the CPU emulator into
 // tessera_cuda_emu (tests); both from this one source.

@@ -1,5 +1,5 @@
 // KvTransport: moves KV blocks between instances (prefill/decode
-// disaggregation, DESIGN §6). The control plane is a gRPC service
+// disaggregation, docs/architecture.md, "Disaggregation"). The control plane is a gRPC service
 // (proto/kv.proto) on its own port; the data plane is UCX (ucx_agent.h): the
 // decode side reads the prefill side's registered KV pool with one-sided GETs
 // straight into its own pre-allocated blocks.

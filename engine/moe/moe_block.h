@@ -1,5 +1,5 @@
 // MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE and Qwen3-MoE
-// (DESIGN §6), run by Model in place of the dense SwiGLU on the layers
+// (docs/architecture.md, "Engine"), run by Model in place of the dense SwiGLU on the layers
 // ModelConfig::layer_moe marks:
 //
 //   logits = router x                        [tokens, E]

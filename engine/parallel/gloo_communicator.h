@@ -1,4 +1,4 @@
-// Gloo over TCP: one process per rank (issue 15). Ranks rendezvous through the
+// Gloo over TCP: one process per rank. Ranks rendezvous through the
 // store of rendezvous.h, then Gloo connects a full mesh of TCP pairs through it
 // (gloo::rendezvous::Context::connectFullMesh with a PrefixStore over our store).
 //

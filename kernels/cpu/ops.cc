@@ -1,6 +1,6 @@
 // Public CPU ops: feature detection, scalar/AVX2/AVX-512 dispatch and threading.
 // Every op splits work by output rows/columns/items only (never a reduction), so
-// the thread count and partition never change a value (DESIGN §3).
+// the thread count and partition never change a value (docs/architecture.md, "Batch invariance").
 #include "kernels/cpu/ops.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,6 +1,6 @@
 // CPU kernels: arithmetic only, no knowledge of requests or models.
 //
-// Every function here is batch-invariant (DESIGN §3): the value written for one
+// Every function here is batch-invariant (docs/architecture.md, "Batch invariance"): the value written for one
 // output row depends only on that row's inputs, never on how many rows there are,
 // how they are tiled, or how many threads run. Reductions run in a fixed order
 // per output element. AVX2/FMA paths are chosen at run time (CpuFeatures());

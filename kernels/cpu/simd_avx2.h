@@ -2,7 +2,7 @@
 // compiled with -mavx2 -mfma -mf16c (the *_avx2.cc ones): everything here is inline
 // and uses those instructions unconditionally.
 //
-// Reduction order contract (batch invariance, DESIGN §3): every horizontal sum of an
+// Reduction order contract (docs/architecture.md, "Batch invariance"): every horizontal sum of an
 // 8-lane accumulator a uses the tree ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)), whether it
 // is reduced alone (Hsum), four at a time (Hsum4) or eight at a time (Hsum8). Float
 // addition is commutative, so the three give bitwise equal results per accumulator.

@@ -4,7 +4,7 @@
 // within rounding of a CDF boundary: sums are reduced in a different order).
 //
 // One block per row, fixed-order reductions: a row's token never depends on
-// which other rows share the launch (batch invariance, DESIGN §3).
+// which other rows share the launch (docs/architecture.md, "Batch invariance").
 //
 // Processing order (as engine/sampling.h): banned tokens / logit_bias ->
 // repetition, frequency, presence penalties -> greedy argmax when

@@ -1,5 +1,5 @@
 // What the scheduler decides about the KV tiers below the device pool
-// (DESIGN §6), as plain data between the Scheduler and the engine loop:
+// (docs/architecture.md, "KV connectors"), as plain data between the Scheduler and the engine loop:
 // which newly computed blocks to spill, and which blocks of a waiting
 // request's prompt to look for in the tiers before its prefill.
 #pragma once

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Verifies issue 7 on a GPU machine in one device-tool call, from the repo root,
+# Verifies the CUDA backend on a GPU machine in one device-tool call, from the repo root,
 # with .gpu/ (made by scripts/gpu/bundle) carried:
 #   run(command="bash scripts/gpu/run_on_device.sh", carry=[".gpu"], timeout_s=600)
 # Stages, each time-boxed, all within ~9 minutes (STAGES picks some, e.g. STAGES=bench):

@@ -1,6 +1,6 @@
 #include "server/openai/chat_messages.h"
 
-#include "server/text/chat_template.h"
+#include "text/chat_template.h"
 
 #include <array>
 #include <string>

@@ -5,7 +5,7 @@
 
 #include "server/openai/tool_calls/template_messages.h"
 #include "server/openai/tool_calls/tool_grammar.h"
-#include "server/structured/structured.h"
+#include "structured/structured.h"
 
 namespace tessera::openai {
 namespace {

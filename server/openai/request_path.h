@@ -22,8 +22,8 @@
 #include "server/openai/tokenize_request.h"
 #include "server/openai/tool_calls/chat_output.h"
 #include "server/serving/serving_engine.h"
-#include "server/text/chat_template.h"
-#include "server/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera::openai {
 

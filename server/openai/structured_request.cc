@@ -1,7 +1,7 @@
 #include "server/openai/structured_request.h"
 
 #include "server/openai/json_body.h"
-#include "server/structured/structured.h"
+#include "structured/structured.h"
 
 namespace tessera::openai {
 namespace {

@@ -4,7 +4,7 @@
 // json_object}) and its older `guided_json`, `guided_regex`,
 // `guided_choice`, `guided_grammar`. Parsing is pure (the spec names the
 // field it came from); CompileStructuredOutput turns it into the request's
-// TokenConstraint through server/structured/, as a 400 naming that field
+// TokenConstraint through structured/, as a 400 naming that field
 // when it is invalid, unsatisfiable or over a limit.
 #pragma once
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scheduler/engine_loop.h"
+#include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "server/http/responses.h"
 

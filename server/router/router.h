@@ -1,4 +1,4 @@
-// `tessera serve --role router`: the disaggregated front (DESIGN §6). The same
+// `tessera serve --role router`: the disaggregated front (docs/architecture.md, "Disaggregation"). The same
 // OpenAI HTTP API as a unified server (/v1/completions, /v1/chat/completions,
 // streaming included), no model loaded. For each request: tokenize on an
 // instance; prompts of at least --prefill-threshold tokens go to a prefill

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/moe/expert_load.h"
-#include "scheduler/kv_tiers/kv_tier_manager.h"
+#include "runtime/kv_tiers/kv_tier_manager.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/serving/metrics.h"
-#include "server/text/gguf_tokenizer.h"
+#include "text/gguf_tokenizer.h"
 
 namespace tessera {
 

@@ -1,5 +1,5 @@
 // ServingEngine: what the HTTP and gRPC front ends share. Text in, text out
-// over the EngineLoop (scheduler/engine_loop.h): it owns the loop, the
+// over the EngineLoop (runtime/engine_loop.h): it owns the loop, the
 // tokenizer and the chat template, and turns each request's RequestOutputs
 // into text deltas (incremental detokenization, stop strings, logprob token
 // strings) and metrics.
@@ -24,13 +24,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "scheduler/engine_loop.h"
+#include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/sampling_params.h"
-#include "server/text/chat_template.h"
-#include "server/text/incremental_detokenizer.h"
-#include "server/structured/structured.h"
-#include "server/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/incremental_detokenizer.h"
+#include "structured/structured.h"
+#include "text/tokenizer.h"
 
 namespace tessera {
 

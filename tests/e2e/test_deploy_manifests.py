@@ -47,7 +47,7 @@ CRD_POD_TEMPLATES = {"LeaderWorkerSet": [("leader", ("spec", "leaderWorkerTempla
                                          ("worker", ("spec", "leaderWorkerTemplate", "workerTemplate"))]}
 # Variables the LeaderWorkerSet controller puts in every pod of a group, with example values.
 LWS_ENV = {"LWS_LEADER_ADDRESS": "tessera-0.tessera.llm", "LWS_GROUP_SIZE": None, "LWS_WORKER_INDEX": None}
-ABORT_GRACE_S = 5  # server/cmd_serve.cc kAbortGrace: after the drain deadline
+ABORT_GRACE_S = 5  # cli/cmd_serve.cc kAbortGrace: after the drain deadline
 LOAD_TIMEOUT_S = 180  # generous bounds for steps that slow down on a loaded machine or under ASan
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Hostile-client end-to-end test of `tessera serve` (stdlib only): the defect
-classes of issue 13 and their neighbours.
+classes of the hardening round and their neighbours.
 
     /usr/bin/python3 tests/e2e/test_hostile.py --tessera build/tessera [--keep]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""KV-aware routing and peer fetch end to end (stdlib only): issue 18, items 3-4.
+"""KV-aware routing and peer fetch end to end (stdlib only).
 
     /usr/bin/python3 tests/e2e/test_kv_router.py --tessera build/tessera [--keep]
 

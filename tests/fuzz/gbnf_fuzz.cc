@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "server/structured/gbnf.h"
+#include "structured/gbnf.h"
 #include "tests/fuzz/structured_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,7 @@
 
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
-#include "server/text/gguf_tokenizer.h"
+#include "text/gguf_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto g = tessera::ParseGguf(data, size, "fuzz");

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/text/chat_template.h"
-#include "server/text/jinja/template.h"
+#include "text/chat_template.h"
+#include "text/jinja/template.h"
 
 namespace {
 

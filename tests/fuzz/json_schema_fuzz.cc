@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/structured/gbnf.h"
-#include "server/structured/json_schema.h"
+#include "structured/gbnf.h"
+#include "structured/json_schema.h"
 #include "tests/fuzz/structured_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/structured/gbnf.h"
-#include "server/structured/regex.h"
+#include "structured/gbnf.h"
+#include "structured/regex.h"
 #include "tests/fuzz/structured_fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

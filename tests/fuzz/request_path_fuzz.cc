@@ -22,8 +22,8 @@
 
 #include "server/grpc/convert.h"
 #include "server/openai/request_path.h"
-#include "server/text/chat_template.h"
-#include "server/text/tokenizer.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "scheduler/spec/spec_config.h"
+#include "runtime/spec/spec_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "server/structured/matcher.h"
-#include "server/structured/vocab.h"
+#include "structured/matcher.h"
+#include "structured/vocab.h"
 
 namespace tessera::structured::fuzz {
 

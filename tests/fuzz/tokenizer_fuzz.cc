@@ -10,9 +10,9 @@
 #include <memory>
 #include <string>
 
-#include "server/text/incremental_detokenizer.h"
-#include "server/text/tokenizer.h"
-#include "server/text/utf8.h"
+#include "text/incremental_detokenizer.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // RankGroup: the ranks of one parallel model instance as `tessera serve` runs
-// them (DESIGN §6). Rank 0 owns the scheduler and the API; every step it
+// them (docs/architecture.md, "Parallelism"). Rank 0 owns the scheduler and the API; every step it
 // broadcasts the plan (KV block copies + the ForwardBatch) and all ranks run it
 // in lockstep (ShardedForward). Workers execute plans until told to stop.
 //

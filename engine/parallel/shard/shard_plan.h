@@ -1,4 +1,4 @@
-// ShardPlan: which part of a model one rank holds (DESIGN §6), as plain data
+// ShardPlan: which part of a model one rank holds (docs/architecture.md, "Parallelism"), as plain data
 // computed from the ModelConfig and the parallel layout. No tensors here.
 //
 // Layouts (world = number of ranks in the group):

@@ -1,5 +1,5 @@
 // A CPU emulator of CUDA's execution model, for running kernels/cuda in CI on
-// machines without a GPU (DESIGN §7). Built with the host compiler and
+// machines without a GPU (docs/architecture.md, "Testing"). Built with the host compiler and
 // TESSERA_CUDA_EMU; reached through the stand-in headers in emu/include
 // (cuda_runtime.h, cuda_bf16.h, cuda_fp16.h, cublas_v2.h), so kernel and backend
 // sources are the same text nvcc compiles.

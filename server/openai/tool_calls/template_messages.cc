@@ -1,7 +1,7 @@
 #include "server/openai/tool_calls/template_messages.h"
 
 #include "server/openai/json_body.h"
-#include "server/text/chat_template.h"
+#include "text/chat_template.h"
 
 namespace tessera::openai::tools {
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "server/text/chat_template.h"
+#include "text/chat_template.h"
 
 namespace tessera::openai::tools {
 namespace {

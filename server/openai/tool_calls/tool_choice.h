@@ -1,7 +1,7 @@
 // `tool_choice` and the output it allows. Under "none" and "auto" the model
 // writes in its own format (tool_call_parser.h); under "required" and a named
 // function the server constrains the output with the grammar engine
-// (server/structured/) to the calls ToolCallGrammar (tool_grammar.h) allows.
+// (structured/) to the calls ToolCallGrammar (tool_grammar.h) allows.
 // Pure; thread-safe.
 #pragma once
 

@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "server/structured/gbnf.h"
-#include "server/structured/json_schema.h"
+#include "structured/gbnf.h"
+#include "structured/json_schema.h"
 
 namespace tessera::openai::tools {
 namespace {

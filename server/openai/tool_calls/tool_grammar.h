@@ -21,7 +21,7 @@
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
 #include "server/openai/tool_calls/tool_choice.h"
-#include "server/structured/grammar.h"
+#include "structured/grammar.h"
 
 namespace tessera::openai::tools {
 

@@ -1,4 +1,4 @@
-// DESIGN §3 batch invariance: a sequence's logits are bitwise identical alone,
+// Batch invariance (docs/architecture.md): a sequence's logits are bitwise identical alone,
 // inside a batch of other sequences, with its prompt chunked at arbitrary
 // boundaries, with shuffled KV blocks, and with 1 or 2 threads.
 #include <algorithm>

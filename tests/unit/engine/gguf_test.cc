@@ -14,7 +14,7 @@
 #include "engine/batch_builder.h"
 #include "engine/gguf_model.h"
 #include "engine/model.h"
-#include "server/text/gguf_tokenizer.h"
+#include "text/gguf_tokenizer.h"
 #include "tests/unit/engine/test_model_util.h"
 
 namespace tessera {

@@ -38,7 +38,7 @@
 #include <set>
 #include <tuple>
 
-#include "scheduler/plan_to_batch.h"
+#include "runtime/plan_to_batch.h"
 #include "scheduler/scheduler.h"
 #include "tests/unit/scheduler/batch_check.h"
 

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/unit/server/text/tokenizer_test_util.h"
+#include "tests/unit/text/tokenizer_test_util.h"
 
 namespace tessera::grpc_api {
 namespace {

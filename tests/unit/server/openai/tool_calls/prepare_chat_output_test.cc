@@ -5,8 +5,8 @@
 
 #include "server/openai/request_path.h"
 #include "server/openai/tool_calls/template_messages.h"
-#include "server/structured/structured.h"
-#include "tests/unit/server/text/tokenizer_test_util.h"
+#include "structured/structured.h"
+#include "tests/unit/text/tokenizer_test_util.h"
 
 namespace tessera::openai {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "server/text/chat_template.h"
+#include "text/chat_template.h"
 
 namespace tessera::openai::tools {
 namespace {

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "server/openai/tool_calls/chat_output.h"
-#include "server/structured/gbnf.h"
-#include "server/structured/matcher.h"
+#include "structured/gbnf.h"
+#include "structured/matcher.h"
 
 namespace tessera::openai::tools {
 namespace {

@@ -1,0 +1,123 @@
+// `tessera kernel`: runs one CPU kernel on raw little-endian files, for independent
+// oracles (tests/reference/test_quant_reference.py) and debugging. Not a serving path.
+//
+//   tessera kernel --op dequantize --dtype q4_k --k 512 --n 3 --weights w.bin --out deq.f32
+//   tessera kernel --op linear --dtype q8_0 --k 512 --n 3 --m 5 --weights w.bin
+//       --x x.f32 [--bias b.f32] [--threads 2] --out y.f32
+//
+// weights: n rows of k elements in the dtype's byte layout (GGUF blocks for quantized
+// types); x: [m, k] f32; bias: [n] f32; out: [m, n] f32 (linear) or [n, k] f32.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "cli/commands.h"
+
+namespace tessera {
+namespace {
+
+struct KernelArgs {
+  std::string op, dtype, weights, x, bias, out;
+  int64_t k = 0, n = 0, m = 1;
+  int threads = 1;
+};
+
+// Reads exactly `bytes` bytes of `path` into out; false (with a message naming the
+// field) when the file is missing or has another size.
+bool ReadExact(const char* field, const std::string& path, int64_t bytes, std::vector<uint8_t>* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "error: --%s: cannot open %s\n", field, path.c_str());
+    return false;
+  }
+  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  if (static_cast<int64_t>(out->size()) != bytes) {
+    std::fprintf(stderr, "error: --%s: %s has %zu bytes, expected %lld\n", field, path.c_str(),
+                 out->size(), static_cast<long long>(bytes));
+    return false;
+  }
+  return true;
+}
+
+bool WriteAll(const std::string& path, const float* data, int64_t count) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  if (!f) {
+    std::fprintf(stderr, "error: --out: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+int RunKernel(const KernelArgs& a) {
+  DType type;
+  if (!ParseDType(a.dtype, &type) || type == DType::kI32 || type == DType::kI64) {
+    std::fprintf(stderr, "error: --dtype: unsupported weight type '%s'\n", a.dtype.c_str());
+    return 2;
+  }
+  if (a.k <= 0 || a.n <= 0 || a.m <= 0) {
+    std::fprintf(stderr, "error: --k, --n and --m must be positive\n");
+    return 2;
+  }
+  const int64_t row_bytes = DTypeRowBytes(type, a.k);
+  if (row_bytes < 0) {
+    std::fprintf(stderr, "error: --k: %lld is not a multiple of the %s block (%lld)\n",
+                 static_cast<long long>(a.k), a.dtype.c_str(),
+                 static_cast<long long>(DTypeBlockElems(type)));
+    return 2;
+  }
+  std::vector<uint8_t> w;
+  if (!ReadExact("weights", a.weights, row_bytes * a.n, &w)) return 2;
+  if (a.op == "dequantize") {
+    std::vector<float> out(a.n * a.k);
+    kernels::cpu::ConvertToF32(w.data(), type, a.n * a.k, out.data());
+    return WriteAll(a.out, out.data(), a.n * a.k) ? 0 : 1;
+  }
+  std::vector<uint8_t> x, bias;
+  if (!ReadExact("x", a.x, a.m * a.k * 4, &x)) return 2;
+  if (!a.bias.empty() && !ReadExact("bias", a.bias, a.n * 4, &bias)) return 2;
+  std::vector<float> xf(a.m * a.k), bf(a.n), y(a.m * a.n);
+  std::memcpy(xf.data(), x.data(), x.size());
+  if (!bias.empty()) std::memcpy(bf.data(), bias.data(), bias.size());
+  std::unique_ptr<ThreadPool> pool = a.threads > 1 ? std::make_unique<ThreadPool>(a.threads) : nullptr;
+  kernels::cpu::Linear(xf.data(), a.m, a.k, w.data(), type, a.n, bias.empty() ? nullptr : bf.data(),
+                       y.data(), a.n, pool.get());
+  return WriteAll(a.out, y.data(), a.m * a.n) ? 0 : 1;
+}
+
+}  // namespace
+
+void AddKernelCommand(CLI::App& app, int* exit_code) {
+  auto args = std::make_shared<KernelArgs>();
+  CLI::App* cmd = app.add_subcommand("kernel", "Run one CPU kernel on raw files (test oracle)");
+  cmd->add_option("--op", args->op, "linear | dequantize")
+      ->required()
+      ->check(CLI::IsMember({"linear", "dequantize"}));
+  cmd->add_option("--dtype", args->dtype, "Weight type: f32 f16 bf16 q8_0 q4_0 q4_k")->required();
+  cmd->add_option("--k", args->k, "Elements per weight row")->required();
+  cmd->add_option("--n", args->n, "Weight rows (output columns)")->required();
+  cmd->add_option("--m", args->m, "Activation rows (linear)")->capture_default_str();
+  cmd->add_option("--weights", args->weights, "Raw weight bytes, n rows")->required();
+  cmd->add_option("--x", args->x, "Raw f32 activations [m, k] (linear)");
+  cmd->add_option("--bias", args->bias, "Raw f32 bias [n] (linear, optional)");
+  cmd->add_option("--threads", args->threads, "Kernel threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--out", args->out, "Raw f32 output")->required();
+  cmd->callback([args, exit_code] {
+    if (args->op == "linear" && args->x.empty()) {
+      std::fprintf(stderr, "error: --x is required for --op linear\n");
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = RunKernel(*args);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,773 @@
+#include "runtime/engine_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "engine/kv_transfer/kv_layout.h"
+#include "runtime/plan_to_batch.h"
+
+namespace tessera {
+
+// ---------------------------------------------------------------- RequestStream
+
+RequestStream::RequestStream(std::string request_id, int32_t num_choices, std::function<void()> notify)
+    : request_id_(std::move(request_id)), notify_(std::move(notify)), ended_(static_cast<size_t>(num_choices), false), remaining_(num_choices) {}
+
+bool RequestStream::Next(RequestOutput* out) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty() || remaining_ == 0; });
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::TryNext(RequestOutput* out) {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard lock(mu_);
+  return remaining_ == 0;
+}
+
+void RequestStream::Push(RequestOutput out) {
+  {
+    std::lock_guard lock(mu_);
+    if (out.index < 0 || out.index >= static_cast<int32_t>(ended_.size()) || ended_[out.index]) return;
+    if (out.finish_reason != FinishReason::kNone) {
+      ended_[out.index] = true;
+      --remaining_;
+    }
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+  if (notify_) notify_();
+}
+
+void RequestStream::Fail(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (remaining_ == 0) return;
+    RequestOutput out;
+    out.status = status;
+    out.finish_reason = FinishReason::kAbort;
+    for (size_t i = 0; i < ended_.size(); ++i) {
+      if (ended_[i]) continue;
+      ended_[i] = true;
+      out.index = static_cast<int32_t>(i);
+      queue_.push_back(out);
+    }
+    remaining_ = 0;
+  }
+  cv_.notify_all();
+  if (notify_) notify_();
+}
+
+// ---------------------------------------------------------------- EngineLoop
+
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+SamplerConfig ToSamplerConfig(const SamplingParams& p, uint64_t seed) {
+  SamplerConfig c;
+  c.temperature = p.temperature;
+  c.top_k = p.top_k;
+  c.top_p = p.top_p;
+  c.min_p = p.min_p;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
+  c.repetition_penalty = p.repetition_penalty;
+  c.logit_bias.assign(p.logit_bias.begin(), p.logit_bias.end());
+  c.seed = seed;
+  c.logprobs = p.logprobs;
+  c.top_logprobs = p.top_logprobs;
+  return c;
+}
+
+}  // namespace
+
+bool HaveCudaBackend() {
+#if defined(TESSERA_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
+                                               const CudaBackendOptions& cuda) {
+  if (device == "cpu") return MakeCpuBackend({num_threads});
+  if (device == "cuda") {
+#if defined(TESSERA_WITH_CUDA)
+    return MakeCudaBackend(cuda);
+#else
+    (void)cuda;
+    return FailedPrecondition("--device cuda: this tessera was built without CUDA (configure with nvcc "
+                              "available, -DTESSERA_CUDA=ON); use --device cpu");
+#endif
+  }
+  return InvalidArgument("--device: unknown device '" + device + "' (expected cpu or cuda)");
+}
+
+namespace {
+
+// KV blocks from device memory: total * utilization, minus what is in use after
+// a profiled forward at the largest step (weights, activations, workspaces).
+StatusOr<int32_t> BlocksFromDeviceMemory(Model* model, Backend* backend, const SchedulerOptions& so,
+                                         double utilization, int64_t per_token) {
+  int64_t total = 0, free_before = 0, free_after = 0;
+  if (!backend->MemoryInfo(&total, &free_before)) return Internal("device memory: cannot query it");
+  RETURN_IF_ERROR(model->ProfileForward(so.max_num_batched_tokens, so.max_num_seqs, so.limits.max_model_len,
+                                        so.kv.block_size));
+  if (!backend->MemoryInfo(&total, &free_after)) return Internal("device memory: cannot query it");
+  const int64_t budget = static_cast<int64_t>(static_cast<double>(total) * utilization);
+  const int64_t in_use = total - free_after;
+  const int64_t kv = budget - in_use;
+  constexpr double kMiB = 1048576.0;
+  spdlog::info("gpu memory: {:.0f} MiB x {:.2f} = {:.0f} MiB budget - {:.0f} MiB in use (weights {:.0f}, "
+               "activation peak at {} tokens {:.0f}, other {:.0f}) = {:.0f} MiB for the KV pool",
+               total / kMiB, utilization, budget / kMiB, in_use / kMiB, model->weight_bytes() / kMiB,
+               so.max_num_batched_tokens, (free_before - free_after) / kMiB,
+               (in_use - model->weight_bytes() - (free_before - free_after)) / kMiB, kv / kMiB);
+  if (kv < per_token * so.kv.block_size) {
+    return ResourceExhausted("gpu memory: no room for the KV pool (" + std::to_string(kv / (1 << 20)) +
+                             " MiB left of the budget); raise --gpu-memory-utilization or lower "
+                             "--max-num-batched-tokens");
+  }
+  return NumBlocksForBudget(kv, per_token, so.kv.block_size);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions options) {
+  auto loop = std::unique_ptr<EngineLoop>(new EngineLoop());
+  if (options.parallel.parallel()) {
+    options.num_threads = parallel::ThreadsPerRank(options.parallel, options.num_threads);
+  }
+  ASSIGN_OR_RETURN(loop->backend_, MakeBackend(options.device, options.num_threads, options.cuda));
+  if (options.parallel.parallel()) {
+    if (options.device != "cpu") {
+      return Unimplemented("--tensor-parallel-size / --data-parallel-size > 1 run on --device cpu (in-process or "
+                           "Gloo ranks); GPU ranks over NCCL are not wired into serving yet");
+    }
+    ASSIGN_OR_RETURN(loop->group_,
+                     parallel::RankGroup::Create(options.parallel, options.model_dir, options.num_threads));
+    auto model = Model::Load(options.model_dir, loop->backend_.get(), &loop->group_->leader_setup());
+    if (!model.ok()) {
+      (void)loop->group_->Start(model.status(), 0, 0);  // releases the workers
+      return model.status();
+    }
+    loop->model_ = std::move(*model);
+  } else {
+    ASSIGN_OR_RETURN(loop->model_, Model::Load(options.model_dir, loop->backend_.get()));
+  }
+  const ModelConfig& mc = loop->model_->config();
+
+  SchedulerOptions& so = options.scheduler;
+  if (so.limits.vocab_size == 0) so.limits.vocab_size = mc.vocab_size;
+  const bool auto_len = so.limits.max_model_len <= 0;
+  if (auto_len) {
+    so.limits.max_model_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
+  } else if (mc.max_position_embeddings > 0) {
+    so.limits.max_model_len = std::min(so.limits.max_model_len, mc.max_position_embeddings);
+  }
+  if (so.eos_token_ids.empty()) {
+    for (int64_t id : mc.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim,
+                                                DTypeSize(loop->backend_->kv_dtype()));
+  const bool from_budget = so.kv.num_blocks <= 0;
+  int64_t probe = 0;
+  const bool from_device = from_budget && !options.kv_cache_bytes_set && loop->backend_->MemoryInfo(&probe, &probe);
+  if (from_device) {
+    ASSIGN_OR_RETURN(so.kv.num_blocks, BlocksFromDeviceMemory(loop->model_.get(), loop->backend_.get(), so,
+                                                              options.cuda.gpu_memory_utilization, per_token));
+    options.kv_cache_bytes = int64_t{so.kv.num_blocks} * so.kv.block_size * per_token;
+  } else if (from_budget) {
+    ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
+  }
+  ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
+  if (loop->group_) RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size));
+  spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
+               so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
+               per_token,
+               from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
+               : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
+                             : std::string("block count set explicitly"));
+  const int64_t kv_tokens = int64_t{so.kv.num_blocks} * so.kv.block_size;
+  if (so.limits.max_model_len > kv_tokens) {
+    if (auto_len) {
+      spdlog::info("max model length: {} (what the KV cache holds; the model allows {}); raise the KV cache "
+                   "size for longer sequences", kv_tokens, so.limits.max_model_len);
+      so.limits.max_model_len = kv_tokens;
+    } else {
+      spdlog::warn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
+                   so.limits.max_model_len, kv_tokens);
+    }
+  }
+  if (loop->backend_->SupportsGraphs()) {
+    RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
+  }
+  if (options.speculative) so.num_lookahead_tokens = options.speculative->num_speculative_tokens;
+  so.kv_tiers = options.kv_tiers.has_value();
+  ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
+  RETURN_IF_ERROR(loop->InitSpeculation(options));
+  loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  loop->metrics_ = loop->scheduler_->metrics();
+  loop->on_finished_ = std::move(options.on_finished);
+  loop->max_step_ms_ = options.max_step_ms;
+  loop->on_kv_pull_ = std::move(options.on_kv_pull);
+  if (options.kv_tiers) RETURN_IF_ERROR(loop->InitKvTiers(options));
+  if (options.kv_transfer) {
+    if (options.device != "cpu") {
+      return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
+                                "pool is not registered with UCX");
+    }
+    ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(options.model_dir));
+    KvTransportOptions to = *options.kv_transfer;
+    EngineLoop* raw = loop.get();
+    to.notify = [raw] {
+      {
+        std::lock_guard lock(raw->mu_);
+        raw->kv_wake_ = true;
+      }
+      raw->cv_.notify_all();
+    };
+    ASSIGN_OR_RETURN(loop->kv_transport_,
+                     KvTransport::Create(to, loop->cache_.get(),
+                                         MakeKvLayout(mc, loop->backend_->kv_dtype(),
+                                                      loop->scheduler_->options().kv.block_size),
+                                         std::move(fingerprint)));
+    loop->kv_puller_ = std::make_unique<KvPuller>(loop->kv_transport_.get(), to.notify);
+  }
+  return loop;
+}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<void()> notify) {
+  RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
+  RETURN_IF_ERROR(group_error());
+  if ((request.export_kv || request.remote_kv) && !kv_transport_) {
+    return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "
+                           "or --role decode)");
+  }
+  std::lock_guard lock(mu_);
+  if (stop_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
+  if (!live_ids_.insert(request.id).second) {
+    return InvalidArgument("request id '" + request.id + "' is already in use");
+  }
+  const uint64_t seed = request.params.seed ? *request.params.seed : Mix(next_seed_++);
+  auto stream = std::make_shared<RequestStream>(request.id, request.params.n, std::move(notify));
+  SamplerConfig sampler = ToSamplerConfig(request.params, seed);
+  inbox_.push_back({std::move(request), stream, std::move(sampler)});
+  cv_.notify_all();
+  return stream;
+}
+
+void EngineLoop::Abort(const std::string& request_id) {
+  std::lock_guard lock(mu_);
+  aborts_.push_back(request_id);
+  cv_.notify_all();
+}
+
+void EngineLoop::AbortAll() {
+  std::lock_guard lock(mu_);
+  aborts_.insert(aborts_.end(), live_ids_.begin(), live_ids_.end());
+  cv_.notify_all();
+}
+
+void EngineLoop::FinishChoice(const std::string& request_id, int32_t index, FinishReason reason) {
+  std::lock_guard lock(mu_);
+  choice_ends_.push_back({request_id, index, reason});
+  cv_.notify_all();
+}
+
+Status EngineLoop::Start() {
+  std::lock_guard lock(mu_);
+  if (started_) return FailedPrecondition("engine loop already started");
+  started_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { ThreadMain(); });
+  return Status::Ok();
+}
+
+void EngineLoop::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (kv_puller_) {
+    StopKvPulls();  // offline use (no loop thread), or a no-op after ThreadMain's
+    std::lock_guard lock(mu_);
+    metrics_ = scheduler_->metrics();  // blocks freed since the last step's snapshot
+  }
+  if (group_) group_->Stop();
+}
+
+void EngineLoop::ThreadMain() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      // scheduler_ is read here only by this (the loop) thread.
+      // After a step that ran nothing while pulls are in flight (their blocks
+      // may be what a waiting request needs), only an event can change that.
+      const bool stalled = last_plan_empty_ && !kv_loads_.empty();
+      cv_.wait(lock, [&] {
+        return stop_ || kv_wake_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() ||
+               (scheduler_->HasUnfinished() && !scheduler_->WaitingOnLoadsOnly() && !stalled);
+      });
+      if (stop_) break;
+    }
+    Status s = Step();
+    if (!s.ok()) {
+      spdlog::error("engine loop: step failed: {}", s.ToString());
+      FailAll(s);
+    }
+  }
+  // Abort what is left.
+  DrainInbox();
+  for (auto& [id, a] : active_) (void)scheduler_->AbortRequest(id);
+  StopKvPulls();
+  DeliverFinished();
+  FailAll(Status(StatusCode::kUnavailable, "the engine stopped"));
+}
+
+void EngineLoop::FailAll(const Status& status) {
+  std::vector<std::string> ids;
+  for (auto& [id, a] : active_) {
+    a.stream->Fail(status);
+    ids.push_back(id);
+  }
+  for (const std::string& id : ids) {
+    (void)scheduler_->AbortRequest(id);
+    EndRequest(id);
+  }
+  (void)scheduler_->TakeFinishedStats();
+}
+
+Status EngineLoop::RunUntilDone() {
+  {
+    std::lock_guard lock(mu_);
+    if (started_) return FailedPrecondition("RunUntilDone: the loop thread is running");
+  }
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished() &&
+          kv_loads_.empty()) {
+        return Status::Ok();
+      }
+    }
+    const bool pulls_only = !kv_loads_.empty() && (last_plan_empty_ || !scheduler_->HasUnfinished());
+    if (pulls_only || scheduler_->WaitingOnLoadsOnly()) {
+      std::unique_lock lock(mu_);  // nothing to run until a tier fetch or a pull answers
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return kv_wake_; });
+    }
+    Status s = Step();
+    if (!s.ok()) {
+      FailAll(s);
+      return s;
+    }
+  }
+}
+
+void EngineLoop::DrainInbox() {
+  std::vector<Pending> pending;
+  std::vector<std::string> aborts;
+  std::vector<ChoiceEnd> ends;
+  {
+    std::lock_guard lock(mu_);
+    pending.swap(inbox_);
+    aborts.swap(aborts_);
+    ends.swap(choice_ends_);
+  }
+  for (Pending& p : pending) {
+    Active a;
+    a.stream = p.stream;
+    a.sampler = std::move(p.sampler);
+    a.min_tokens = p.request.params.min_tokens;
+    if (p.request.params.prompt_logprobs) a.prompt_logprobs = *p.request.params.prompt_logprobs;
+    a.seeded = p.request.params.seed.has_value();
+    if (a.min_tokens > 0) {
+      a.banned = p.request.params.stop_token_ids;
+      if (!p.request.params.ignore_eos) {
+        const auto& eos = scheduler_->options().eos_token_ids;
+        a.banned.insert(a.banned.end(), eos.begin(), eos.end());
+      }
+    }
+    if (p.request.params.constraint) {
+      a.constraint = p.request.params.constraint;
+      a.matchers.resize(static_cast<size_t>(std::max(p.request.params.n, 1)));
+      // EOS even with ignore_eos (it then does not stop the sequence, and is special text).
+      a.end_tokens = scheduler_->options().eos_token_ids;
+      a.end_tokens.insert(a.end_tokens.end(), p.request.params.stop_token_ids.begin(),
+                          p.request.params.stop_token_ids.end());
+    }
+    const std::string id = p.request.id;
+    Status s = scheduler_->AddRequest(std::move(p.request));
+    if (!s.ok()) {
+      p.stream->Fail(s);
+      std::lock_guard lock(mu_);
+      live_ids_.erase(id);
+      continue;
+    }
+    active_.emplace(id, std::move(a));
+  }
+  for (const std::string& id : aborts) {
+    if (active_.count(id)) (void)scheduler_->AbortRequest(id);
+  }
+  for (const ChoiceEnd& e : ends) {
+    if (active_.count(e.request_id)) (void)scheduler_->FinishSequence(e.request_id, e.index, e.reason);
+  }
+}
+
+Status EngineLoop::Step() {
+  DrainInbox();
+  if (kv_transport_) RunKvTransfers();
+  if (kv_tiers_) RunKvTiers();
+  const bool ran = scheduler_->HasUnfinished();
+  Status s = ran ? RunStep() : Status::Ok();
+  DeliverFinished();
+  // Host copy of the model's expert counters (plain numbers; no tensors here).
+  StatusOr<ExpertLoad> load = ran && s.ok() && model_->config().is_moe() ? model_->ReadExpertLoad()
+                                                                         : StatusOr<ExpertLoad>(ExpertLoad{});
+  std::lock_guard lock(mu_);
+  if (load.ok() && !load->empty()) expert_load_ = std::move(*load);
+  metrics_ = scheduler_->metrics();
+  metrics_.spec = spec_counters_;
+  ++steps_;
+  return s;
+}
+
+Status EngineLoop::RunStep() {
+  const SchedulerOutput plan = scheduler_->Schedule();
+  last_plan_empty_ = plan.empty();
+  if (plan.empty()) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status s = RunPlan(plan);
+  if (s.ok() && max_step_ms_ > 0) BoundNextStep(plan, std::chrono::steady_clock::now() - start);
+  return s;
+}
+
+// Steps of fewer tokens say little about the per-token cost of a prefill chunk
+// (fixed costs dominate), so only larger ones update the estimate; the first
+// estimate comes from the warm-up step, which errs on the small-chunk side.
+void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
+  int64_t tokens = 0;
+  for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
+  const double ms = std::chrono::duration<double, std::milli>(took).count();
+  if (tokens >= Scheduler::kMinStepPrefillTokens || ms_per_token_ == 0) {
+    const double sample = ms / static_cast<double>(std::max<int64_t>(tokens, 1));
+    ms_per_token_ = ms_per_token_ == 0 ? sample : 0.5 * ms_per_token_ + 0.5 * sample;
+  }
+  const double tokens_in_target = max_step_ms_ / std::max(ms_per_token_, 1e-6);
+  scheduler_->SetStepTokenBudget(static_cast<int64_t>(std::clamp(tokens_in_target, 1.0, 1e9)));
+}
+
+Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
+  for (const CopyOp& op : plan.copies) RETURN_IF_ERROR(cache_->CopyBlock(op.src, op.dst));
+  if (proposer_) {
+    for (const auto* ids : {&plan.preempted, &plan.finished}) {
+      for (SeqId id : *ids) {
+        proposer_->Forget(id);
+        draft_probs_.erase(id);
+      }
+    }
+    for (SeqId id : plan.finished) acceptance_.erase(id);
+    if (!proposer_->CopyBlocks(plan.copies).ok()) {
+      // The draft KV of these blocks is stale: worse proposals, same output.
+      spdlog::warn("speculative decoding: draft KV block copy failed");
+    }
+  }
+  ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
+  const int64_t vocab = model_->config().vocab_size;
+  // Structured-output masks depend only on the tokens so far: computed on a
+  // persistent helper thread while the forward pass runs.
+  std::vector<MaskJob> jobs = CollectMaskJobs(plan, vocab);
+  if (!jobs.empty()) mask_worker_.Start([&jobs] { FillMasks(jobs); });
+  Status forward;
+  if (group_) {
+    std::vector<std::pair<int64_t, int64_t>> copies;
+    for (const CopyOp& op : plan.copies) copies.emplace_back(op.src, op.dst);
+    forward = group_->Step(*model_, cache_.get(), copies, batch, &logits_);
+  } else {
+    forward = model_->Forward(batch, cache_.get(), &logits_);
+  }
+  mask_worker_.Wait();
+  RETURN_IF_ERROR(forward);
+  std::unordered_map<SeqId, const MaskJob*> job_of;
+  for (const MaskJob& j : jobs) job_of[j.seq_id] = &j;
+
+  std::vector<SampledTokens> sampled;
+  std::unordered_map<SeqId, std::vector<SampleResult>> results;
+  int64_t row = 0;
+  for (const ScheduledSequence& s : plan.seqs) {
+    const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
+    const int64_t first_row = row;
+    row += rows;
+    if (rows > 0) CollectPromptLogprobs(s, first_row, rows, vocab);
+    if (!s.sample) continue;
+    if (rows == 0) return Internal("engine loop: sampled sequence without logits rows");
+    const Sequence* seq = scheduler_->GetSequence(s.seq_id);
+    auto it = active_.find(s.request_id);
+    if (seq == nullptr || it == active_.end()) return Internal("engine loop: unknown scheduled sequence");
+    const Active& a = it->second;
+    const std::span<const int32_t> all(seq->token_ids);
+    SampleContext ctx;
+    ctx.prompt_tokens = all.first(static_cast<size_t>(seq->num_prompt_tokens));
+    ctx.output_tokens = all.subspan(static_cast<size_t>(seq->num_prompt_tokens));
+    const auto job = job_of.find(s.seq_id);
+    const MaskJob* mj = job == job_of.end() ? nullptr : job->second;
+    // A complete document leaves only EOS: min_tokens does not ban it then.
+    if (seq->num_output_tokens() < a.min_tokens && !(mj && mj->matcher->IsComplete())) ctx.banned_tokens = a.banned;
+    if (mj) ctx.allowed_tokens = *mj->mask;
+    ctx.choice_index = s.index;
+    ctx.output_position = seq->num_output_tokens();
+    if (s.num_draft_tokens > 0) {  // verify 1 + k rows
+      VerifyResult v = VerifySequenceDrafts(s, *seq, a, logits_.data() + (row - 1 - s.num_draft_tokens) * vocab, vocab);
+      SampledTokens t{s.seq_id, {}};
+      for (const SampleResult& r : v.tokens) t.token_ids.push_back(r.token);
+      sampled.push_back(std::move(t));
+      results.emplace(s.seq_id, std::move(v.tokens));
+      continue;
+    }
+    const std::span<const float> logits(logits_.data() + (row - 1) * vocab, static_cast<size_t>(vocab));
+    SampleResult r = sampler_.Sample(logits, a.sampler, ctx);
+    if (mj && std::find(a.end_tokens.begin(), a.end_tokens.end(), r.token) == a.end_tokens.end() &&
+        !mj->matcher->AcceptToken(r.token) && !mask_reject_logged_) {
+      spdlog::warn("structured output: request {} sampled token {} that its grammar rejects (logged once)",
+                   s.request_id, r.token);
+      mask_reject_logged_ = true;
+    }
+    sampled.push_back({s.seq_id, {r.token}});
+    results[s.seq_id].push_back(std::move(r));
+  }
+  // Prompt logprobs go out before the step's sampled tokens.
+  for (auto& [request_id, entries] : prompt_logprobs_) {
+    auto it = active_.find(request_id);
+    if (it == active_.end() || entries.second.empty()) continue;
+    RequestOutput out;
+    out.index = entries.first;
+    out.prompt_logprobs = std::move(entries.second);
+    it->second.stream->Push(std::move(out));
+  }
+  prompt_logprobs_.clear();
+  ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
+  if (kv_transport_) PublishExports();
+  if (kv_tiers_) SpillComputedBlocks();
+  for (SequenceOutput& o : outputs) {
+    auto it = active_.find(o.request_id);
+    if (it == active_.end()) continue;
+    RequestOutput out;
+    out.index = o.index;
+    out.finish_reason = o.finish_reason;
+    out.num_cached_tokens = o.num_cached_tokens;
+    const SamplerConfig& c = it->second.sampler;
+    if ((c.logprobs || c.top_logprobs > 0) && !o.new_token_ids.empty()) {
+      std::vector<SampleResult>& rs = results.at(o.seq_id);
+      for (size_t i = 0; i < o.new_token_ids.size() && i < rs.size(); ++i) {
+        out.logprobs.push_back({rs[i].logprob, std::move(rs[i].top)});
+      }
+    }
+    out.token_ids = std::move(o.new_token_ids);
+    if (out.finish_reason != FinishReason::kNone) AttachExport(o.request_id, &out);
+    it->second.stream->Push(std::move(out));
+  }
+  if (proposer_) ProposeDrafts(plan);
+  return Status::Ok();
+}
+
+std::vector<EngineLoop::MaskJob> EngineLoop::CollectMaskJobs(const SchedulerOutput& plan, int64_t vocab) {
+  std::vector<MaskJob> jobs;
+  for (const ScheduledSequence& s : plan.seqs) {
+    if (!s.sample) continue;
+    auto it = active_.find(s.request_id);
+    if (it == active_.end() || !it->second.constraint) continue;
+    Active& a = it->second;
+    if (s.index < 0 || static_cast<size_t>(s.index) >= a.matchers.size()) continue;
+    auto& m = a.matchers[static_cast<size_t>(s.index)];
+    if (!m) m = a.constraint->NewMatcher();
+    if (mask_buffers_.size() <= jobs.size()) mask_buffers_.emplace_back();
+    std::vector<uint32_t>& buf = mask_buffers_[jobs.size()];
+    buf.assign(static_cast<size_t>((vocab + 31) / 32), 0);
+    jobs.push_back({s.seq_id, m.get(), &a.end_tokens, &buf});
+  }
+  return jobs;
+}
+
+void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
+  for (MaskJob& j : jobs) {
+    std::vector<uint32_t>& mask = *j.mask;
+    j.matcher->FillNextTokenMask(mask);
+    bool any = false;
+    for (uint32_t w : mask) any = any || w != 0;
+    // Complete: EOS may come. A dead end (no token continues the grammar) ends too.
+    if (j.matcher->CanEnd() || !any) {
+      for (int32_t t : *j.end_tokens) {
+        if (t >= 0 && static_cast<size_t>(t >> 5) < mask.size()) mask[t >> 5] |= uint32_t{1} << (t & 31);
+      }
+    }
+  }
+}
+
+void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
+                                       int64_t vocab) {
+  auto it = active_.find(s.request_id);
+  if (it == active_.end() || it->second.prompt_logprobs < 0) return;
+  Active& a = it->second;
+  const Sequence* seq = scheduler_->GetSequence(s.seq_id);
+  if (seq == nullptr) return;
+  // Row r holds the distribution of the token after position p.
+  const int64_t n = static_cast<int64_t>(s.token_ids.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = s.start_position + (n - rows) + r;
+    if (p + 1 >= seq->num_prompt_tokens) break;  // the sampling row, not a prompt token
+    if (p + 1 != a.next_prompt_logprob) continue;  // already reported (recompute or a fork)
+    const std::span<const float> logits(logits_.data() + (first_row + r) * vocab, static_cast<size_t>(vocab));
+    const double lse = LogSumExp(logits);
+    const int32_t token = seq->token_ids[static_cast<size_t>(p + 1)];
+    auto& entry = prompt_logprobs_[s.request_id];
+    entry.first = s.index;
+    entry.second.push_back({static_cast<float>(logits[token] - lse), TopLogprobs(logits, a.prompt_logprobs, lse)});
+    ++a.next_prompt_logprob;
+  }
+}
+
+void EngineLoop::DeliverFinished() {
+  if (kv_transport_) PublishExports();
+  for (const FinishedSequenceStats& st : scheduler_->TakeFinishedStats()) {
+    if (on_finished_) on_finished_(st);
+    auto it = active_.find(st.request_id);
+    if (it == active_.end()) continue;
+    RequestOutput out;
+    out.index = st.index;
+    out.finish_reason = st.reason;
+    AttachExport(st.request_id, &out);
+    it->second.stream->Push(std::move(out));  // ignored when the choice already ended
+    if (it->second.stream->finished()) EndRequest(st.request_id);
+  }
+}
+
+void EngineLoop::EndRequest(const std::string& request_id) {
+  active_.erase(request_id);
+  pending_exports_.erase(request_id);
+  std::lock_guard lock(mu_);
+  live_ids_.erase(request_id);
+}
+
+void EngineLoop::RunKvTransfers() {
+  {
+    // Cleared before taking the released handles: a release arriving after
+    // this wakes the loop again.
+    std::lock_guard lock(mu_);
+    kv_wake_ = false;
+  }
+  for (const std::string& handle : kv_transport_->TakeReleased()) scheduler_->ReleaseExport(handle);
+  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
+  for (KvLoad& load : scheduler_->PlanKvLoads()) {
+    KvPullSpec spec;
+    spec.host = load.source.host;
+    spec.port = load.source.port;
+    spec.handle = load.source.handle;
+    spec.remote_blocks = load.remote_blocks;
+    spec.local_blocks.assign(load.local_blocks.begin(), load.local_blocks.end());
+    for (const BlockHash& h : load.hashes) spec.keys.push_back({h.hi, h.lo});
+    // The puller's thread writes the bytes into load.local_blocks while this
+    // thread keeps stepping other requests; the scheduler keeps those blocks
+    // out of every batch (and unfreed) until FinishKvLoad.
+    const uint64_t id = next_kv_load_++;
+    kv_loads_.emplace(id, std::move(load));
+    kv_puller_->Submit(id, std::move(spec));
+  }
+  // Exports this instance will never pull (all cached here, no room, or the
+  // request ended first): acknowledged (on the puller's thread, a gRPC call),
+  // so the prefill unpins them now.
+  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_puller_->Release(src.host, src.port, src.handle);
+}
+
+void EngineLoop::FinishKvPull(KvPuller::Done& done) {
+  auto it = kv_loads_.find(done.id);
+  if (it == kv_loads_.end()) return;
+  const KvLoad load = std::move(it->second);
+  kv_loads_.erase(it);
+  const StatusOr<KvPullStats>& st = done.result;
+  if (!st.ok()) {
+    spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", load.request_id,
+                 st.status().ToString());
+  }
+  scheduler_->FinishKvLoad(load, st.ok());
+  if (on_kv_pull_) {
+    KvPullEvent e;
+    e.ok = st.ok();
+    e.bytes = st.ok() ? st->bytes : 0;
+    e.seconds = st.ok() ? st->seconds : 0;
+    e.blocks_pulled = st.ok() ? static_cast<int64_t>(load.local_blocks.size()) : 0;
+    e.blocks_reused = load.reused_blocks;
+    e.peer = load.source.host + ":" + std::to_string(load.source.port);
+    on_kv_pull_(e);
+  }
+}
+
+void EngineLoop::StopKvPulls() {
+  if (!kv_puller_) return;
+  kv_puller_->Stop();
+  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
+}
+
+void EngineLoop::PublishExports() {
+  for (KvExport& e : scheduler_->TakeExports()) {
+    std::vector<KvBlockKey> keys;
+    for (const BlockHash& h : e.hashes) keys.push_back({h.hi, h.lo});
+    std::vector<int32_t> blocks(e.blocks.begin(), e.blocks.end());
+    kv_transport_->Export(e.request_id, blocks, std::move(keys));
+    KvExportInfo info;
+    info.engine_id = kv_transport_->engine_id();
+    info.host = kv_transport_->host();
+    info.port = kv_transport_->port();
+    info.handle = e.request_id;
+    info.block_ids = std::move(blocks);
+    pending_exports_[e.request_id] = std::move(info);
+  }
+}
+
+void EngineLoop::AttachExport(const std::string& request_id, RequestOutput* out) {
+  auto it = pending_exports_.find(request_id);
+  if (it == pending_exports_.end()) return;
+  out->kv_export = std::move(it->second);
+  pending_exports_.erase(it);
+}
+
+SchedulerMetrics EngineLoop::metrics() const {
+  std::lock_guard lock(mu_);
+  return metrics_;
+}
+
+ExpertLoad EngineLoop::expert_load() const {
+  std::lock_guard lock(mu_);
+  return expert_load_;
+}
+
+int64_t EngineLoop::num_steps() const {
+  std::lock_guard lock(mu_);
+  return steps_;
+}
+
+}  // namespace tessera
