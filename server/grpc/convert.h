@@ -10,11 +10,9 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/support/status.h>
-
 #include "common/status.h"
 #include "proto/tessera.pb.h"
-#include "server/http/responses.h"
+#include "server/grpc/grpc_util.h"
 #include "server/openai/request_path.h"
 #include "server/serving/serving_engine.h"
 
@@ -22,17 +20,6 @@ namespace tessera::grpc_api {
 
 // Bounds on what a client may send besides the HTTP request path's own.
 inline constexpr size_t kMaxRequestIdBytes = 256;
-
-// Tessera Status -> gRPC status (same message).
-grpc::Status ToGrpc(const Status& status);
-
-// An error of the HTTP request path as a Status with the same message:
-// 400 -> INVALID_ARGUMENT (OUT_OF_RANGE for context_length_exceeded,
-// FAILED_PRECONDITION for "unsupported": no chat template), 404 -> NOT_FOUND,
-// 429 -> RESOURCE_EXHAUSTED, 503 -> UNAVAILABLE, else INTERNAL. A message that
-// does not quote its `param` gets " (param 'P')" appended, and " (gRPC field
-// 'F')" when the proto's name for it differs (e.g. 'prompt' is 'token_ids').
-Status StatusFromApiError(const ApiError& error, const std::string& grpc_field = "");
 
 // The OpenAI request body a GenerateRequest means (JSON text): a text or
 // token-id prompt is a /v1/completions body, a chat prompt a
@@ -60,11 +47,5 @@ Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const 
 // reason when the choice ended (stream: `out` is fresh; unary: it accumulates).
 void AppendDelta(const ChoiceDelta& delta, v1::ChoiceDelta* out);
 void FillUsage(const GenerationUpdate& update, v1::Usage* usage);
-
-// A fresh request id, unique in this process ("grpc-<hex>").
-std::string NewRequestId();
-
-// Constant-time (in the compared bytes) check of "Bearer <key>" against keys.
-bool CheckBearer(const std::string& authorization, const std::vector<std::string>& keys);
 
 }  // namespace tessera::grpc_api

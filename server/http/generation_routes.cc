@@ -166,11 +166,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     for (auto& g : gens_) g->Cancel();
     if (timer_) timer_->cancel();
     const ApiError error = ErrorFromStatus(status);
-    if (error.status >= HttpStatus::internal_server_error && error.status != HttpStatus::service_unavailable &&
-        error.status != HttpStatus::gateway_timeout) {
+    if (error.status == ApiStatus::kInternal) {
       spdlog::error("{} failed: request {}: {}", id_, ex_->request_id(), status.ToString());
     }
-    if (error.status == HttpStatus::too_many_requests || error.status == HttpStatus::service_unavailable) {
+    if (error.status == ApiStatus::kTooManyRequests || error.status == ApiStatus::kServiceUnavailable) {
       ctx_->metrics->RequestRejected(error.code);
     }
     if (stream_started_) {

@@ -129,7 +129,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void Reject() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
       self->linger_timeout_ = kRejectLingerTimeout;
-      self->SendLocal({HttpStatus::service_unavailable, "too many connections; retry later", "server_error", "",
+      self->SendLocal({ApiStatus::kServiceUnavailable, "too many connections; retry later", "server_error", "",
                        "too_many_connections"});
     });
   }
@@ -193,7 +193,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     if (!stream_started) {
       spdlog::error("http: request {} dropped without a response", request_id);
-      return OnSend(seq, ErrorResponse({HttpStatus::internal_server_error, "internal error: request dropped",
+      return OnSend(seq, ErrorResponse({ApiStatus::kInternal, "internal error: request dropped",
                                         "server_error", "", "internal_error"}),
                     request_id);
     }
@@ -225,12 +225,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void OnRead(beast::error_code ec, std::size_t) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout) return Close();
     if (ec == http::error::body_limit) {
-      return SendLocal({HttpStatus::payload_too_large,
+      return SendLocal({ApiStatus::kPayloadTooLarge,
                         "request body exceeds the limit of " + std::to_string(core_->options.body_limit) + " bytes",
                         "invalid_request_error", "", "request_too_large"});
     }
     if (ec == http::error::header_limit) {
-      return SendLocal({HttpStatus::request_header_fields_too_large,
+      return SendLocal({ApiStatus::kHeaderFieldsTooLarge,
                         "request line and headers exceed the limit of " +
                             std::to_string(core_->options.header_limit) + " bytes",
                         "invalid_request_error", "", "request_header_fields_too_large"});
@@ -288,7 +288,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       std::string_view value;
       if (auth != ex->request().end()) value = std::string_view(auth->value().data(), auth->value().size());
       if (!ApiKeyMatches(value, core_->options.api_keys)) {
-        HttpResponse res = ErrorResponse({HttpStatus::unauthorized, "invalid or missing API key",
+        HttpResponse res = ErrorResponse({ApiStatus::kUnauthorized, "invalid or missing API key",
                                           "authentication_error", "", "invalid_api_key"});
         res.set(http::field::www_authenticate, "Bearer");
         return ex->Send(std::move(res));
@@ -296,12 +296,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     if (core_->draining.load() && !(route && route->options.serve_while_draining)) {
       HttpResponse res = ErrorResponse(
-          {HttpStatus::service_unavailable, "server is shutting down", "server_error", "", "shutting_down"});
+          {ApiStatus::kServiceUnavailable, "server is shutting down", "server_error", "", "shutting_down"});
       res.set(http::field::retry_after, "5");
       return ex->Send(std::move(res));  // Write adds Connection: close while draining
     }
     if (by_path == core_->routes.end() && route == nullptr) {
-      return ex->Send(ErrorResponse({HttpStatus::not_found, "no route for " + method_ + " " + path,
+      return ex->Send(ErrorResponse({ApiStatus::kNotFound, "no route for " + method_ + " " + path,
                                      "invalid_request_error", "", "not_found"}));
     }
     if (!route) {
@@ -309,7 +309,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       for (const auto& [verb, unused] : by_path->second) {
         allow += (allow.empty() ? "" : ", ") + std::string(http::to_string(verb));
       }
-      HttpResponse res = ErrorResponse({HttpStatus::method_not_allowed,
+      HttpResponse res = ErrorResponse({ApiStatus::kMethodNotAllowed,
                                         "method " + method_ + " is not allowed on " + path + " (allowed: " + allow + ")",
                                         "invalid_request_error", "", "method_not_allowed"});
       res.set(http::field::allow, allow);
@@ -321,7 +321,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
           ct == ex->request().end() ? std::string_view() : std::string_view(ct->value().data(), ct->value().size());
       if (!IsJsonContentType(value)) {
         const std::string got = value.empty() ? "none" : "'" + std::string(value.substr(0, 64)) + "'";
-        return ex->Send(ErrorResponse({HttpStatus::unsupported_media_type,
+        return ex->Send(ErrorResponse({ApiStatus::kUnsupportedMediaType,
                                        "Content-Type must be application/json, got " + got,
                                        "invalid_request_error", "", "unsupported_media_type"}));
       }
@@ -330,7 +330,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       route->handler(ex);
     } catch (const std::exception& e) {
       spdlog::error("http: handler for {} {} threw: {}", method_, path, e.what());
-      ex->Send(ErrorResponse({HttpStatus::internal_server_error, "internal error", "server_error", "", "internal_error"}));
+      ex->Send(ErrorResponse({ApiStatus::kInternal, "internal error", "server_error", "", "internal_error"}));
     }
   }
 

@@ -15,14 +15,6 @@ namespace {
 namespace http = boost::beast::http;
 using json = nlohmann::json;
 
-// The param named in a validation message: the first '...'-quoted word.
-std::string QuotedParam(const std::string& message) {
-  const size_t a = message.find('\'');
-  if (a == std::string::npos) return "";
-  const size_t b = message.find('\'', a + 1);
-  return b == std::string::npos ? "" : message.substr(a + 1, b - a - 1);
-}
-
 void HandleReady(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ctx->draining.load()) return ex->Send(JsonResponse(HttpStatus::service_unavailable, {{"status", "draining"}}));
   if (ServingEngine* engine = ctx->ready_engine()) {
@@ -135,7 +127,7 @@ void HandleModel(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, con
   if (engine == nullptr) return ex->Send(ErrorResponseWithRetry(NotReadyError(*ctx)));
   if (id != engine->served_model_name()) {
     ApiError e = BadRequest("The model `" + id.substr(0, 256) + "` does not exist.", "model", "model_not_found");
-    e.status = HttpStatus::not_found;
+    e.status = ApiStatus::kNotFound;
     return ex->Send(ErrorResponse(e));
   }
   ex->Send(JsonResponse(HttpStatus::ok, {{"id", engine->served_model_name()},
@@ -155,7 +147,7 @@ void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
       fn(ctx, ex);
     } catch (const std::exception& e) {
       spdlog::error("http: handler for {} threw: {}", ex->path(), e.what());
-      ex->Send(ErrorResponse({HttpStatus::internal_server_error, "internal error", "server_error", "",
+      ex->Send(ErrorResponse({ApiStatus::kInternal, "internal error", "server_error", "",
                               "internal_error"}));
     }
   };
@@ -165,38 +157,19 @@ void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
 
 }  // namespace
 
-ApiError ErrorFromStatus(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kInvalidArgument: return BadRequest(s.message(), QuotedParam(s.message()));
-    case StatusCode::kOutOfRange:
-      return BadRequest(s.message(), QuotedParam(s.message()), "context_length_exceeded");
-    case StatusCode::kFailedPrecondition: return BadRequest(s.message(), "", "unsupported");
-    case StatusCode::kNotFound: return {HttpStatus::not_found, s.message(), "invalid_request_error", "", "not_found"};
-    case StatusCode::kResourceExhausted:
-      return {HttpStatus::too_many_requests, s.message(), "rate_limit_error", "", "queue_full"};
-    case StatusCode::kUnavailable:
-      return {HttpStatus::service_unavailable, s.message(), "server_error", "", "unavailable"};
-    case StatusCode::kDeadlineExceeded:
-      return {HttpStatus::gateway_timeout, s.message(), "timeout_error", "", "timeout"};
-    default:
-      return {HttpStatus::internal_server_error, "internal error: " + s.message(), "server_error", "",
-              "internal_error"};
-  }
-}
-
 HttpResponse ErrorResponseWithRetry(const ApiError& error) {
   HttpResponse res = ErrorResponse(error);
-  if (error.status == HttpStatus::too_many_requests) res.set(http::field::retry_after, "1");
-  if (error.status == HttpStatus::service_unavailable) res.set(http::field::retry_after, "5");
+  if (error.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
+  if (error.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
   return res;
 }
 
 ApiError NotReadyError(const ServeContext& ctx) {
   if (ctx.state.load() == ModelState::kFailed) {
-    return {HttpStatus::service_unavailable, "the model failed to load; see the server log", "server_error", "",
+    return {ApiStatus::kServiceUnavailable, "the model failed to load; see the server log", "server_error", "",
             "model_failed"};
   }
-  return {HttpStatus::service_unavailable, "the model is still loading; poll /ready", "server_error", "",
+  return {ApiStatus::kServiceUnavailable, "the model is still loading; poll /ready", "server_error", "",
           "model_not_ready"};
 }
 

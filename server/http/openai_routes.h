@@ -67,8 +67,6 @@ void RegisterOpenAiRoutes(ServeContext* ctx);
 void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex);
 void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex);
 
-// Maps an engine / validation status to the OpenAI error to send.
-ApiError ErrorFromStatus(const Status& status);
 // The error (with Retry-After where it applies) as a response.
 HttpResponse ErrorResponseWithRetry(const ApiError& error);
 // 503 while loading or failed.

@@ -6,12 +6,41 @@ namespace tessera {
 
 namespace http = boost::beast::http;
 
-ApiError BadRequest(std::string message, std::string param, std::string code) {
-  ApiError e;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  e.code = std::move(code);
-  return e;
+namespace {
+
+struct StatusPair {
+  ApiStatus api;
+  HttpStatus http;
+};
+
+constexpr StatusPair kStatuses[] = {
+    {ApiStatus::kBadRequest, HttpStatus::bad_request},
+    {ApiStatus::kUnauthorized, HttpStatus::unauthorized},
+    {ApiStatus::kNotFound, HttpStatus::not_found},
+    {ApiStatus::kMethodNotAllowed, HttpStatus::method_not_allowed},
+    {ApiStatus::kPayloadTooLarge, HttpStatus::payload_too_large},
+    {ApiStatus::kUnsupportedMediaType, HttpStatus::unsupported_media_type},
+    {ApiStatus::kTooManyRequests, HttpStatus::too_many_requests},
+    {ApiStatus::kHeaderFieldsTooLarge, HttpStatus::request_header_fields_too_large},
+    {ApiStatus::kInternal, HttpStatus::internal_server_error},
+    {ApiStatus::kServiceUnavailable, HttpStatus::service_unavailable},
+    {ApiStatus::kGatewayTimeout, HttpStatus::gateway_timeout},
+};
+
+}  // namespace
+
+HttpStatus ToHttpStatus(ApiStatus status) {
+  for (const StatusPair& p : kStatuses) {
+    if (p.api == status) return p.http;
+  }
+  return HttpStatus::internal_server_error;
+}
+
+ApiStatus ApiStatusFromHttp(int status) {
+  for (const StatusPair& p : kStatuses) {
+    if (static_cast<int>(p.http) == status) return p.api;
+  }
+  return ApiStatus::kInternal;
 }
 
 HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body) {
@@ -22,12 +51,7 @@ HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body) {
   return res;
 }
 
-HttpResponse ErrorResponse(const ApiError& e) {
-  nlohmann::json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
-  if (!e.param.empty()) err["param"] = e.param;
-  if (!e.code.empty()) err["code"] = e.code;
-  return JsonResponse(e.status, {{"error", err}});
-}
+HttpResponse ErrorResponse(const ApiError& e) { return JsonResponse(ToHttpStatus(e.status), ErrorJson(e)); }
 
 std::string RandomHex(int n) {
   // One generator per thread: no locking, seeded from the OS.

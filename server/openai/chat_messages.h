@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 
 namespace tessera::openai {

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "scheduler/sampling_params.h"
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_choice.h"
 #include "server/openai/structured_request.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "scheduler/sampling_params.h"
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 #include "server/router/kv_transfer_params.h"
 #include "server/openai/structured_request.h"

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 
 namespace tessera::openai {
 

@@ -116,7 +116,7 @@ std::optional<ApiError> ParseModel(const Json& body, const RequestLimits& limits
   const std::string& name = it->get_ref<const std::string&>();
   if (!limits.served_model_name.empty() && name != limits.served_model_name) {
     ApiError e = BadRequest("The model `" + name.substr(0, 256) + "` does not exist.", "model", "model_not_found");
-    e.status = HttpStatus::not_found;
+    e.status = ApiStatus::kNotFound;
     return e;
   }
   if (limits.served_model_name.empty()) *model = name;

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scheduler/sampling_params.h"
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 
 namespace tessera::openai {
 

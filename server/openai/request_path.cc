@@ -14,7 +14,7 @@ namespace {
 ApiError RenderError(const Status& s) {
   if (s.code() == StatusCode::kFailedPrecondition) return BadRequest(s.message(), "", "unsupported");
   if (s.code() == StatusCode::kInvalidArgument) return BadRequest(s.message(), "messages");
-  return {HttpStatus::internal_server_error, "internal error: " + s.message(), "server_error", "", "internal_error"};
+  return {ApiStatus::kInternal, "internal error: " + s.message(), "server_error", "", "internal_error"};
 }
 
 // Prompt + max_tokens against the context length, as OpenAI words the error.

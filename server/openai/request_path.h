@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/chat_request.h"
 #include "server/openai/completion_request.h"
 #include "server/openai/request_common.h"

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 
 namespace tessera::openai {
 
@@ -17,8 +17,6 @@ std::string SseDone();
 // The error object as a data event, as vLLM sends it mid-stream:
 // "data: {\"error\":{\"message\",\"type\",\"param\",\"code\"}}\n\n".
 std::string SseError(const ApiError& error);
-// {"error":{...}} with empty param/code as null (the HTTP error body).
-nlohmann::json ErrorJson(const ApiError& error);
 // Compact JSON text; invalid UTF-8 replaced.
 std::string DumpJson(const nlohmann::json& j);
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "scheduler/sampling_params.h"
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 
 namespace tessera::structured {

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 
 namespace tessera::openai {

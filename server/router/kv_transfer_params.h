@@ -13,7 +13,7 @@
 
 #include "runtime/engine_loop.h"
 #include "scheduler/request.h"
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 
 namespace tessera {
 

@@ -35,7 +35,7 @@ bool IsClientError(grpc::StatusCode c) {
 grpc::Status FromHttpError(int status, const std::string& body) {
   const Json j = Json::parse(body, nullptr, false);
   ApiError e;
-  e.status = static_cast<HttpStatus>(status);
+  e.status = ApiStatusFromHttp(status);
   e.message = body;
   if (j.is_object() && j.contains("error") && j["error"].is_object()) {
     const Json& err = j["error"];

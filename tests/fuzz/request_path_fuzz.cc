@@ -76,7 +76,7 @@ void CheckAccepted(const GenerateInput& in) {
 
 void CheckRefused(const tessera::ApiError& e) {
   if (e.message.empty()) std::abort();
-  if (e.status != tessera::HttpStatus::bad_request && e.status != tessera::HttpStatus::not_found) std::abort();
+  if (e.status != tessera::ApiStatus::kBadRequest && e.status != tessera::ApiStatus::kNotFound) std::abort();
 }
 
 void CheckGrpcRefused(const tessera::Status& s) {

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 
 namespace tessera::openai::tools {

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "server/http/responses.h"
+#include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
 #include "server/openai/tool_calls/tool_choice.h"

@@ -30,7 +30,7 @@ TEST_P(ChatBadInputTest, Returns400NamingParam) {
   ChatRequest out;
   auto err = ParseChatRequest(GetParam().body, Limits(), &out);
   ASSERT_TRUE(err.has_value()) << GetParam().body;
-  EXPECT_EQ(err->status, HttpStatus::bad_request);
+  EXPECT_EQ(err->status, ApiStatus::kBadRequest);
   EXPECT_EQ(err->param, GetParam().param) << GetParam().body << " -> " << err->message;
 }
 
@@ -121,7 +121,7 @@ TEST(ChatRequestTest, UnknownModelIs404) {
   ChatRequest out;
   auto err = ParseChatRequest(R"({"model":"x","messages":[{"role":"user","content":"hi"}]})", Limits(), &out);
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->status, HttpStatus::not_found);
+  EXPECT_EQ(err->status, ApiStatus::kNotFound);
   EXPECT_EQ(err->code, "model_not_found");
   EXPECT_EQ(err->param, "model");
 }

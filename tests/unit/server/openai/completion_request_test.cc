@@ -31,7 +31,7 @@ TEST_P(CompletionBadInputTest, Returns400NamingParam) {
   CompletionRequest out;
   auto err = ParseCompletionRequest(body, Limits(), &out);
   ASSERT_TRUE(err.has_value()) << body;
-  EXPECT_EQ(err->status, HttpStatus::bad_request) << body;
+  EXPECT_EQ(err->status, ApiStatus::kBadRequest) << body;
   EXPECT_EQ(err->param, GetParam().param) << body << " -> " << err->message;
   EXPECT_EQ(err->type, "invalid_request_error");
   if (!GetParam().param.empty()) {
@@ -90,7 +90,7 @@ TEST_P(CompletionBadPromptTest, Returns400NamingPrompt) {
   CompletionRequest out;
   auto err = ParseCompletionRequest(body, Limits(), &out);
   ASSERT_TRUE(err.has_value()) << body;
-  EXPECT_EQ(err->status, HttpStatus::bad_request);
+  EXPECT_EQ(err->status, ApiStatus::kBadRequest);
   EXPECT_EQ(err->param, "prompt") << body << " -> " << err->message;
 }
 
@@ -107,7 +107,7 @@ TEST(CompletionRequestTest, MissingPromptAndNonObjectBodies) {
   for (const char* body : {"[]", "\"x\"", "not json", "", "{\"prompt\":"}) {
     err = ParseCompletionRequest(body, Limits(), &out);
     ASSERT_TRUE(err) << body;
-    EXPECT_EQ(err->status, HttpStatus::bad_request);
+    EXPECT_EQ(err->status, ApiStatus::kBadRequest);
     EXPECT_EQ(err->param, "") << body;
   }
 }
@@ -132,7 +132,7 @@ TEST(CompletionRequestTest, UnknownModelIs404) {
   CompletionRequest out;
   auto err = ParseCompletionRequest(R"({"model":"other","prompt":"x"})", Limits(), &out);
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->status, HttpStatus::not_found);
+  EXPECT_EQ(err->status, ApiStatus::kNotFound);
   EXPECT_EQ(err->code, "model_not_found");
   EXPECT_EQ(err->param, "model");
   EXPECT_EQ(err->message, "The model `other` does not exist.");

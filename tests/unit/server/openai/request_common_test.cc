@@ -39,7 +39,7 @@ TEST(RequestCommonTest, ValidateBackstopExtractsParam) {
 
 TEST(RequestCommonTest, ContextLengthError) {
   ApiError e = ContextLengthError(100, 20, 110, "messages");
-  EXPECT_EQ(e.status, HttpStatus::bad_request);
+  EXPECT_EQ(e.status, ApiStatus::kBadRequest);
   EXPECT_EQ(e.code, "context_length_exceeded");
   EXPECT_EQ(e.param, "messages");
   EXPECT_EQ(e.message,

@@ -60,13 +60,13 @@ TEST(TokenizeRequestTest, BadInputs) {
     TokenizeRequest out;
     auto err = ParseTokenizeRequest(body, Limits(), &out);
     ASSERT_TRUE(err) << body;
-    EXPECT_EQ(err->status, HttpStatus::bad_request);
+    EXPECT_EQ(err->status, ApiStatus::kBadRequest);
     EXPECT_EQ(err->param, param) << body << " -> " << err->message;
   }
   TokenizeRequest out;
   auto err = ParseTokenizeRequest(R"({"model":"zz","prompt":"a"})", Limits(), &out);
   ASSERT_TRUE(err);
-  EXPECT_EQ(err->status, HttpStatus::not_found);
+  EXPECT_EQ(err->status, ApiStatus::kNotFound);
   EXPECT_EQ(err->code, "model_not_found");
 }
 

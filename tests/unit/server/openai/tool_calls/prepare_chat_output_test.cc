@@ -124,7 +124,7 @@ TEST_F(PrepareChatOutputTest, ForcedToolCallsAreConstrained) {
                     &p);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->param, "tools[1].function.parameters");
-  EXPECT_EQ(err->status, HttpStatus::bad_request);
+  EXPECT_EQ(err->status, ApiStatus::kBadRequest);
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ TEST(ToolGrammarTest, BadParametersSchemaNamesTheTool) {
   auto err = ToolCallGrammar(tools, {.choice = {ToolChoiceMode::kRequired, ""}}, structured::CompileLimits{}, &gbnf);
   ASSERT_TRUE(err);
   EXPECT_EQ(err->param, "tools[1].function.parameters");
-  EXPECT_EQ(err->status, HttpStatus::bad_request);
+  EXPECT_EQ(err->status, ApiStatus::kBadRequest);
   // Named: only the named tool's schema matters.
   EXPECT_FALSE(ToolCallGrammar(tools, {.choice = {ToolChoiceMode::kNamed, "get_weather"}}, structured::CompileLimits{},
                                &gbnf));

@@ -1,0 +1,45 @@
+#include "server/openai/api_error.h"
+
+namespace tessera {
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+nlohmann::json ErrorJson(const ApiError& e) {
+  nlohmann::json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return {{"error", err}};
+}
+
+std::string QuotedParam(const std::string& message) {
+  const size_t a = message.find('\'');
+  if (a == std::string::npos) return "";
+  const size_t b = message.find('\'', a + 1);
+  return b == std::string::npos ? "" : message.substr(a + 1, b - a - 1);
+}
+
+ApiError ErrorFromStatus(const Status& s) {
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: return BadRequest(s.message(), QuotedParam(s.message()));
+    case StatusCode::kOutOfRange:
+      return BadRequest(s.message(), QuotedParam(s.message()), "context_length_exceeded");
+    case StatusCode::kFailedPrecondition: return BadRequest(s.message(), "", "unsupported");
+    case StatusCode::kNotFound: return {ApiStatus::kNotFound, s.message(), "invalid_request_error", "", "not_found"};
+    case StatusCode::kResourceExhausted:
+      return {ApiStatus::kTooManyRequests, s.message(), "rate_limit_error", "", "queue_full"};
+    case StatusCode::kUnavailable:
+      return {ApiStatus::kServiceUnavailable, s.message(), "server_error", "", "unavailable"};
+    case StatusCode::kDeadlineExceeded:
+      return {ApiStatus::kGatewayTimeout, s.message(), "timeout_error", "", "timeout"};
+    default:
+      return {ApiStatus::kInternal, "internal error: " + s.message(), "server_error", "", "internal_error"};
+  }
+}
+
+}  // namespace tessera
