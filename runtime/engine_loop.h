@@ -102,17 +102,6 @@ struct EngineLoopOptions {
 };
 
 
-// Where a decode instance finds an exported request's prompt KV: vLLM's
-// kv_transfer_params of a prefill response (remote_engine_id, remote_host,
-// remote_port, remote_request_id, remote_block_ids).
-struct KvExportInfo {
-  std::string engine_id;
-  std::string host;
-  int32_t port = 0;
-  std::string handle;
-  std::vector<int32_t> block_ids;
-};
-
 struct TokenLogprobs {
   float logprob = 0.0f;            // raw log-softmax of the sampled token
   std::vector<TokenLogprob> top;   // top_logprobs alternatives

@@ -13,7 +13,7 @@
 #include "server/openai/request_common.h"
 #include "server/openai/tool_calls/tool_choice.h"
 #include "server/openai/structured_request.h"
-#include "server/router/kv_transfer_params.h"
+#include "server/openai/kv_transfer_params.h"
 
 namespace tessera::openai {
 

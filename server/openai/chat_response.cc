@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "server/router/kv_transfer_params.h"
+#include "server/openai/kv_transfer_params.h"
 
 namespace tessera::openai {
 

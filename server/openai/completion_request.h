@@ -12,7 +12,7 @@
 #include "scheduler/sampling_params.h"
 #include "server/openai/api_error.h"
 #include "server/openai/request_common.h"
-#include "server/router/kv_transfer_params.h"
+#include "server/openai/kv_transfer_params.h"
 #include "server/openai/structured_request.h"
 
 namespace tessera::openai {

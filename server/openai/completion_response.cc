@@ -1,6 +1,6 @@
 #include "server/openai/completion_response.h"
 
-#include "server/router/kv_transfer_params.h"
+#include "server/openai/kv_transfer_params.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "server/router/kv_transfer_params.h"
+#include "server/openai/kv_transfer_params.h"
 
 #include <string>
 

@@ -1,5 +1,7 @@
 // vLLM's `kv_transfer_params` request/response field (its P/D connector
-// handshake), shared by the instances' OpenAI routes and the router:
+// handshake), read from an instance's requests (HTTP, and gRPC's JSON-text
+// field) and written into its prefill responses; the router only passes the
+// object along (docs/architecture.md, "Disaggregation"):
 //   to a prefill:   {"do_remote_decode": true}
 //   its response:   {"do_remote_prefill": true, "do_remote_decode": false, "remote_engine_id",
 //                    "remote_block_ids", "remote_host", "remote_port", "remote_request_id"}
@@ -11,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "server/openai/api_error.h"
 
