@@ -1,8 +1,14 @@
 #include "server/grpc/convert.h"
 
-#include <cmath>
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "server/openai/chat_messages.h"
 
 namespace tessera::grpc_api {
+
+using openai::Json;
 
 Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const char* field) {
   for (int32_t id : ids) {
@@ -16,81 +22,7 @@ Status CheckTokenIds(const std::vector<int32_t>& ids, int64_t vocab_size, const 
 
 namespace {
 
-using Json = nlohmann::json;  // std::map objects: building a large logit_bias stays O(n log n)
-
-// JSON has no NaN or infinity (nlohmann would write null, i.e. "unset").
-Status PutFloat(const char* key, float v, Json* body) {
-  if (!std::isfinite(v)) return InvalidArgument(std::string("'") + key + "' must be a finite number");
-  (*body)[key] = static_cast<double>(v);
-  return Status::Ok();
-}
-
-// Dumps `body`; strings that are not UTF-8 (protobuf normally refuses them
-// already) are refused as HTTP refuses such bytes in a body.
-StatusOr<std::string> Dump(const Json& body) {
-  try {
-    return body.dump(-1, ' ', false, Json::error_handler_t::strict);
-  } catch (const Json::exception&) {
-    return InvalidArgument("the request holds a string that is not valid UTF-8");
-  }
-}
-
-Status PutSamplingParams(const v1::SamplingParams& p, bool chat, Json* body) {
-  if (p.has_max_tokens()) (*body)["max_tokens"] = p.max_tokens();
-  if (p.has_min_tokens()) (*body)["min_tokens"] = p.min_tokens();
-  if (p.has_temperature()) RETURN_IF_ERROR(PutFloat("temperature", p.temperature(), body));
-  if (p.has_top_p()) RETURN_IF_ERROR(PutFloat("top_p", p.top_p(), body));
-  if (p.has_top_k()) (*body)["top_k"] = p.top_k();
-  if (p.has_min_p()) RETURN_IF_ERROR(PutFloat("min_p", p.min_p(), body));
-  if (p.has_presence_penalty()) RETURN_IF_ERROR(PutFloat("presence_penalty", p.presence_penalty(), body));
-  if (p.has_frequency_penalty()) RETURN_IF_ERROR(PutFloat("frequency_penalty", p.frequency_penalty(), body));
-  if (p.has_repetition_penalty()) RETURN_IF_ERROR(PutFloat("repetition_penalty", p.repetition_penalty(), body));
-  // HTTP's seed is an int64 reinterpreted as the uint64 the engine uses: same bits both ways.
-  if (p.has_seed()) (*body)["seed"] = static_cast<int64_t>(p.seed());
-  if (!p.stop().empty()) (*body)["stop"] = Json(std::vector<std::string>(p.stop().begin(), p.stop().end()));
-  if (!p.stop_token_ids().empty()) {
-    (*body)["stop_token_ids"] = Json(std::vector<int32_t>(p.stop_token_ids().begin(), p.stop_token_ids().end()));
-  }
-  if (p.has_ignore_eos()) (*body)["ignore_eos"] = p.ignore_eos();
-  if (p.has_n()) (*body)["n"] = p.n();
-  // Proto: logprobs unset + top_logprobs set means logprobs on.
-  const bool logprobs = p.has_logprobs() ? p.logprobs() : p.has_top_logprobs();
-  if (chat) {
-    if (p.has_logprobs() || p.has_top_logprobs()) (*body)["logprobs"] = logprobs;
-    if (p.has_top_logprobs()) (*body)["top_logprobs"] = p.top_logprobs();
-  } else if (logprobs) {
-    (*body)["logprobs"] = p.has_top_logprobs() ? p.top_logprobs() : 0;
-  } else if (p.has_top_logprobs()) {
-    return InvalidArgument("'top_logprobs' requires 'logprobs' to be true");
-  }
-  if (!p.logit_bias().empty()) {
-    // At most one entry past the path's limit: the verdict ("too many") is the
-    // same, and the parser never pays for a huge object.
-    Json bias = Json::object();
-    for (const auto& [token, value] : p.logit_bias()) {
-      if (bias.size() > openai::kMaxLogitBias) break;
-      if (!std::isfinite(value)) return InvalidArgument("'logit_bias' values must be finite numbers");
-      bias[std::to_string(token)] = static_cast<double>(value);
-    }
-    (*body)["logit_bias"] = std::move(bias);
-  }
-  if (p.has_skip_special_tokens()) (*body)["skip_special_tokens"] = p.skip_special_tokens();
-  if (p.has_include_stop_str_in_output()) (*body)["include_stop_str_in_output"] = p.include_stop_str_in_output();
-  if (p.has_response_format_type()) {
-    Json rf = {{"type", p.response_format_type()}};
-    if (p.has_json_schema()) rf["json_schema"] = {{"name", "schema"}, {"schema", p.json_schema()}};
-    (*body)["response_format"] = std::move(rf);
-  } else if (p.has_json_schema()) {
-    return InvalidArgument("'json_schema' needs response_format_type \"json_schema\"");
-  }
-  if (p.has_guided_json()) (*body)["guided_json"] = p.guided_json();
-  if (p.has_guided_regex()) (*body)["guided_regex"] = p.guided_regex();
-  if (!p.guided_choice().empty()) {
-    (*body)["guided_choice"] = Json(std::vector<std::string>(p.guided_choice().begin(), p.guided_choice().end()));
-  }
-  if (p.has_guided_grammar()) (*body)["guided_grammar"] = p.guided_grammar();
-  return Status::Ok();
-}
+constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 
 // The GenerateRequest field an HTTP param stands for, where the names differ.
 std::string GrpcFieldOf(const std::string& param, const v1::GenerateRequest& request) {
@@ -99,62 +31,235 @@ std::string GrpcFieldOf(const std::string& param, const v1::GenerateRequest& req
   return "";
 }
 
-Json ChatMessages(const v1::ChatPrompt& chat) {
-  Json messages = Json::array();
-  for (const v1::ChatMessage& m : chat.messages()) messages.push_back({{"role", m.role()}, {"content", m.content()}});
-  return messages;
+// Optional int fields the proto and HTTP share, checked as ReadInt checks them.
+template <typename T>
+std::optional<ApiError> TakeInt(bool has, int64_t v, const char* name, int64_t lo, int64_t hi, T* dst) {
+  if (!has) return std::nullopt;
+  if (auto e = openai::CheckInt(name, v, lo, hi)) return e;
+  *dst = static_cast<T>(v);
+  return std::nullopt;
+}
+
+// logit_bias as the HTTP path reads it: at most one entry past its limit,
+// in the order of the keys' decimal text (a JSON object's order), so the same
+// entry is the one refused.
+std::optional<ApiError> ReadLogitBias(const v1::SamplingParams& p, int64_t vocab, SamplingParams* params) {
+  std::vector<std::pair<std::string, std::pair<int32_t, float>>> entries;
+  for (const auto& [token, value] : p.logit_bias()) {
+    if (entries.size() > openai::kMaxLogitBias) break;
+    entries.push_back({std::to_string(token), {token, value}});
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (entries.size() > openai::kMaxLogitBias) {
+    Json shown = Json::object();
+    for (const auto& [key, e] : entries) shown[key] = static_cast<double>(e.second);
+    return openai::LogitBiasSizeError(shown);
+  }
+  for (const auto& [key, e] : entries) {
+    const auto [token, value] = e;
+    if (!openai::IsTokenId(token, vocab)) return openai::LogitBiasKeyError(key);
+    if (!(value >= -100.0f && value <= 100.0f)) return openai::LogitBiasValueError(Json(static_cast<double>(value)));
+    params->logit_bias[token] = value;
+  }
+  return std::nullopt;
+}
+
+// openai::ParseSamplingFields for the proto: the same fields, checks and order.
+std::optional<ApiError> ReadSampling(const v1::GenerateRequest& request, const openai::RequestLimits& limits,
+                                     SamplingParams* params, openai::StreamFlags* flags) {
+  const v1::SamplingParams& p = request.params();
+  for (const openai::NumberField& f : openai::kNumberFields) {
+    if (std::optional<float> v = SamplingFloat(p, f.name)) {
+      if (auto e = openai::CheckNumber(f.name, *v, f.lo, f.hi, f.lo_open)) return e;
+      params->*f.dst = *v;
+    }
+  }
+  if (auto e = TakeInt(p.has_top_k(), p.top_k(), "top_k", -1, kI32Max, &params->top_k)) return e;
+  if (params->top_k == 0) params->top_k = -1;  // vLLM: 0 disables, like -1
+  if (auto e = TakeInt(p.has_min_tokens(), p.min_tokens(), "min_tokens", 0, kI32Max, &params->min_tokens)) return e;
+  if (auto e = TakeInt(p.has_n(), p.n(), "n", 1, limits.model.max_n, &params->n)) return e;
+  if (p.has_seed()) params->seed = p.seed();
+  if (p.has_ignore_eos()) params->ignore_eos = p.ignore_eos();
+  if (!p.stop().empty()) {
+    std::vector<std::string> stop(p.stop().begin(), p.stop().end());
+    if (!openai::StopFits(stop)) return openai::StopError(Json(stop));
+    params->stop = std::move(stop);
+  }
+  if (!p.stop_token_ids().empty()) {
+    std::vector<int32_t> ids(p.stop_token_ids().begin(), p.stop_token_ids().end());
+    if (ids.size() > openai::kMaxStopTokenIds) return openai::StopTokenIdsError(Json(ids));
+    for (int32_t id : ids) {
+      if (!openai::IsTokenId(id, limits.model.vocab_size)) return openai::StopTokenIdsError(Json(id));
+    }
+    params->stop_token_ids = std::move(ids);
+  }
+  if (!p.logit_bias().empty()) {
+    if (auto e = ReadLogitBias(p, limits.model.vocab_size, params)) return e;
+  }
+  if (request.has_cache_salt()) {
+    if (auto e = openai::CheckCacheSalt(request.cache_salt())) return e;
+    flags->cache_salt = request.cache_salt();
+  }
+  if (p.has_skip_special_tokens()) flags->skip_special_tokens = p.skip_special_tokens();
+  if (p.has_include_stop_str_in_output()) flags->include_stop_str_in_output = p.include_stop_str_in_output();
+  return std::nullopt;
+}
+
+// openai::ParseStructuredOutput for the proto: response_format, then guided_*.
+std::optional<ApiError> ReadStructured(const v1::SamplingParams& p, openai::StructuredOutputSpec* out) {
+  using Kind = openai::StructuredOutputSpec::Kind;
+  if (p.has_response_format_type()) {
+    const std::string& t = p.response_format_type();
+    if (t == "json_object") {
+      if (auto e = openai::AddStructuredOutput(Kind::kJsonObject, "response_format", Json(), out)) return e;
+    } else if (t == "json_schema") {
+      if (!p.has_json_schema()) return openai::TypeError("response_format.json_schema", "an object", Json());
+      if (auto e = openai::AddStructuredOutput(Kind::kJsonSchema, "response_format.json_schema.schema",
+                                               Json(p.json_schema()), out)) {
+        return e;
+      }
+    } else if (t != "text") {
+      return openai::UnsupportedResponseFormat(t);
+    }
+  }
+  if (p.has_guided_json()) {
+    if (auto e = openai::AddStructuredOutput(Kind::kJsonSchema, "guided_json", Json(p.guided_json()), out)) return e;
+  }
+  if (p.has_guided_regex()) {
+    if (auto e = openai::AddStructuredOutput(Kind::kRegex, "guided_regex", Json(p.guided_regex()), out)) return e;
+  }
+  if (!p.guided_choice().empty()) {
+    Json choices(std::vector<std::string>(p.guided_choice().begin(), p.guided_choice().end()));
+    if (auto e = openai::AddStructuredOutput(Kind::kChoice, "guided_choice", choices, out)) return e;
+  }
+  if (p.has_guided_grammar()) {
+    if (auto e = openai::AddStructuredOutput(Kind::kGrammar, "guided_grammar", Json(p.guided_grammar()), out)) {
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadKvTransfer(const v1::GenerateRequest& request, KvTransferRequest* out) {
+  if (!request.has_kv_transfer_params()) return std::nullopt;
+  // A JSON object: CheckGrpcOnly said so.
+  return ParseKvTransferValue(Json::parse(request.kv_transfer_params(), nullptr, false), out);
+}
+
+// The conversation as ParseMessages normalizes it.
+std::optional<ApiError> ReadMessages(const v1::ChatPrompt& chat, Json* messages) {
+  Json list = Json::array();
+  for (const v1::ChatMessage& m : chat.messages()) list.push_back({{"role", m.role()}, {"content", m.content()}});
+  return openai::ParseMessageList(list, messages);
+}
+
+// What an absent field parses to, for the chat fields the proto does not carry.
+const Json& NoFields() {
+  static const Json* none = new Json(Json::object());
+  return *none;
 }
 
 }  // namespace
 
-StatusOr<std::string> GenerateRequestToJson(const v1::GenerateRequest& request, bool* chat) {
-  Json body = Json::object();
-  *chat = false;
-  switch (request.prompt_case()) {
-    case v1::GenerateRequest::kText:
-      body["prompt"] = request.text().text();
-      if (request.text().has_add_special_tokens()) body["add_special_tokens"] = request.text().add_special_tokens();
-      break;
-    case v1::GenerateRequest::kTokenIds:
-      body["prompt"] = Json(std::vector<int32_t>(request.token_ids().ids().begin(), request.token_ids().ids().end()));
-      break;
-    case v1::GenerateRequest::kChat:
-      *chat = true;
-      body["messages"] = ChatMessages(request.chat());
-      if (request.chat().has_add_generation_prompt()) {
-        body["add_generation_prompt"] = request.chat().add_generation_prompt();
+std::optional<ApiError> ToCompletionRequest(const v1::GenerateRequest& request, const openai::RequestLimits& limits,
+                                            openai::CompletionRequest* out) {
+  openai::CompletionRequest r;
+  r.model = limits.served_model_name;
+  openai::PromptInput prompt;
+  if (request.has_text()) {
+    if (request.text().text().empty()) return openai::EmptyPromptError();
+    prompt.text = request.text().text();
+  } else {
+    const auto& ids = request.token_ids().ids();
+    if (ids.empty()) return openai::PromptTypeError(Json::array());
+    for (int32_t id : ids) {
+      if (!openai::IsTokenId(id, limits.model.vocab_size)) {
+        return openai::PromptTokenIdError(limits.model.vocab_size, Json(id));
       }
-      break;
-    case v1::GenerateRequest::PROMPT_NOT_SET:
-      return InvalidArgument("'prompt' is required: set one of 'text', 'token_ids' or 'chat'");
+    }
+    prompt.token_ids.assign(ids.begin(), ids.end());
   }
-  RETURN_IF_ERROR(PutSamplingParams(request.params(), *chat, &body));
-  if (request.has_cache_salt()) body["cache_salt"] = request.cache_salt();
-  if (request.has_kv_transfer_params()) {
-    Json kv = Json::parse(request.kv_transfer_params(), nullptr, /*allow_exceptions=*/false);
-    if (!kv.is_object()) return InvalidArgument("'kv_transfer_params' must be a JSON object (as text)");
-    body["kv_transfer_params"] = std::move(kv);
+  r.prompts.push_back(std::move(prompt));
+  const v1::SamplingParams& p = request.params();
+  if (auto e = ReadStructured(p, &r.structured)) return e;
+  if (request.has_text() && request.text().has_add_special_tokens()) {
+    r.add_special_tokens = request.text().add_special_tokens();
   }
-  return Dump(body);
+  if (auto e = ReadKvTransfer(request, &r.kv_transfer)) return e;
+
+  openai::StreamFlags flags;
+  if (auto e = ReadSampling(request, limits, &r.params, &flags)) return e;
+  r.params.max_tokens = openai::kDefaultCompletionMaxTokens;
+  if (auto e = TakeInt(p.has_max_tokens(), p.max_tokens(), "max_tokens", 1, kI32Max, &r.params.max_tokens)) {
+    return e;
+  }
+  if (WantsLogprobs(p)) {
+    const int32_t k = p.has_top_logprobs() ? p.top_logprobs() : 0;
+    if (auto e = openai::CheckInt("logprobs", k, 0, limits.model.max_logprobs)) return e;
+    r.logprobs = k;
+    r.params.logprobs = true;
+    r.params.top_logprobs = k;
+  }
+  r.params.prompt_logprobs = r.prompt_logprobs;
+  if (auto e = openai::CheckMinTokens(r.params)) return e;
+  if (auto e = openai::ValidateParams(r.params, limits)) return e;
+  r.skip_special_tokens = flags.skip_special_tokens;
+  r.include_stop_str_in_output = flags.include_stop_str_in_output;
+  r.cache_salt = flags.cache_salt;
+  *out = std::move(r);
+  return std::nullopt;
 }
 
-StatusOr<std::string> TokenizeRequestToJson(const v1::TokenizeRequest& request) {
-  Json body = Json::object();
-  switch (request.prompt_case()) {
-    case v1::TokenizeRequest::kText:
-      body["prompt"] = request.text().text();
-      if (request.text().has_add_special_tokens()) body["add_special_tokens"] = request.text().add_special_tokens();
-      break;
-    case v1::TokenizeRequest::kChat:
-      body["messages"] = ChatMessages(request.chat());
-      if (request.chat().has_add_generation_prompt()) {
-        body["add_generation_prompt"] = request.chat().add_generation_prompt();
-      }
-      break;
-    case v1::TokenizeRequest::PROMPT_NOT_SET:
-      return InvalidArgument("'prompt' is required: set 'text' or 'chat'");
+std::optional<ApiError> ToChatRequest(const v1::GenerateRequest& request, const openai::RequestLimits& limits,
+                                      openai::ChatRequest* out) {
+  openai::ChatRequest r;
+  r.model = limits.served_model_name;
+  if (auto e = ReadMessages(request.chat(), &r.messages)) return e;
+  if (auto e = openai::ParseTools(NoFields(), &r.tools)) return e;
+  if (auto e = openai::ParseTemplateKwargs(NoFields(), &r.template_kwargs)) return e;
+  if (request.chat().has_add_generation_prompt()) r.add_generation_prompt = request.chat().add_generation_prompt();
+  if (auto e = openai::tools::ParseToolChoice(NoFields(), r.tools, &r.tool_choice)) return e;
+  if (auto e = ReadKvTransfer(request, &r.kv_transfer)) return e;
+  const v1::SamplingParams& p = request.params();
+  if (auto e = ReadStructured(p, &r.structured)) return e;
+
+  openai::StreamFlags flags;
+  if (auto e = ReadSampling(request, limits, &r.params, &flags)) return e;
+  if (auto e = TakeInt(p.has_max_tokens(), p.max_tokens(), "max_tokens", 1, kI32Max, &r.params.max_tokens)) {
+    return e;
   }
-  return Dump(body);
+  std::optional<int64_t> top;
+  if (p.has_top_logprobs()) {
+    if (auto e = openai::CheckInt("top_logprobs", p.top_logprobs(), 0, openai::kMaxChatTopLogprobs)) return e;
+    top = p.top_logprobs();
+  }
+  if (auto e = openai::SetChatLogprobs(WantsLogprobs(p), top, &r)) return e;
+  if (auto e = openai::CheckMinTokens(r.params)) return e;
+  if (auto e = openai::ValidateParams(r.params, limits)) return e;
+  r.skip_special_tokens = flags.skip_special_tokens;
+  r.include_stop_str_in_output = flags.include_stop_str_in_output;
+  r.cache_salt = flags.cache_salt;
+  *out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ToTokenizeRequest(const v1::TokenizeRequest& request, const openai::RequestLimits& limits,
+                                          openai::TokenizeRequest* out) {
+  openai::TokenizeRequest r;
+  r.model = limits.served_model_name;
+  if (request.has_text()) {
+    r.prompt = request.text().text();
+    r.add_special_tokens = !request.text().has_add_special_tokens() || request.text().add_special_tokens();
+  } else {
+    r.is_chat = true;
+    r.add_special_tokens = false;
+    if (auto e = ReadMessages(request.chat(), &r.messages)) return e;
+    if (auto e = openai::ParseTools(NoFields(), &r.tools)) return e;
+    if (auto e = openai::ParseTemplateKwargs(NoFields(), &r.template_kwargs)) return e;
+    r.add_generation_prompt = !request.chat().has_add_generation_prompt() || request.chat().add_generation_prompt();
+  }
+  *out = std::move(r);
+  return std::nullopt;
 }
 
 StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, const v1::GenerateRequest& request,
@@ -162,32 +267,36 @@ StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, co
   if (request.request_id().size() > kMaxRequestIdBytes) {
     return InvalidArgument("'request_id' must be at most " + std::to_string(kMaxRequestIdBytes) + " bytes");
   }
-  bool chat = false;
-  ASSIGN_OR_RETURN(std::string body, GenerateRequestToJson(request, &chat));
+  RETURN_IF_ERROR(CheckGrpcOnly(request));
   GenerateInput in;
-  if (chat) {
+  std::optional<ApiError> err;
+  if (request.has_chat()) {
+    openai::ChatRequest parsed;
     openai::PreparedChat prepared;
-    if (auto err = openai::PrepareChat(model, body, &prepared)) {
-      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
-    }
-    in = std::move(prepared.input);
+    err = ToChatRequest(request, model.limits, &parsed);
+    if (!err) err = openai::PrepareParsedChat(model, std::move(parsed), &prepared);
+    if (!err) in = std::move(prepared.input);
   } else {
+    openai::CompletionRequest parsed;
     openai::PreparedCompletion prepared;
-    if (auto err = openai::PrepareCompletion(model, body, &prepared)) {
-      return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
-    }
-    if (prepared.inputs.size() != 1) return InvalidArgument("'prompt' must be a single prompt");
-    in = std::move(prepared.inputs[0]);
+    err = ToCompletionRequest(request, model.limits, &parsed);
+    if (!err) err = openai::PrepareParsedCompletion(model, std::move(parsed), &prepared);
+    if (!err) in = std::move(prepared.inputs[0]);  // one prompt
   }
+  if (err) return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
   in.request_id = request.request_id().empty() ? request_id : request.request_id();
   return in;
 }
 
 StatusOr<std::vector<int32_t>> TokenizePrompt(const openai::RequestModel& model, const v1::TokenizeRequest& request) {
-  ASSIGN_OR_RETURN(std::string body, TokenizeRequestToJson(request));
+  if (request.prompt_case() == v1::TokenizeRequest::PROMPT_NOT_SET) {
+    return InvalidArgument("'prompt' is required: set 'text' or 'chat'");
+  }
   openai::TokenizeRequest parsed;
   std::vector<int32_t> ids;
-  if (auto err = openai::PrepareTokenize(model, body, &parsed, &ids)) return StatusFromApiError(*err);
+  std::optional<ApiError> err = ToTokenizeRequest(request, model.limits, &parsed);
+  if (!err) err = openai::PrepareParsedTokenize(model, parsed, &ids);
+  if (err) return StatusFromApiError(*err);
   return ids;
 }
 

@@ -146,11 +146,15 @@ std::optional<ApiError> CheckSchema(const Json& schema, const std::string& at, i
 std::optional<ApiError> ParseMessages(const Json& body, Json* messages) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) return BadRequest("'messages' is required", "messages");
-  if (!it->is_array() || it->empty()) return TypeError("messages", "a non-empty array of messages", *it);
+  return ParseMessageList(*it, messages);
+}
+
+std::optional<ApiError> ParseMessageList(const Json& list, Json* messages) {
+  if (!list.is_array() || list.empty()) return TypeError("messages", "a non-empty array of messages", list);
   Json out = Json::array();
-  for (size_t i = 0; i < it->size(); ++i) {
+  for (size_t i = 0; i < list.size(); ++i) {
     Json m;
-    if (auto e = ParseMessage((*it)[i], i, &m)) return e;
+    if (auto e = ParseMessage(list[i], i, &m)) return e;
     out.push_back(std::move(m));
   }
   *messages = std::move(out);

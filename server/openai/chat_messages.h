@@ -16,6 +16,8 @@ namespace tessera::openai {
 // tool). Output: [{"role", "content", + name, tool_calls, tool_call_id,
 // reasoning_content when given}]. Errors name e.g. "messages[2].role".
 std::optional<ApiError> ParseMessages(const Json& body, Json* messages);
+// The same for the value of `messages` (a front end that holds the list itself).
+std::optional<ApiError> ParseMessageList(const Json& list, Json* messages);
 
 // `tools`: null/absent -> null; else an array of {"type":"function",
 // "function":{"name": string, ...}}, passed through as given.

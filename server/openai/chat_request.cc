@@ -47,19 +47,13 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ParseSamplingFields(body, limits, &r.params, &flags)) return e;
   if (auto e = ReadMaxTokens(body, &r.params)) return e;
 
-  if (auto e = ReadBool(body, "logprobs", "logprobs", &r.logprobs)) return e;
+  bool logprobs = false;
+  if (auto e = ReadBool(body, "logprobs", "logprobs", &logprobs)) return e;
   std::optional<int64_t> top;
-  if (auto e = ReadInt(body, "top_logprobs", "top_logprobs", 0, 20, &top)) return e;
-  if (top && !r.logprobs) {
-    return BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
-  }
-  r.top_logprobs = top ? static_cast<int32_t>(*top) : 0;
-  r.params.logprobs = r.logprobs;
-  r.params.top_logprobs = r.top_logprobs;
+  if (auto e = ReadInt(body, "top_logprobs", "top_logprobs", 0, kMaxChatTopLogprobs, &top)) return e;
+  if (auto e = SetChatLogprobs(logprobs, top, &r)) return e;
 
-  if (r.params.max_tokens && r.params.min_tokens > *r.params.max_tokens) {
-    return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
-  }
+  if (auto e = CheckMinTokens(r.params)) return e;
   if (auto e = ValidateParams(r.params, limits)) return e;
   r.stream = flags.stream;
   r.include_usage = flags.include_usage;
@@ -68,6 +62,17 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   r.include_stop_str_in_output = flags.include_stop_str_in_output;
   r.cache_salt = flags.cache_salt;
   *out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<ApiError> SetChatLogprobs(bool logprobs, std::optional<int64_t> top_logprobs, ChatRequest* r) {
+  if (top_logprobs && !logprobs) {
+    return BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+  r->logprobs = logprobs;
+  r->top_logprobs = top_logprobs ? static_cast<int32_t>(*top_logprobs) : 0;
+  r->params.logprobs = r->logprobs;
+  r->params.top_logprobs = r->top_logprobs;
   return std::nullopt;
 }
 

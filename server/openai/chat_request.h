@@ -49,6 +49,12 @@ struct ChatRequest {
 // PrepareChat builds (tool_grammar.h).
 std::optional<ApiError> ParseChatRequest(std::string_view body, const RequestLimits& limits, ChatRequest* out);
 
+// top_logprobs' range on chat (OpenAI's).
+inline constexpr int64_t kMaxChatTopLogprobs = 20;
+// Sets logprobs / top_logprobs (top_logprobs already range-checked): 400 when
+// top_logprobs is given without logprobs. Shared with typed front ends (gRPC).
+std::optional<ApiError> SetChatLogprobs(bool logprobs, std::optional<int64_t> top_logprobs, ChatRequest* r);
+
 // What `echo` prepends to the generated content: the last message's content
 // when echo is set, continue_final_message is true and that message is the
 // assistant's; "" otherwise (echo is then ignored).

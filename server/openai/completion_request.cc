@@ -7,15 +7,13 @@ namespace tessera::openai {
 namespace {
 
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
-constexpr const char* kPromptExpect =
-    "a non-empty string, array of strings, array of token ids or array of arrays of token ids";
 
 std::optional<ApiError> ReadTokenIds(const Json& ids, int64_t vocab, PromptInput* out) {
   if (ids.empty()) return BadRequest("'prompt' must not contain an empty list of token ids", "prompt");
   out->token_ids.reserve(ids.size());
   for (const Json& t : ids) {
     if (!IsTokenId(t, vocab)) {
-      return TypeError("prompt", "made of token ids inside the vocabulary (" + std::to_string(vocab) + ")", t);
+      return PromptTokenIdError(vocab, t);
     }
     out->token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
@@ -29,11 +27,11 @@ std::optional<ApiError> ReadPrompts(const Json& body, const RequestLimits& limit
   const int64_t vocab = limits.model.vocab_size;
   out->clear();
   if (p.is_string()) {
-    if (p.get_ref<const std::string&>().empty()) return BadRequest("'prompt' must not be empty", "prompt");
+    if (p.get_ref<const std::string&>().empty()) return EmptyPromptError();
     out->push_back({p.get<std::string>(), {}});
     return std::nullopt;
   }
-  if (!p.is_array() || p.empty()) return TypeError("prompt", kPromptExpect, p);
+  if (!p.is_array() || p.empty()) return PromptTypeError(p);
   const Json& first = p.front();
   if (first.is_number()) {  // one prompt of token ids
     PromptInput in;
@@ -47,12 +45,12 @@ std::optional<ApiError> ReadPrompts(const Json& body, const RequestLimits& limit
   for (const Json& item : p) {
     PromptInput in;
     if (first.is_string() && item.is_string()) {
-      if (item.get_ref<const std::string&>().empty()) return BadRequest("'prompt' must not be empty", "prompt");
+      if (item.get_ref<const std::string&>().empty()) return EmptyPromptError();
       in.text = item.get<std::string>();
     } else if (first.is_array() && item.is_array()) {
       if (auto e = ReadTokenIds(item, vocab, &in)) return e;
     } else {
-      return TypeError("prompt", kPromptExpect, p);
+      return PromptTypeError(p);
     }
     out->push_back(std::move(in));
   }
@@ -60,6 +58,17 @@ std::optional<ApiError> ReadPrompts(const Json& body, const RequestLimits& limit
 }
 
 }  // namespace
+
+ApiError PromptTypeError(const Json& shown) {
+  return TypeError("prompt",
+                   "a non-empty string, array of strings, array of token ids or array of arrays of token ids", shown);
+}
+
+ApiError EmptyPromptError() { return BadRequest("'prompt' must not be empty", "prompt"); }
+
+ApiError PromptTokenIdError(int64_t vocab_size, const Json& shown) {
+  return TypeError("prompt", "made of token ids inside the vocabulary (" + std::to_string(vocab_size) + ")", shown);
+}
 
 std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const RequestLimits& limits,
                                                CompletionRequest* out) {
@@ -105,9 +114,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
     r.params.prompt_logprobs = std::max(r.params.prompt_logprobs.value_or(0), *r.logprobs);
   }
 
-  if (r.params.max_tokens && r.params.min_tokens > *r.params.max_tokens) {
-    return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
-  }
+  if (auto e = CheckMinTokens(r.params)) return e;
   if (auto e = ValidateParams(r.params, limits)) return e;
   r.stream = flags.stream;
   r.include_usage = flags.include_usage;

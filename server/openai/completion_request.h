@@ -53,4 +53,10 @@ struct CompletionRequest {
 std::optional<ApiError> ParseCompletionRequest(std::string_view body, const RequestLimits& limits,
                                                CompletionRequest* out);
 
+// The prompt's refusals, shared with typed front ends (gRPC): `prompt` of the
+// wrong shape, an empty text prompt, a token id outside the vocabulary.
+ApiError PromptTypeError(const Json& shown);
+ApiError EmptyPromptError();
+ApiError PromptTokenIdError(int64_t vocab_size, const Json& shown);
+
 }  // namespace tessera::openai

@@ -17,9 +17,14 @@ ApiError FieldError(const std::string& field, const std::string& expect) {
 std::optional<ApiError> ParseKvTransferParams(const Json& body, KvTransferRequest* out) {
   *out = {};
   auto it = body.find("kv_transfer_params");
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object()) return BadRequest("'kv_transfer_params' must be an object", "kv_transfer_params");
-  const Json& p = *it;
+  if (it == body.end()) return std::nullopt;
+  return ParseKvTransferValue(*it, out);
+}
+
+std::optional<ApiError> ParseKvTransferValue(const Json& p, KvTransferRequest* out) {
+  *out = {};
+  if (p.is_null()) return std::nullopt;
+  if (!p.is_object()) return BadRequest("'kv_transfer_params' must be an object", "kv_transfer_params");
   auto flag = [&](const char* key, bool* v) -> std::optional<ApiError> {
     auto f = p.find(key);
     if (f == p.end() || f->is_null()) return std::nullopt;

@@ -26,6 +26,8 @@ struct KvTransferRequest {
 // Reads body["kv_transfer_params"] (absent or null: nothing asked). 400 naming
 // the field on a wrong type or an incomplete do_remote_prefill object.
 std::optional<ApiError> ParseKvTransferParams(const nlohmann::ordered_json& body, KvTransferRequest* out);
+// The same for the field's value (null: nothing asked).
+std::optional<ApiError> ParseKvTransferValue(const nlohmann::ordered_json& value, KvTransferRequest* out);
 
 // The prefill response's kv_transfer_params for `info`.
 nlohmann::ordered_json KvTransferParamsJson(const KvExportInfo& info);

@@ -20,24 +20,22 @@ std::string Abbrev(const Json& v) {
 
 std::string P(std::string_view param) { return std::string(param); }
 
+// Every fault of `stop` gets the same words, whichever is found first.
 std::optional<ApiError> ReadStop(const Json& body, SamplingParams* params) {
   auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  const char* expect = "a string or an array of at most 16 strings of at most 1024 bytes";
   std::vector<std::string> stop;
   if (it->is_string()) {
     stop.push_back(it->get_ref<const std::string&>());
   } else if (it->is_array() && it->size() <= static_cast<size_t>(kMaxStopStrings)) {
     for (const Json& s : *it) {
-      if (!s.is_string()) return TypeError("stop", expect, *it);
+      if (!s.is_string()) return StopError(*it);
       stop.push_back(s.get_ref<const std::string&>());
     }
   } else {
-    return TypeError("stop", expect, *it);
+    return StopError(*it);
   }
-  for (const std::string& s : stop) {
-    if (s.size() > kMaxStopStringBytes) return TypeError("stop", expect, *it);
-  }
+  if (!StopFits(stop)) return StopError(*it);
   params->stop = std::move(stop);
   return std::nullopt;
 }
@@ -45,11 +43,10 @@ std::optional<ApiError> ReadStop(const Json& body, SamplingParams* params) {
 std::optional<ApiError> ReadStopTokenIds(const Json& body, const RequestLimits& limits, SamplingParams* params) {
   auto it = body.find("stop_token_ids");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  const char* expect = "an array of at most 1024 token ids inside the vocabulary";
-  if (!it->is_array() || it->size() > kMaxStopTokenIds) return TypeError("stop_token_ids", expect, *it);
+  if (!it->is_array() || it->size() > kMaxStopTokenIds) return StopTokenIdsError(*it);
   params->stop_token_ids.clear();
   for (const Json& t : *it) {
-    if (!IsTokenId(t, limits.model.vocab_size)) return TypeError("stop_token_ids", expect, t);
+    if (!IsTokenId(t, limits.model.vocab_size)) return StopTokenIdsError(t);
     params->stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   return std::nullopt;
@@ -59,9 +56,7 @@ std::optional<ApiError> ReadStopTokenIds(const Json& body, const RequestLimits& 
 std::optional<ApiError> ReadLogitBias(const Json& body, const RequestLimits& limits, SamplingParams* params) {
   auto it = body.find("logit_bias");
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_object() || it->size() > kMaxLogitBias) {
-    return TypeError("logit_bias", "an object of at most 1024 token id -> bias entries", *it);
-  }
+  if (!it->is_object() || it->size() > kMaxLogitBias) return LogitBiasSizeError(*it);
   params->logit_bias.clear();
   const int64_t vocab = limits.model.vocab_size;
   for (const auto& [key, value] : it->items()) {
@@ -70,12 +65,10 @@ std::optional<ApiError> ReadLogitBias(const Json& body, const RequestLimits& lim
     auto [ptr, ec] = std::from_chars(key.data(), end, id);
     if (key.empty() || ec != std::errc() || ptr != end || id < 0 || id > std::numeric_limits<int32_t>::max() ||
         (vocab > 0 && id >= vocab)) {
-      return BadRequest("'logit_bias' keys must be token ids inside the vocabulary, got \"" +
-                            std::string(key.substr(0, 32)) + "\"",
-                        "logit_bias");
+      return LogitBiasKeyError(key);
     }
     if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
-      return TypeError("logit_bias", "an object whose values are numbers in [-100, 100]", value);
+      return LogitBiasValueError(value);
     }
     params->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(value.get<double>());
   }
@@ -98,6 +91,76 @@ std::optional<ApiError> ReadStreamOptions(const Json& body, StreamFlags* flags) 
 
 ApiError TypeError(std::string_view param, std::string_view expect, const Json& value) {
   return BadRequest("'" + P(param) + "' must be " + P(expect) + ", got " + Abbrev(value), P(param));
+}
+
+ApiError IntRangeError(std::string_view param, int64_t lo, int64_t hi, const Json& shown) {
+  return TypeError(param, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", shown);
+}
+
+ApiError NumberRangeError(std::string_view param, double lo, double hi, bool lo_open, const Json& shown) {
+  auto fmt = [](double d) {
+    std::string s = Json(d).dump();
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  };
+  return TypeError(param, "a number in " + std::string(lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "]", shown);
+}
+
+std::optional<ApiError> CheckInt(std::string_view param, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) return IntRangeError(param, lo, hi, Json(v));
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckNumber(std::string_view param, double v, double lo, double hi, bool lo_open) {
+  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
+    return NumberRangeError(param, lo, hi, lo_open, Json(v));
+  }
+  return std::nullopt;
+}
+
+bool StopFits(const std::vector<std::string>& stop) {
+  if (stop.size() > static_cast<size_t>(kMaxStopStrings)) return false;
+  for (const std::string& s : stop) {
+    if (s.size() > kMaxStopStringBytes) return false;
+  }
+  return true;
+}
+
+ApiError StopError(const Json& shown) {
+  return TypeError("stop", "a string or an array of at most 16 strings of at most 1024 bytes", shown);
+}
+
+ApiError StopTokenIdsError(const Json& shown) {
+  return TypeError("stop_token_ids", "an array of at most 1024 token ids inside the vocabulary", shown);
+}
+
+ApiError LogitBiasSizeError(const Json& shown) {
+  return TypeError("logit_bias", "an object of at most 1024 token id -> bias entries", shown);
+}
+
+ApiError LogitBiasKeyError(std::string_view key) {
+  return BadRequest("'logit_bias' keys must be token ids inside the vocabulary, got \"" +
+                        std::string(key.substr(0, 32)) + "\"",
+                    "logit_bias");
+}
+
+ApiError LogitBiasValueError(const Json& shown) {
+  return TypeError("logit_bias", "an object whose values are numbers in [-100, 100]", shown);
+}
+
+std::optional<ApiError> CheckCacheSalt(const std::string& salt) {
+  if (salt.empty() || salt.size() > kMaxCacheSaltBytes) {
+    return TypeError("cache_salt", "a non-empty string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes",
+                     Json(salt));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckMinTokens(const SamplingParams& params) {
+  if (params.max_tokens && params.min_tokens > *params.max_tokens) {
+    return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> ParseBodyObject(std::string_view body, Json* out) {
@@ -143,13 +206,12 @@ std::optional<ApiError> ReadInt(const Json& obj, const char* key, std::string_vi
                                 std::optional<int64_t>* out) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return std::nullopt;
-  const std::string expect = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   // number_unsigned above INT64_MAX never fits; number_float is rejected.
   if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t{INT64_MAX})) {
-    return TypeError(param, expect, *it);
+    return IntRangeError(param, lo, hi, *it);
   }
   const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) return TypeError(param, expect, *it);
+  if (v < lo || v > hi) return IntRangeError(param, lo, hi, *it);
   *out = v;
   return std::nullopt;
 }
@@ -158,15 +220,11 @@ std::optional<ApiError> ReadNumber(const Json& obj, const char* key, std::string
                                    bool lo_open, std::optional<double>* out) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return std::nullopt;
-  auto fmt = [](double d) {
-    std::string s = Json(d).dump();
-    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
-    return s;
-  };
-  const std::string expect = "a number in " + std::string(lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "]";
-  if (!it->is_number()) return TypeError(param, expect, *it);
+  if (!it->is_number()) return NumberRangeError(param, lo, hi, lo_open, *it);
   const double v = it->get<double>();
-  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) return TypeError(param, expect, *it);
+  if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo)) {
+    return NumberRangeError(param, lo, hi, lo_open, *it);
+  }
   *out = v;
   return std::nullopt;
 }
@@ -178,8 +236,11 @@ bool IsTokenId(const Json& v, int64_t vocab_size) {
     return u <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) &&
            (vocab_size <= 0 || u < static_cast<uint64_t>(vocab_size));
   }
-  const int64_t i = v.get<int64_t>();
-  return i >= 0 && i <= std::numeric_limits<int32_t>::max() && (vocab_size <= 0 || i < vocab_size);
+  return IsTokenId(v.get<int64_t>(), vocab_size);
+}
+
+bool IsTokenId(int64_t id, int64_t vocab_size) {
+  return id >= 0 && id <= std::numeric_limits<int32_t>::max() && (vocab_size <= 0 || id < vocab_size);
 }
 
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits, SamplingParams* params,
@@ -198,12 +259,9 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
     if (v) *dst = static_cast<int32_t>(*v);
     return std::nullopt;
   };
-  if (auto e = num("temperature", 0, 2, false, &params->temperature)) return e;
-  if (auto e = num("top_p", 0, 1, true, &params->top_p)) return e;
-  if (auto e = num("min_p", 0, 1, false, &params->min_p)) return e;
-  if (auto e = num("presence_penalty", -2, 2, false, &params->presence_penalty)) return e;
-  if (auto e = num("frequency_penalty", -2, 2, false, &params->frequency_penalty)) return e;
-  if (auto e = num("repetition_penalty", 0, 2, true, &params->repetition_penalty)) return e;
+  for (const NumberField& f : kNumberFields) {
+    if (auto e = num(f.name, f.lo, f.hi, f.lo_open, &(params->*f.dst))) return e;
+  }
   if (auto e = i32("top_k", -1, kI32Max, &params->top_k)) return e;
   if (params->top_k == 0) params->top_k = -1;  // vLLM: 0 disables, like -1
   if (auto e = i32("min_tokens", 0, kI32Max, &params->min_tokens)) return e;
@@ -228,11 +286,11 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
   std::string ignored;
   if (auto e = ReadString(body, "user", "user", &ignored)) return e;
   if (auto it = body.find("cache_salt"); it != body.end() && !it->is_null()) {
-    if (!it->is_string() || it->get_ref<const std::string&>().empty() ||
-        it->get_ref<const std::string&>().size() > kMaxCacheSaltBytes) {
+    if (!it->is_string()) {
       return TypeError("cache_salt", "a non-empty string of at most " + std::to_string(kMaxCacheSaltBytes) + " bytes",
                        *it);
     }
+    if (auto e = CheckCacheSalt(it->get_ref<const std::string&>())) return e;
     flags->cache_salt = it->get<std::string>();
   }
   if (auto e = ReadBool(body, "skip_special_tokens", "skip_special_tokens", &flags->skip_special_tokens)) return e;
@@ -266,12 +324,7 @@ std::optional<ApiError> RefuseUnenforced(const Json& body) {
 std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits) {
   Status s = params.Validate(limits.model);
   if (s.ok()) return std::nullopt;
-  const std::string& m = s.message();
-  std::string param;
-  if (size_t a = m.find('\''); a != std::string::npos) {
-    if (size_t b = m.find('\'', a + 1); b != std::string::npos) param = m.substr(a + 1, b - a - 1);
-  }
-  return BadRequest(m, param);
+  return BadRequest(s.message(), QuotedParam(s.message()));
 }
 
 ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int64_t max_model_len,

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,7 @@ std::optional<ApiError> ReadNumber(const Json& obj, const char* key, std::string
 
 // A token id: a JSON integer in [0, vocab_size) (any >= 0 when vocab_size is 0).
 bool IsTokenId(const Json& v, int64_t vocab_size);
+bool IsTokenId(int64_t id, int64_t vocab_size);
 
 // Flags shared by both generation endpoints besides SamplingParams.
 struct StreamFlags {
@@ -79,6 +81,51 @@ struct StreamFlags {
 // include_stop_str_in_output. Not max_tokens or logprobs (they differ).
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
                                             SamplingParams* params, StreamFlags* flags);
+
+// --- The refusals' words and ranges, shared with front ends whose fields are
+// already typed (gRPC: server/grpc/convert.h), so that both refuse the same
+// request with the same message. `shown`: the offending value as JSON shows it.
+
+// "'<param>' must be an integer in [lo, hi], got <shown>".
+ApiError IntRangeError(std::string_view param, int64_t lo, int64_t hi, const Json& shown);
+// "'<param>' must be a number in [lo, hi] (or (lo, hi]), got <shown>".
+ApiError NumberRangeError(std::string_view param, double lo, double hi, bool lo_open, const Json& shown);
+// Typed checks: a value outside the range is the error above, the value shown.
+std::optional<ApiError> CheckInt(std::string_view param, int64_t v, int64_t lo, int64_t hi);
+std::optional<ApiError> CheckNumber(std::string_view param, double v, double lo, double hi, bool lo_open);
+
+// The float sampling fields, in the order ParseSamplingFields reads them
+// (a request with several faults is refused for the first), with their ranges.
+struct NumberField {
+  const char* name;
+  double lo;
+  double hi;
+  bool lo_open;
+  float SamplingParams::*dst;
+};
+inline constexpr NumberField kNumberFields[] = {
+    {"temperature", 0, 2, false, &SamplingParams::temperature},
+    {"top_p", 0, 1, true, &SamplingParams::top_p},
+    {"min_p", 0, 1, false, &SamplingParams::min_p},
+    {"presence_penalty", -2, 2, false, &SamplingParams::presence_penalty},
+    {"frequency_penalty", -2, 2, false, &SamplingParams::frequency_penalty},
+    {"repetition_penalty", 0, 2, true, &SamplingParams::repetition_penalty},
+};
+
+// stop: at most kMaxStopStrings strings of at most kMaxStopStringBytes.
+bool StopFits(const std::vector<std::string>& stop);
+ApiError StopError(const Json& shown);
+// stop_token_ids: at most kMaxStopTokenIds ids inside the vocabulary.
+ApiError StopTokenIdsError(const Json& shown);
+// logit_bias: at most kMaxLogitBias entries, keys token ids inside the
+// vocabulary (`key` as sent), values in [-100, 100].
+ApiError LogitBiasSizeError(const Json& shown);
+ApiError LogitBiasKeyError(std::string_view key);
+ApiError LogitBiasValueError(const Json& shown);
+// cache_salt: a non-empty string of at most kMaxCacheSaltBytes.
+std::optional<ApiError> CheckCacheSalt(const std::string& salt);
+// min_tokens above max_tokens.
+std::optional<ApiError> CheckMinTokens(const SamplingParams& params);
 
 // Fields that ask for behaviour the server does not enforce
 // (allowed_token_ids, bad_words, logits_processors, legacy functions, beam

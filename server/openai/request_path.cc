@@ -84,8 +84,15 @@ RequestModel RequestModelOf(const ServingEngine& engine) {
 }
 
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out) {
+  CompletionRequest request;
+  if (auto err = ParseCompletionRequest(body, model.limits, &request)) return err;
+  return PrepareParsedCompletion(model, std::move(request), out);
+}
+
+std::optional<ApiError> PrepareParsedCompletion(const RequestModel& model, CompletionRequest request,
+                                                PreparedCompletion* out) {
   PreparedCompletion p;
-  if (auto err = ParseCompletionRequest(body, model.limits, &p.request)) return err;
+  p.request = std::move(request);
   CompletionRequest& req = p.request;
   if (auto err = CompileStructuredOutput(req.structured, model.structured, &req.params)) return err;
   for (PromptInput& prompt : req.prompts) {  // token ids move to the input; text stays (echo)
@@ -103,8 +110,14 @@ std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string
 }
 
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out) {
+  ChatRequest request;
+  if (auto err = ParseChatRequest(body, model.limits, &request)) return err;
+  return PrepareParsedChat(model, std::move(request), out);
+}
+
+std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest request, PreparedChat* out) {
   PreparedChat p;
-  if (auto err = ParseChatRequest(body, model.limits, &p.request)) return err;
+  p.request = std::move(request);
   if (auto err = CompileStructuredOutput(p.request.structured, model.structured, &p.request.params)) return err;
   const ChatRequest& req = p.request;
   if (req.tool_choice.mode == tools::ToolChoiceMode::kAuto && model.output.tool_parser == tools::ToolParserKind::kNone) {
@@ -152,15 +165,21 @@ std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view 
 std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_view body, TokenizeRequest* request,
                                         std::vector<int32_t>* ids) {
   if (auto err = ParseTokenizeRequest(body, model.limits, request)) return err;
-  std::string text = request->prompt;
-  if (request->is_chat) {
+  return PrepareParsedTokenize(model, *request, ids);
+}
+
+std::optional<ApiError> PrepareParsedTokenize(const RequestModel& model, const TokenizeRequest& request,
+                                              std::vector<int32_t>* ids) {
+  std::string text = request.prompt;
+  if (request.is_chat) {
     StatusOr<std::string> rendered =
-        RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, request->messages),
-                         request->tools, request->add_generation_prompt, request->template_kwargs);
+        RenderChatPrompt(model.chat_template, model.limits.served_model_name,
+                         TemplateMessages(model, request.messages), request.tools, request.add_generation_prompt,
+                         request.template_kwargs);
     if (!rendered.ok()) return RenderError(rendered.status());
     text = std::move(*rendered);
   }
-  *ids = model.tokenizer->Encode(text, request->add_special_tokens);
+  *ids = model.tokenizer->Encode(text, request.add_special_tokens);
   return std::nullopt;
 }
 

@@ -1,9 +1,9 @@
-// The one request path of both front ends: an OpenAI request body (HTTP's
-// own, or the JSON the gRPC service turns its proto into) -> parsed and
-// validated (ParseCompletionRequest / ParseChatRequest), chat-rendered,
-// tokenized and checked against the context length -> GenerateInputs ready
-// for ServingEngine::Submit. Whatever one front end refuses, the other
-// refuses with the same message.
+// The one request path of both front ends: a request, parsed and checked
+// field by field (HTTP: ParseCompletionRequest / ParseChatRequest from the
+// body; gRPC: server/grpc/convert.h from the proto, into the same structs) ->
+// structured outputs compiled, chat-rendered, tokenized and checked against
+// the context length -> GenerateInputs ready for ServingEngine::Submit.
+// Whatever one front end refuses, the other refuses with the same message.
 //
 // Pure functions of their inputs and the read-only model view; thread-safe.
 // Cost: linear in the body, plus the chat template's (bounded) render work and
@@ -67,9 +67,15 @@ struct PreparedChat {
 // 404 model_not_found.
 std::optional<ApiError> PrepareCompletion(const RequestModel& model, std::string_view body, PreparedCompletion* out);
 std::optional<ApiError> PrepareChat(const RequestModel& model, std::string_view body, PreparedChat* out);
+// The same from a request already parsed (by either front end).
+std::optional<ApiError> PrepareParsedCompletion(const RequestModel& model, CompletionRequest request,
+                                                PreparedCompletion* out);
+std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest request, PreparedChat* out);
 
 // /tokenize: the prompt's token ids (chat rendered first), or the error.
 std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_view body, TokenizeRequest* request,
                                         std::vector<int32_t>* ids);
+std::optional<ApiError> PrepareParsedTokenize(const RequestModel& model, const TokenizeRequest& request,
+                                              std::vector<int32_t>* ids);
 
 }  // namespace tessera::openai

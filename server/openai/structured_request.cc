@@ -1,5 +1,7 @@
 #include "server/openai/structured_request.h"
 
+#include <utility>
+
 #include "server/openai/json_body.h"
 #include "structured/structured.h"
 
@@ -63,11 +65,7 @@ std::optional<ApiError> ReadResponseFormat(const Json& body, StructuredOutputSpe
   const std::string& t = type->get_ref<const std::string&>();
   if (t == "text") return std::nullopt;
   if (t == "json_object") return Set(out, Kind::kJsonObject, "response_format");
-  if (t != "json_schema") {
-    return BadRequest("response_format type '" + t.substr(0, 64) +
-                          "' is not supported (expected text, json_object or json_schema)",
-                      "response_format.type", "unsupported_parameter");
-  }
+  if (t != "json_schema") return UnsupportedResponseFormat(t);
   auto js = it->find("json_schema");
   if (js == it->end() || !js->is_object()) {
     return TypeError("response_format.json_schema", "an object", js == it->end() ? Json() : *js);
@@ -82,8 +80,7 @@ std::optional<ApiError> ReadResponseFormat(const Json& body, StructuredOutputSpe
   if (schema == js->end() || schema->is_null()) {
     return BadRequest("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
   }
-  if (auto e = Set(out, Kind::kJsonSchema, "response_format.json_schema.schema")) return e;
-  return ReadSchema(*schema, out->param, out);
+  return AddStructuredOutput(Kind::kJsonSchema, "response_format.json_schema.schema", *schema, out);
 }
 
 std::optional<ApiError> ReadStructuredOutputs(const Json& body, StructuredOutputSpec* out) {
@@ -105,21 +102,12 @@ std::optional<ApiError> ReadStructuredOutputs(const Json& body, StructuredOutput
                         "structured_outputs.disable_any_whitespace", "unsupported_parameter");
     }
   }
-  if (auto f = it->find("json"); f != it->end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kJsonSchema, "structured_outputs.json")) return e;
-    if (auto e = ReadSchema(*f, out->param, out)) return e;
-  }
-  if (auto f = it->find("regex"); f != it->end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kRegex, "structured_outputs.regex")) return e;
-    if (auto e = ReadText(*f, out->param, &out->text)) return e;
-  }
-  if (auto f = it->find("choice"); f != it->end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kChoice, "structured_outputs.choice")) return e;
-    if (auto e = ReadChoices(*f, out->param, out)) return e;
-  }
-  if (auto f = it->find("grammar"); f != it->end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kGrammar, "structured_outputs.grammar")) return e;
-    if (auto e = ReadText(*f, out->param, &out->text)) return e;
+  static constexpr std::pair<const char*, Kind> kFields[] = {
+      {"json", Kind::kJsonSchema}, {"regex", Kind::kRegex}, {"choice", Kind::kChoice}, {"grammar", Kind::kGrammar}};
+  for (const auto& [key, kind] : kFields) {
+    if (auto f = it->find(key); f != it->end() && !f->is_null()) {
+      if (auto e = AddStructuredOutput(kind, std::string("structured_outputs.") + key, *f, out)) return e;
+    }
   }
   bool json_object = false;
   if (auto e = ReadBool(*it, "json_object", "structured_outputs.json_object", &json_object)) return e;
@@ -140,26 +128,39 @@ std::optional<ApiError> ReadGuided(const Json& body, StructuredOutputSpec* out) 
   }
   std::string backend;  // one engine here: any backend name is accepted
   if (auto e = ReadString(body, "guided_decoding_backend", "guided_decoding_backend", &backend)) return e;
-  if (auto f = body.find("guided_json"); f != body.end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kJsonSchema, "guided_json")) return e;
-    if (auto e = ReadSchema(*f, "guided_json", out)) return e;
-  }
-  if (auto f = body.find("guided_regex"); f != body.end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kRegex, "guided_regex")) return e;
-    if (auto e = ReadText(*f, "guided_regex", &out->text)) return e;
-  }
-  if (auto f = body.find("guided_choice"); f != body.end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kChoice, "guided_choice")) return e;
-    if (auto e = ReadChoices(*f, "guided_choice", out)) return e;
-  }
-  if (auto f = body.find("guided_grammar"); f != body.end() && !f->is_null()) {
-    if (auto e = Set(out, Kind::kGrammar, "guided_grammar")) return e;
-    if (auto e = ReadText(*f, "guided_grammar", &out->text)) return e;
+  static constexpr std::pair<const char*, Kind> kFields[] = {{"guided_json", Kind::kJsonSchema},
+                                                              {"guided_regex", Kind::kRegex},
+                                                              {"guided_choice", Kind::kChoice},
+                                                              {"guided_grammar", Kind::kGrammar}};
+  for (const auto& [key, kind] : kFields) {
+    if (auto f = body.find(key); f != body.end() && !f->is_null()) {
+      if (auto e = AddStructuredOutput(kind, key, *f, out)) return e;
+    }
   }
   return std::nullopt;
 }
 
 }  // namespace
+
+std::optional<ApiError> AddStructuredOutput(Kind kind, std::string param, const Json& value,
+                                            StructuredOutputSpec* out) {
+  if (auto e = Set(out, kind, param)) return e;
+  switch (kind) {
+    case Kind::kJsonSchema: return ReadSchema(value, param, out);
+    case Kind::kRegex:
+    case Kind::kGrammar: return ReadText(value, param, &out->text);
+    case Kind::kChoice: return ReadChoices(value, param, out);
+    case Kind::kJsonObject:
+    case Kind::kNone: break;
+  }
+  return std::nullopt;
+}
+
+ApiError UnsupportedResponseFormat(const std::string& type) {
+  return BadRequest("response_format type '" + type.substr(0, 64) +
+                        "' is not supported (expected text, json_object or json_schema)",
+                    "response_format.type", "unsupported_parameter");
+}
 
 std::optional<ApiError> ParseStructuredOutput(const Json& body, StructuredOutputSpec* out) {
   StructuredOutputSpec spec;

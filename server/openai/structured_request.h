@@ -34,6 +34,16 @@ struct StructuredOutputSpec {
 // At most one constraint may be given; 400 naming the field otherwise.
 std::optional<ApiError> ParseStructuredOutput(const Json& body, StructuredOutputSpec* out);
 
+// For front ends whose fields are typed (gRPC), with the JSON fields' checks
+// and words. Adds one constraint of `kind` given by `value`, as the field
+// `param` gives it: a schema object or its JSON text (kJsonSchema), a
+// non-empty regex or grammar text, a non-empty array of non-empty choices;
+// nothing for kJsonObject.
+std::optional<ApiError> AddStructuredOutput(StructuredOutputSpec::Kind kind, std::string param, const Json& value,
+                                            StructuredOutputSpec* out);
+// response_format's type when it is none of text, json_object, json_schema.
+ApiError UnsupportedResponseFormat(const std::string& type);
+
 // Sets params->constraint (unchanged for kNone). `compiler` null: any
 // constraint is a 400 (the server was built without a vocabulary).
 std::optional<ApiError> CompileStructuredOutput(const StructuredOutputSpec& spec,

@@ -10,7 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include "proto/tessera.grpc.pb.h"
-#include "server/grpc/convert.h"
+#include "server/grpc/generate_request.h"
+#include "server/grpc/grpc_util.h"
 #include "server/router/http_client.h"
 #include "server/router/kv_router.h"
 
