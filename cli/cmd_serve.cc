@@ -37,7 +37,7 @@
 #include "server/grpc/grpc_server.h"
 #include "server/http/openai_routes.h"
 #include "server/kv_events/kv_event_publisher.h"
-#include "server/router/router.h"
+#include "cli/router_flags.h"
 #include "server/serving/metrics.h"
 #include "server/serving/serving_engine.h"
 #include "cli/serve_flags.h"

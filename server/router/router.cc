@@ -24,45 +24,6 @@ namespace tessera {
 namespace net = boost::asio;
 namespace http = boost::beast::http;
 
-void AddRouterFlags(CLI::App* cmd, RouterFlags* f) {
-  cmd->add_option("--prefill-instances", f->prefill_instances,
-                  "router: prefill instances' HTTP addresses, host:port (comma-separated or repeated)")
-      ->delimiter(',');
-  cmd->add_option("--decode-instances", f->decode_instances,
-                  "router: decode instances' HTTP addresses, host:port (comma-separated or repeated)")
-      ->delimiter(',');
-  cmd->add_option("--instances-file", f->instances_file,
-                  "router: JSON {\"prefill\": [\"host:port\", ...], \"decode\": [...]}, re-read when it changes "
-                  "(added to the flags' instances)");
-  cmd->add_option("--prefill-threshold", f->prefill_threshold,
-                  "router: prompts shorter than this many tokens go straight to a decode instance")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--router-poll-interval", f->poll_interval_s,
-                  "router: seconds between load/health polls of each instance (/metrics, /ready)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.05, 60.0));
-  cmd->add_option("--router-dns-interval", f->dns_interval_s,
-                  "router: seconds between DNS lookups of instance names; a name (e.g. a Kubernetes headless "
-                  "Service) stands for every address it resolves to")
-      ->capture_default_str()
-      ->check(CLI::Range(0.1, 3600.0));
-  cmd->add_option("--max-migrations", f->max_migrations,
-                  "router: decode instances a choice may move to after failures before the request fails")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 16));
-  cmd->add_option("--routing-logic", f->routing_logic,
-                  "router: how an instance is chosen: load (least outstanding work), round-robin, or kv-aware "
-                  "(fewest prompt tokens to compute given the KV blocks each instance holds, learned from the "
-                  "instances' KV events (--kv-events-config on them), plus load)")
-      ->capture_default_str();
-  cmd->add_option("--kv-peer-fetch-min-tokens", f->kv_peer_fetch_min_tokens,
-                  "router, kv-aware: when another instance holds at least this many more prompt tokens than the "
-                  "chosen one and both run KV transfer (--kv-peer-fetch), the chosen one pulls them (0: never)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-}
-
 int RunRouter(const RouterServeOptions& o) {
   InstanceRegistry::Options ro;
   ro.prefill = o.flags.prefill_instances;
@@ -81,7 +42,7 @@ int RunRouter(const RouterServeOptions& o) {
   }
   RouterMetrics metrics;
   KvRouterOptions kro;
-  kro.logic = *ParseRoutingLogic(o.flags.routing_logic);  // validated by ValidateServeFlags
+  kro.logic = *ParseRoutingLogic(o.flags.routing_logic);  // validated with the flags (cli/)
   kro.peer_fetch_min_tokens = o.flags.kv_peer_fetch_min_tokens;
   kro.tick = std::min(kro.tick, ro.poll_interval);
   auto kv_router = KvRouter::Create(kro, registry->get());

@@ -1,4 +1,5 @@
-// `tessera serve --role router`: the disaggregated front (docs/architecture.md, "Disaggregation"). The same
+// `tessera serve --role router`, or the `tessera-router` binary: the
+// disaggregated front (docs/architecture.md, "Router"). The same
 // OpenAI HTTP API as a unified server (/v1/completions, /v1/chat/completions,
 // streaming included), no model loaded. For each request: tokenize on an
 // instance; prompts of at least --prefill-threshold tokens go to a prefill
@@ -11,13 +12,13 @@
 // tokens so far, so the client's stream continues without loss or repeat.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 namespace tessera {
 
+// The router's settings; their command-line flags are cli/router_flags.h's.
 struct RouterFlags {
   std::vector<std::string> prefill_instances;  // host:port (HTTP)
   std::vector<std::string> decode_instances;
@@ -41,8 +42,6 @@ struct RouterServeOptions {
   int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
   RouterFlags flags;
 };
-
-void AddRouterFlags(CLI::App* cmd, RouterFlags* flags);
 
 // Serves until SIGINT/SIGTERM (then drains); the process exit code.
 int RunRouter(const RouterServeOptions& options);

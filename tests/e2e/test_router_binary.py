@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""The `tessera-router` binary end to end (stdlib only): it is `tessera serve --role router`.
+
+    /usr/bin/python3 tests/e2e/test_router_binary.py --tessera build/tessera [--keep]
+
+tessera-router is looked up next to --tessera. Real processes on 127.0.0.1: a
+unified instance (tiny synthetic qwen3, gRPC on) and tessera-router in front
+of it as its decode pool (the prefill/decode paths themselves are
+test_disaggregation.py's, through `tessera serve --role router`).
+
+  * its help shows every flag it shares with `tessera serve` exactly as serve's does;
+  * refusals before binding are serve's: an unknown --routing-logic and a router
+    without decode instances exit 1 with the same message;
+  * greedy completions and chat through it (HTTP and gRPC) are those of the
+    instance itself;
+  * /metrics, /ready and /health answer as the router's; SIGTERM drains and exits 0.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import Results, Server, get_metrics, grpc_calls, request, synth_model  # noqa: E402
+
+PROMPT = [9707, 11, 1879, 0, 576, 374]
+ROUTER_FLAGS = ["--host", "--port", "--grpc-port", "--port-file", "--api-key", "--drain-timeout", "--max-body-bytes",
+                "--idle-timeout", "--prefill-instances", "--decode-instances", "--instances-file",
+                "--prefill-threshold", "--router-poll-interval", "--router-dns-interval", "--max-migrations",
+                "--routing-logic", "--kv-peer-fetch-min-tokens"]
+
+
+def help_entries(text):
+    """{flag: its help entry (the flag's line and its continuation lines)}."""
+    entries, flag = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^  (--[a-z0-9-]+)", line)
+        if m:
+            flag = m.group(1)
+            entries[flag] = [line]
+        elif flag and line.startswith("    "):
+            entries[flag].append(line)
+        else:
+            flag = None
+    return {k: "\n".join(v) for k, v in entries.items()}
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, timeout=60, env=env)
+    return r.returncode, (r.stdout + r.stderr).decode(errors="replace")
+
+
+def last_error(text):
+    """The message of the last error log line (without its timestamp and level)."""
+    lines = [line.split(" error ", 1)[1] for line in text.splitlines() if " error " in line]
+    return lines[-1] if lines else text
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    tessera = os.path.abspath(args.tessera)
+    router_bin = os.path.join(os.path.dirname(tessera), "tessera-router")
+    workdir = tempfile.mkdtemp(prefix="tessera-e2e-router-bin-")
+    res = Results()
+    start = time.time()
+    servers = []
+    try:
+        if not res.run("tessera-router is built next to tessera",
+                       lambda: (os.access(router_bin, os.X_OK) or (_ for _ in ()).throw(
+                           AssertionError(f"{router_bin} missing")))):
+            return res.summary(start)
+
+        def same_help():
+            _, serve_help = run([tessera, "serve", "--help"])
+            rc, router_help = run([router_bin, "--help"])
+            assert rc == 0, router_help
+            serve, router = help_entries(serve_help), help_entries(router_help)
+            for flag in ROUTER_FLAGS:
+                assert flag in router, f"tessera-router --help lacks {flag}"
+                assert router[flag] == serve.get(flag), f"{flag}:\n{router[flag]}\nvs serve's\n{serve.get(flag)}"
+            extra = set(router) - set(ROUTER_FLAGS) - {"--help", "--version", "--log-level"}
+            assert not extra, f"flags serve does not have: {sorted(extra)}"
+        res.run("help: every shared flag worded as `tessera serve --help` words it", same_help)
+
+        def same_refusals():
+            for extra in (["--routing-logic", "nearest", "--decode-instances", "127.0.0.1:1"], []):
+                rc1, serve_out = run([tessera, "serve", "--role", "router", "--port", "0", "--grpc-port", "-1", *extra])
+                rc2, router_out = run([router_bin, "--port", "0", "--grpc-port", "-1", *extra])
+                assert rc1 == rc2 == 1, (rc1, rc2, serve_out[-500:], router_out[-500:])
+                assert last_error(router_out) == last_error(serve_out), (router_out[-500:], serve_out[-500:])
+        res.run("refusals: unknown --routing-logic, no decode instances (exit 1, serve's message)", same_refusals)
+
+        model = synth_model(tessera, workdir)
+        base = ["--model", model, "--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "1024",
+                "--served-model-name", "m"]
+        uni = Server(tessera, base, workdir, "unified", grpc=True)
+        servers.append(uni)
+        if not res.run("instance ready", lambda: uni.wait_ready(timeout=120)):
+            return res.summary(start)
+        # Server runs `<binary> serve ARGS`: a shim drops "serve" for tessera-router.
+        shim = os.path.join(workdir, "tessera-router-shim")
+        with open(shim, "w") as f:
+            f.write(f'#!/bin/sh\nshift\nexec "{router_bin}" "$@"\n')
+        os.chmod(shim, 0o755)
+        addr = f"127.0.0.1:{uni.port}"
+        router = Server(shim, ["--decode-instances", addr, "--router-poll-interval", "0.1"], workdir, "router",
+                        grpc=True)
+        servers.append(router)
+        if not res.run("tessera-router ready (its decode instance healthy)", lambda: router.wait_ready(timeout=30)):
+            return res.summary(start)
+
+        def same_completion():
+            body = {"model": "m", "prompt": PROMPT, "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+            st, _, want = request(uni.port, "POST", "/v1/completions", body)
+            assert st == 200, want
+            st, _, got = request(router.port, "POST", "/v1/completions", body)
+            assert st == 200, got
+            assert got["choices"][0]["text"] == want["choices"][0]["text"], (got, want)
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6, "temperature": 0}
+            st, _, want = request(uni.port, "POST", "/v1/chat/completions", chat)
+            assert st == 200, want
+            st, _, got = request(router.port, "POST", "/v1/chat/completions", chat)
+            assert st == 200, got
+            assert got["choices"][0]["message"] == want["choices"][0]["message"], (got, want)
+        res.run("HTTP: greedy completion and chat == the instance's", same_completion)
+
+        def same_grpc():
+            with open(router.port_file) as f:
+                rport = json.load(f)["grpc"]
+            with open(uni.port_file) as f:
+                uport = json.load(f)["grpc"]
+            req = {"token_ids": {"ids": PROMPT}, "params": {"max_tokens": 6, "temperature": 0, "ignore_eos": True}}
+            want, got = grpc_calls(workdir, [{"target": f"127.0.0.1:{uport}", "method": "Generate", "request": req},
+                                             {"target": f"127.0.0.1:{rport}", "method": "Generate", "request": req}])
+            assert want["code"] == 0 and got["code"] == 0, (want, got)
+            assert got["response"]["choices"][0]["token_ids"] == want["response"]["choices"][0]["token_ids"], (got,
+                                                                                                               want)
+        res.run("gRPC: greedy Generate == the instance's", same_grpc)
+
+        def probes():
+            assert request(router.port, "GET", "/health")[0] == 200
+            assert request(router.port, "GET", "/ready")[0] == 200
+            m = get_metrics(router.port)
+            assert any(k.startswith("tessera:router_") for k in m), sorted(m)[:20]
+        res.run("/health, /ready and the router's /metrics", probes)
+        res.run("SIGTERM -> drains and exits 0", lambda: (router.terminate_and_wait() == 0 or (_ for _ in ()).throw(
+            AssertionError(f"exit {router.proc.returncode}"))))
+    finally:
+        for s in servers:
+            s.stop()
+        if args.keep:
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return res.summary(start)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
