@@ -49,7 +49,8 @@ Timed RunOne(EngineLoop& loop, const std::string& id, const std::vector<int32_t>
   r.params.max_tokens = 1;
   r.params.ignore_eos = true;
   const auto t0 = Clock::now();
-  auto s = loop.Submit(r);
+  const Status valid = ValidateRequest(r, loop.scheduler_options().limits);
+  StatusOr<RequestStreamPtr> s = valid.ok() ? loop.Submit(r) : StatusOr<RequestStreamPtr>(valid);
   if (!s.ok() || !loop.RunUntilDone().ok()) {
     std::fprintf(stderr, "request failed\n");
     std::exit(1);

@@ -223,6 +223,7 @@ Status RunBench(EngineLoop& loop, const GenerateArgs& a) {
       r.params.temperature = 0.0f;
       r.params.ignore_eos = true;
       r.params.max_tokens = a.bench_tokens;
+      RETURN_IF_ERROR(ValidateRequest(r, loop.scheduler_options().limits));
       ASSIGN_OR_RETURN(RequestStreamPtr s, loop.Submit(std::move(r)));
       streams.push_back(s);
     }
@@ -340,7 +341,8 @@ int RunGenerate(GenerateArgs a) {
     r.id = p.id;
     r.prompt_token_ids = p.ids;
     r.params = p.params;
-    auto s = loop.Submit(std::move(r));
+    const Status valid = ValidateRequest(r, loop.scheduler_options().limits);
+    StatusOr<RequestStreamPtr> s = valid.ok() ? loop.Submit(std::move(r)) : StatusOr<RequestStreamPtr>(valid);
     if (!s.ok()) return fail(Status(s.status().code(), p.id + ": " + s.status().message()));
     streams.push_back(*s);
     num_choices.push_back(p.params.n);

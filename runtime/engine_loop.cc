@@ -261,7 +261,8 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
 EngineLoop::~EngineLoop() { Stop(); }
 
 StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<void()> notify) {
-  RETURN_IF_ERROR(ValidateRequest(request, scheduler_->options().limits));
+  // The front end validated it (ValidateRequest); the id is the loop's to check.
+  if (request.id.empty()) return InvalidArgument("request id must not be empty");
   RETURN_IF_ERROR(group_error());
   if ((request.export_kv || request.remote_kv) && !kv_transport_) {
     return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "

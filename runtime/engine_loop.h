@@ -168,9 +168,11 @@ class EngineLoop {
   static StatusOr<std::unique_ptr<EngineLoop>> Create(EngineLoopOptions options);
   ~EngineLoop();  // Stop()s
 
-  // Validates (ValidateRequest; unique live id) and queues the request.
-  // Later rejection by the scheduler (queue full, can never fit) arrives on
-  // the stream as a failed output. `notify`: see RequestStream. Any thread.
+  // Queues a request the caller validated (ValidateRequest), after the
+  // loop's own checks: a non-empty id unique among live requests, KV transfer
+  // configured when asked. Later rejection by the scheduler (queue full, can
+  // never fit, INTERNAL for a broken invariant) arrives on the stream as a
+  // failed output. `notify`: see RequestStream. Any thread.
   StatusOr<RequestStreamPtr> Submit(Request request, std::function<void()> notify = {});
   // Ends every choice of the request at the next step (kAbort); unknown or
   // already finished ids are ignored. Any thread.

@@ -13,7 +13,6 @@ const char* FinishReasonName(FinishReason reason) {
 }
 
 Status ValidateRequest(const Request& request, const ModelLimits& limits) {
-  if (request.id.empty()) return InvalidArgument("request id must not be empty");
   if (request.prompt_token_ids.empty()) return InvalidArgument("'prompt' must contain at least one token");
   for (size_t i = 0; i < request.prompt_token_ids.size(); ++i) {
     const int32_t t = request.prompt_token_ids[i];
@@ -28,6 +27,21 @@ Status ValidateRequest(const Request& request, const ModelLimits& limits) {
                            "(kv_transfer_params.do_remote_decode)");
   }
   return CheckContextLength(static_cast<int64_t>(request.prompt_token_ids.size()), request.params, limits);
+}
+
+Status CheckRequestInvariants(const Request& request, const ModelLimits& limits) {
+  const char* broken = nullptr;
+  if (request.id.empty()) {
+    broken = "an empty id";
+  } else if (request.prompt_token_ids.empty()) {
+    broken = "an empty prompt";
+  } else if (request.params.n < 1 || (request.export_kv && request.params.n != 1)) {
+    broken = "a choice count it cannot serve";
+  } else if (!CheckContextLength(static_cast<int64_t>(request.prompt_token_ids.size()), request.params, limits).ok()) {
+    broken = "prompt + max_tokens over the context length";
+  }
+  if (broken == nullptr) return Status::Ok();
+  return Internal("request '" + request.id + "' reached the engine unvalidated: " + broken);
 }
 
 }  // namespace tessera

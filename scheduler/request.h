@@ -68,8 +68,19 @@ struct Request {
   bool export_kv = false;
 };
 
-// Parameters, prompt token ids (non-empty, inside the vocabulary) and context
-// length. INVALID_ARGUMENT naming the field, or OUT_OF_RANGE for context length.
+// What the client asked, checked once, in the front end (docs/architecture.md,
+// "Validation"; server/serving/input_processor.h, and the offline paths that
+// build Requests themselves): prompt token ids (non-empty, inside the
+// vocabulary), parameters, one choice for an exported prompt, context length.
+// INVALID_ARGUMENT naming the field, or OUT_OF_RANGE for context length. The
+// id is the front end's to name, and the engine loop's to check.
 Status ValidateRequest(const Request& request, const ModelLimits& limits);
+
+// What the scheduler relies on and ValidateRequest (plus the loop's id check)
+// established: a non-empty id and prompt, at least one choice (exactly one
+// when exported), prompt + max_tokens within the context. O(1): token ids and
+// parameter ranges are trusted, not re-checked. INTERNAL naming the broken
+// invariant (a caller skipped the validation).
+Status CheckRequestInvariants(const Request& request, const ModelLimits& limits);
 
 }  // namespace tessera

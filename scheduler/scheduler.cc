@@ -63,7 +63,8 @@ Sequence* Scheduler::NewSequence(std::shared_ptr<const Request> request, int32_t
 }
 
 Status Scheduler::AddRequest(Request request) {
-  Status valid = ValidateRequest(request, options_.limits);
+  // The front end validated it (ValidateRequest); only what this relies on is checked.
+  Status valid = CheckRequestInvariants(request, options_.limits);
   if (!valid.ok()) {
     ++counters_.requests_rejected;
     return valid;

@@ -83,9 +83,10 @@ class Scheduler {
  public:
   static StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
 
-  // Queues a request (n choices). INVALID_ARGUMENT / OUT_OF_RANGE (context
-  // length) for bad input or a request that could never fit in the KV cache
-  // even alone; RESOURCE_EXHAUSTED when the waiting queue is full.
+  // Queues a request (n choices) the front end validated (ValidateRequest).
+  // INVALID_ARGUMENT for an id already live or a request that could never fit
+  // in the KV cache even alone; RESOURCE_EXHAUSTED when the waiting queue is
+  // full; INTERNAL when CheckRequestInvariants fails (it was not validated).
   Status AddRequest(Request request);
 
   // Ends every choice of `request_id` and frees its blocks. NOT_FOUND if unknown.

@@ -83,6 +83,7 @@ std::optional<ApiError> ReadSampling(const v1::GenerateRequest& request, const o
   if (!p.stop().empty()) {
     std::vector<std::string> stop(p.stop().begin(), p.stop().end());
     if (!openai::StopFits(stop)) return openai::StopError(Json(stop));
+    if (auto e = openai::RefuseEmptyStop(stop)) return e;
     params->stop = std::move(stop);
   }
   if (!p.stop_token_ids().empty()) {
@@ -202,7 +203,6 @@ std::optional<ApiError> ToCompletionRequest(const v1::GenerateRequest& request, 
   }
   r.params.prompt_logprobs = r.prompt_logprobs;
   if (auto e = openai::CheckMinTokens(r.params)) return e;
-  if (auto e = openai::ValidateParams(r.params, limits)) return e;
   r.skip_special_tokens = flags.skip_special_tokens;
   r.include_stop_str_in_output = flags.include_stop_str_in_output;
   r.cache_salt = flags.cache_salt;
@@ -235,7 +235,6 @@ std::optional<ApiError> ToChatRequest(const v1::GenerateRequest& request, const 
   }
   if (auto e = openai::SetChatLogprobs(WantsLogprobs(p), top, &r)) return e;
   if (auto e = openai::CheckMinTokens(r.params)) return e;
-  if (auto e = openai::ValidateParams(r.params, limits)) return e;
   r.skip_special_tokens = flags.skip_special_tokens;
   r.include_stop_str_in_output = flags.include_stop_str_in_output;
   r.cache_salt = flags.cache_salt;
@@ -284,7 +283,7 @@ StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, co
     if (!err) in = std::move(prepared.inputs[0]);  // one prompt
   }
   if (err) return StatusFromApiError(*err, GrpcFieldOf(err->param, request));
-  in.request_id = request.request_id().empty() ? request_id : request.request_id();
+  in.request.id = request.request_id().empty() ? request_id : request.request_id();
   return in;
 }
 

@@ -39,8 +39,8 @@ std::optional<ApiError> ToTokenizeRequest(const v1::TokenizeRequest& request, co
                                           openai::TokenizeRequest* out);
 
 // The gRPC request path: CheckGrpcOnly, To*Request, then the HTTP front end's
-// openai::PrepareParsedCompletion / PrepareParsedChat, so both validate
-// alike. The request's request_id (at most kMaxRequestIdBytes) or else
+// openai::PrepareParsedCompletion / PrepareParsedChat (through the input
+// processor), so both validate alike. The request's request_id (at most kMaxRequestIdBytes) or else
 // `request_id`.
 StatusOr<GenerateInput> BuildGenerateInput(const openai::RequestModel& model, const v1::GenerateRequest& request,
                                            const std::string& request_id);

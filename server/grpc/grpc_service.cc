@@ -184,7 +184,7 @@ Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admit
     call->Fail(ToGrpc(input.status()));
     return call;
   }
-  const int32_t n = input->params.n;
+  const int32_t n = input->request.params.n;
   StatusOr<std::shared_ptr<Generation>> gen = engine->Submit(std::move(input).value(), call->MakeNotify());
   if (!gen.ok()) {
     call->Fail(ToGrpc(gen.status()));

@@ -56,8 +56,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::weak_ptr<GenerationJob> weak = weak_from_this();
     std::shared_ptr<HttpExchange> ex = ex_;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      inputs[i].request_id = id_ + "-" + std::to_string(i);
-      prompt_tokens_ += static_cast<int64_t>(inputs[i].prompt_token_ids.size());
+      inputs[i].request.id = id_ + "-" + std::to_string(i);
+      prompt_tokens_ += static_cast<int64_t>(inputs[i].request.prompt_token_ids.size());
       // Runs on the engine-loop thread: post, never touch the job here.
       auto notify = [pending, weak, ex] {
         if (pending->exchange(true)) return;
@@ -233,7 +233,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
   std::vector<GenerateInput>& inputs = prepared.inputs;
   std::vector<openai::PromptEcho> echoes;
   for (size_t i = 0; req.echo && i < inputs.size(); ++i) {
-    const std::vector<int32_t>& ids = inputs[i].prompt_token_ids;
+    const std::vector<int32_t>& ids = inputs[i].request.prompt_token_ids;
     openai::PromptEcho echo;
     if (req.prompts[i].text) {
       echo.text = *req.prompts[i].text;

@@ -54,7 +54,6 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = SetChatLogprobs(logprobs, top, &r)) return e;
 
   if (auto e = CheckMinTokens(r.params)) return e;
-  if (auto e = ValidateParams(r.params, limits)) return e;
   r.stream = flags.stream;
   r.include_usage = flags.include_usage;
   r.continuous_usage = flags.continuous_usage;

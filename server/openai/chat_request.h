@@ -1,6 +1,7 @@
 // POST /v1/chat/completions request parsing (OpenAI + vLLM extensions).
-// Pure; thread-safe; nothing throws. Context length is not checked here: the
-// route does it after rendering and tokenizing (see ContextLengthError).
+// Pure; thread-safe; nothing throws. Context length and the engine's own
+// checks are not made here: the request path makes them after rendering and
+// tokenizing, through the input processor (request_path.h).
 #pragma once
 
 #include <cstdint>

@@ -115,7 +115,6 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
   }
 
   if (auto e = CheckMinTokens(r.params)) return e;
-  if (auto e = ValidateParams(r.params, limits)) return e;
   r.stream = flags.stream;
   r.include_usage = flags.include_usage;
   r.continuous_usage = flags.continuous_usage;

@@ -1,6 +1,7 @@
 // POST /v1/completions request parsing (OpenAI + vLLM extensions).
-// Pure; thread-safe; nothing throws. Context length is not checked here: the
-// route does it after tokenizing (see ContextLengthError).
+// Pure; thread-safe; nothing throws. Context length and the engine's own
+// checks are not made here: the request path makes them after tokenizing,
+// through the input processor (request_path.h).
 #pragma once
 
 #include <cstdint>

@@ -36,6 +36,7 @@ std::optional<ApiError> ReadStop(const Json& body, SamplingParams* params) {
     return StopError(*it);
   }
   if (!StopFits(stop)) return StopError(*it);
+  if (auto e = RefuseEmptyStop(stop)) return e;
   params->stop = std::move(stop);
   return std::nullopt;
 }
@@ -128,6 +129,13 @@ bool StopFits(const std::vector<std::string>& stop) {
 
 ApiError StopError(const Json& shown) {
   return TypeError("stop", "a string or an array of at most 16 strings of at most 1024 bytes", shown);
+}
+
+std::optional<ApiError> RefuseEmptyStop(const std::vector<std::string>& stop) {
+  for (const std::string& s : stop) {
+    if (s.empty()) return BadRequest("'stop' must not contain an empty string", "stop");
+  }
+  return std::nullopt;
 }
 
 ApiError StopTokenIdsError(const Json& shown) {
@@ -319,12 +327,6 @@ std::optional<ApiError> RefuseUnenforced(const Json& body) {
                       "unsupported_parameter");
   }
   return std::nullopt;
-}
-
-std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits) {
-  Status s = params.Validate(limits.model);
-  if (s.ok()) return std::nullopt;
-  return BadRequest(s.message(), QuotedParam(s.message()));
 }
 
 ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int64_t max_model_len,

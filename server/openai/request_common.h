@@ -113,8 +113,10 @@ inline constexpr NumberField kNumberFields[] = {
 };
 
 // stop: at most kMaxStopStrings strings of at most kMaxStopStringBytes.
+// An empty stop string is refused in SamplingParams::Validate's words.
 bool StopFits(const std::vector<std::string>& stop);
 ApiError StopError(const Json& shown);
+std::optional<ApiError> RefuseEmptyStop(const std::vector<std::string>& stop);
 // stop_token_ids: at most kMaxStopTokenIds ids inside the vocabulary.
 ApiError StopTokenIdsError(const Json& shown);
 // logit_bias: at most kMaxLogitBias entries, keys token ids inside the
@@ -132,10 +134,6 @@ std::optional<ApiError> CheckMinTokens(const SamplingParams& params);
 // search) are a 400 naming the field when set, never silently ignored.
 // Structured outputs are parsed by ParseStructuredOutput (structured_request.h).
 std::optional<ApiError> RefuseUnenforced(const Json& body);
-
-// Backstop: SamplingParams::Validate as a 400 whose `param` is the quoted
-// name in its message.
-std::optional<ApiError> ValidateParams(const SamplingParams& params, const RequestLimits& limits);
 
 // 400 context_length_exceeded, vLLM's wording. `param`: "prompt" or "messages".
 ApiError ContextLengthError(int64_t prompt_tokens, std::optional<int32_t> max_tokens, int64_t max_model_len,

@@ -17,30 +17,36 @@ ApiError RenderError(const Status& s) {
   return {ApiStatus::kInternal, "internal error: " + s.message(), "server_error", "", "internal_error"};
 }
 
-// Prompt + max_tokens against the context length, as OpenAI words the error.
-std::optional<ApiError> CheckFits(const RequestModel& model, size_t prompt_tokens, const SamplingParams& params,
-                                  const char* param) {
-  const int64_t n = static_cast<int64_t>(prompt_tokens);
-  const Status fits = CheckContextLength(n, params, model.limits.model);
-  if (fits.ok()) return std::nullopt;
-  if (!IsContextLengthExceeded(fits)) return BadRequest(fits.message(), param);
-  return ContextLengthError(n, params.max_tokens, model.limits.model.max_model_len, param);
+// One tokenized prompt through the input processor (serving/input_processor.h):
+// the engine's Request, validated once. Its refusal as the error to send: the
+// context length in OpenAI's words naming `param` ("prompt" or "messages"),
+// anything else a 400 naming the field its message quotes (ErrorFromStatus).
+// `Parsed`: CompletionRequest or ChatRequest.
+template <typename Parsed>
+std::optional<ApiError> ProcessPrompt(const RequestModel& model, std::vector<int32_t> ids, const Parsed& req,
+                                      const char* param, GenerateInput* out) {
+  Request request;
+  request.prompt_token_ids = std::move(ids);
+  request.params = req.params;
+  request.cache_salt = req.cache_salt;
+  request.export_kv = req.kv_transfer.do_remote_decode;
+  request.remote_kv = req.kv_transfer.remote;
+  const int64_t n = static_cast<int64_t>(request.prompt_token_ids.size());
+  StatusOr<GenerateInput> in =
+      ProcessInput(std::move(request), req.skip_special_tokens, req.include_stop_str_in_output, model.limits.model);
+  if (in.ok()) {
+    *out = std::move(*in);
+    return std::nullopt;
+  }
+  if (IsContextLengthExceeded(in.status())) {
+    return ContextLengthError(n, req.params.max_tokens, model.limits.model.max_model_len, param);
+  }
+  return ErrorFromStatus(in.status());
 }
 
 // The conversation the template renders (tool-call turns in its convention).
 Json TemplateMessages(const RequestModel& model, const Json& messages) {
   return model.chat_template ? tools::MessagesForTemplate(messages, *model.chat_template) : messages;
-}
-
-GenerateInput MakeInput(std::vector<int32_t> ids, const SamplingParams& params, bool skip_special, bool include_stop,
-                        const std::string& cache_salt) {
-  GenerateInput in;
-  in.cache_salt = cache_salt;
-  in.prompt_token_ids = std::move(ids);
-  in.params = params;
-  in.skip_special_tokens = skip_special;
-  in.include_stop_str_in_output = include_stop;
-  return in;
 }
 
 // tool_choice "required" / a named function: the grammar of the calls
@@ -99,11 +105,8 @@ std::optional<ApiError> PrepareParsedCompletion(const RequestModel& model, Compl
     std::vector<int32_t> ids =
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
     if (ids.empty()) return BadRequest("'prompt' encodes to no tokens", "prompt");
-    if (auto err = CheckFits(model, ids.size(), req.params, "prompt")) return err;
-    p.inputs.push_back(MakeInput(std::move(ids), req.params, req.skip_special_tokens, req.include_stop_str_in_output,
-                                req.cache_salt));
-    p.inputs.back().export_kv = req.kv_transfer.do_remote_decode;
-    p.inputs.back().remote_kv = req.kv_transfer.remote;
+    GenerateInput& in = p.inputs.emplace_back();
+    if (auto err = ProcessPrompt(model, std::move(ids), req, "prompt", &in)) return err;
   }
   *out = std::move(p);
   return std::nullopt;
@@ -142,7 +145,7 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   }
   std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
   if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
-  if (auto err = CheckFits(model, ids.size(), req.params, "messages")) return err;
+  if (auto err = ProcessPrompt(model, std::move(ids), req, "messages", &p.input)) return err;
   p.output.tool_choice = req.tool_choice;
   p.output.tool_parser = model.output.tool_parser;
   p.output.parallel_tool_calls = req.parallel_tool_calls;
@@ -154,10 +157,8 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   const bool mistral_tools =
       p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
       model.output.tool_parser == tools::ToolParserKind::kMistral;
-  p.input = MakeInput(std::move(ids), p.request.params, req.skip_special_tokens && !mistral_tools,
-                      req.include_stop_str_in_output, req.cache_salt);
-  p.input.export_kv = req.kv_transfer.do_remote_decode;
-  p.input.remote_kv = req.kv_transfer.remote;
+  p.input.request.params.constraint = p.request.params.constraint;  // the tool-call grammar, if forced
+  p.input.skip_special_tokens = req.skip_special_tokens && !mistral_tools;
   *out = std::move(p);
   return std::nullopt;
 }

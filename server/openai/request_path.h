@@ -1,8 +1,9 @@
 // The one request path of both front ends: a request, parsed and checked
 // field by field (HTTP: ParseCompletionRequest / ParseChatRequest from the
 // body; gRPC: server/grpc/convert.h from the proto, into the same structs) ->
-// structured outputs compiled, chat-rendered, tokenized and checked against
-// the context length -> GenerateInputs ready for ServingEngine::Submit.
+// structured outputs compiled, chat-rendered, tokenized -> through the input
+// processor (serving/input_processor.h: the engine's Request, validated once,
+// context length included) -> GenerateInputs ready for ServingEngine::Submit.
 // Whatever one front end refuses, the other refuses with the same message.
 //
 // Pure functions of their inputs and the read-only model view; thread-safe.
@@ -43,13 +44,13 @@ RequestModel RequestModelOf(const ServingEngine& engine);
 
 struct PreparedCompletion {
   CompletionRequest request;  // prompts[i].token_ids moved into inputs[i]
-  // One per request.prompts[i], same order; request_id left empty.
+  // One per request.prompts[i], same order; request.id left empty.
   std::vector<GenerateInput> inputs;
 };
 
 struct PreparedChat {
   ChatRequest request;
-  GenerateInput input;  // request_id left empty
+  GenerateInput input;  // request.id left empty
   // This request's reasoning / tool-call parsing: tools parsed under
   // tool_choice "auto" with model.output's parser; reasoning split when the
   // server has a reasoning parser. The mistral format's [TOOL_CALLS] is a

@@ -255,6 +255,7 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     warm.params.max_tokens = 2;
     warm.params.temperature = 0.0f;
     warm.params.ignore_eos = true;
+    RETURN_IF_ERROR(ValidateRequest(warm, engine->limits_));
     ASSIGN_OR_RETURN(RequestStreamPtr stream, engine->loop_->Submit(std::move(warm)));
     RETURN_IF_ERROR(engine->loop_->RunUntilDone());
     RequestOutput out;
@@ -317,8 +318,6 @@ LogprobEntry ServingEngine::MakeLogprobEntry(int32_t token_id, float logprob) co
 
 StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input, std::function<void()> notify) {
   if (draining_.load()) return Status(StatusCode::kUnavailable, "the server is shutting down");
-  RETURN_IF_ERROR(input.params.Validate(limits_));
-  RETURN_IF_ERROR(CheckContextLength(static_cast<int64_t>(input.prompt_token_ids.size()), input.params, limits_));
   if (in_flight_->fetch_add(1) >= max_in_flight_) {
     in_flight_->fetch_sub(1);
     return Status(StatusCode::kResourceExhausted,
@@ -329,25 +328,18 @@ StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input,
   state->loop = loop_.get();
   state->metrics = metrics_;
   state->in_flight = in_flight_;
-  state->request_id = input.request_id;
-  state->prompt = input.prompt_token_ids;
-  state->params = input.params;
+  Request& request = input.request;
+  state->request_id = request.id;
+  state->prompt = request.prompt_token_ids;
+  state->params = request.params;
   state->include_stop_str = input.include_stop_str_in_output;
   state->arrival = Clock::now();
   text::DetokenizerOptions dopts;
   dopts.decode.skip_special_tokens = input.skip_special_tokens;
-  dopts.stop = input.params.stop;
-  for (int32_t i = 0; i < input.params.n; ++i) {
+  dopts.stop = request.params.stop;
+  for (int32_t i = 0; i < request.params.n; ++i) {
     state->choices.emplace_back().detok = std::make_unique<text::IncrementalDetokenizer>(tokenizer_.get(), dopts);
   }
-  Request request;
-  request.id = std::move(input.request_id);
-  request.prompt_token_ids = std::move(input.prompt_token_ids);
-  request.params = std::move(input.params);
-  request.cache_keys = std::move(input.cache_keys);
-  request.export_kv = input.export_kv;
-  request.remote_kv = std::move(input.remote_kv);
-  request.cache_salt = std::move(input.cache_salt);
   request.arrival_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 state->arrival.time_since_epoch()).count();
   auto notifier = std::make_shared<Generation::Notifier>();

@@ -27,6 +27,7 @@
 #include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/sampling_params.h"
+#include "server/serving/input_processor.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
 #include "structured/structured.h"
@@ -84,18 +85,6 @@ struct GenerationUpdate {
   Status status;          // non-OK: the request failed; terminal (finished is true)
 };
 
-struct GenerateInput {
-  std::string request_id;               // unique among live requests
-  std::vector<int32_t> prompt_token_ids;
-  SamplingParams params;
-  bool skip_special_tokens = true;      // in the returned text
-  bool include_stop_str_in_output = false;
-  std::vector<uint64_t> cache_keys;     // see Request::cache_keys
-  bool export_kv = false;               // see Request::export_kv (--role prefill)
-  std::optional<RemoteKvSource> remote_kv;  // see Request::remote_kv (--role decode)
-  std::string cache_salt;               // see Request::cache_salt
-};
-
 // One submitted request. Shared by the front end and the engine's callback.
 class Generation {
  public:
@@ -138,10 +127,10 @@ class ServingEngine {
   static StatusOr<std::unique_ptr<ServingEngine>> Create(ServingOptions options);
   ~ServingEngine();  // Stop()s
 
-  // Validates against limits() and queues. INVALID_ARGUMENT naming the field,
-  // OUT_OF_RANGE for the context length (IsContextLengthExceeded),
-  // RESOURCE_EXHAUSTED when max_in_flight is reached, UNAVAILABLE when
-  // draining or stopped. `notify`: runs on the loop thread whenever Poll may
+  // Queues an input from ProcessInput (validated against limits(); its
+  // request named). RESOURCE_EXHAUSTED when max_in_flight is reached,
+  // UNAVAILABLE when draining or stopped; the loop's own refusals (a live id
+  // in use, KV transfer not configured). `notify`: runs on the loop thread whenever Poll may
   // have something new; must be cheap and non-blocking.
   StatusOr<std::shared_ptr<Generation>> Submit(GenerateInput input, std::function<void()> notify);
 

@@ -64,12 +64,13 @@ const RequestModel& Model() {
 
 void CheckAccepted(const GenerateInput& in) {
   const auto& limits = Model().limits.model;
-  if (in.prompt_token_ids.empty()) std::abort();
-  for (int32_t id : in.prompt_token_ids) {
+  if (in.request.prompt_token_ids.empty()) std::abort();
+  for (int32_t id : in.request.prompt_token_ids) {
     if (id < 0 || id >= limits.vocab_size) std::abort();
   }
-  if (!in.params.Validate(limits).ok()) std::abort();
-  if (!tessera::CheckContextLength(static_cast<int64_t>(in.prompt_token_ids.size()), in.params, limits).ok()) {
+  if (!in.request.params.Validate(limits).ok()) std::abort();
+  const int64_t n = static_cast<int64_t>(in.request.prompt_token_ids.size());
+  if (!tessera::CheckContextLength(n, in.request.params, limits).ok()) {
     std::abort();
   }
 }
@@ -134,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tessera::StatusOr<GenerateInput> in = tessera::grpc_api::BuildGenerateInput(model, req, "fuzz");
       if (in.ok()) {
         CheckAccepted(*in);
-        if (in->request_id.empty()) std::abort();
+        if (in->request.id.empty()) std::abort();
       } else {
         CheckGrpcRefused(in.status());
       }

@@ -72,14 +72,6 @@ TEST(SchedulerKvTransferTest, AbortedExportPinsNothing) {
   EXPECT_EQ(s->kv_cache().Usage(), 0.0);
 }
 
-TEST(SchedulerKvTransferTest, ExportNeedsOneChoice) {
-  auto s = std::move(Scheduler::Create(Options(16))).value();
-  Request r = Req("p", 10, 1);
-  r.export_kv = true;
-  r.params.n = 2;
-  EXPECT_EQ(s->AddRequest(std::move(r)).code(), StatusCode::kInvalidArgument);
-}
-
 Request Remote(const std::string& id, int prompt_len, std::vector<int32_t> remote_blocks) {
   Request r = Req(id, prompt_len, 2);
   r.remote_kv = RemoteKvSource{"127.0.0.1", 1234, "h-" + id, "e", std::move(remote_blocks)};

@@ -199,12 +199,25 @@ TEST(SchedulerTest, RejectsNeverFittingRequestsAndFullQueue) {
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(s->AddRequest(Req("a", 4, 4)).code(), StatusCode::kInvalidArgument);  // duplicate id
   Request ctx = Req("ctx", 4, 4);
-  ctx.params.max_tokens = 1 << 16;
-  EXPECT_TRUE(IsContextLengthExceeded(s->AddRequest(ctx)));
+  ctx.params.max_tokens = 1 << 16;  // the front end refuses it (input_processor_test.cc); here it is a bug
+  EXPECT_EQ(s->AddRequest(ctx).code(), StatusCode::kInternal);
   const SchedulerMetrics m = s->metrics();
   EXPECT_EQ(m.counters.requests_rejected, 3);
   EXPECT_EQ(m.counters.requests_queue_full, 1);
   EXPECT_EQ(m.gauges.num_waiting, 2);
+}
+
+// Requests are validated in the front end (ValidateRequest); the scheduler only
+// checks what it relies on, and a broken invariant is INTERNAL.
+TEST(SchedulerTest, BrokenInvariantsAreInternal) {
+  auto s = Make(Options(64));
+  Request export_two = Req("x", 4, 4);
+  export_two.export_kv = true;
+  export_two.params.n = 2;
+  EXPECT_EQ(s->AddRequest(export_two).code(), StatusCode::kInternal);
+  EXPECT_EQ(s->AddRequest(Req("", 4, 4)).code(), StatusCode::kInternal);
+  EXPECT_EQ(s->AddRequest(Req("e", 0, 4)).code(), StatusCode::kInternal);
+  EXPECT_TRUE(s->AddRequest(Req("ok", 4, 4)).ok());
 }
 
 TEST(SchedulerTest, AbortFreesBlocksNowOrAfterTheStep) {

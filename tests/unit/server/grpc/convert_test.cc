@@ -122,10 +122,10 @@ TEST_F(BuildGenerateInputTest, TokenIdsGetTheHttpDefaults) {
   r.mutable_params()->set_seed(std::numeric_limits<uint64_t>::max());
   StatusOr<GenerateInput> in = BuildGenerateInput(model_, r, "fallback");
   ASSERT_TRUE(in.ok()) << in.status().ToString();
-  EXPECT_EQ(in->request_id, "mine");
-  EXPECT_EQ(in->prompt_token_ids, (std::vector<int32_t>{9707, 11, 1879}));
-  EXPECT_EQ(in->params.max_tokens, 16);  // /v1/completions' default
-  EXPECT_EQ(in->params.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(in->request.id, "mine");
+  EXPECT_EQ(in->request.prompt_token_ids, (std::vector<int32_t>{9707, 11, 1879}));
+  EXPECT_EQ(in->request.params.max_tokens, 16);  // /v1/completions' default
+  EXPECT_EQ(in->request.params.seed, std::numeric_limits<uint64_t>::max());
   EXPECT_TRUE(in->skip_special_tokens);
 }
 
@@ -154,8 +154,8 @@ TEST_F(BuildGenerateInputTest, RefusesWhatHttpRefusesNamingTheSameField) {
   with_template.chat_template = &*tmpl;
   StatusOr<GenerateInput> in = BuildGenerateInput(with_template, c, "id");
   ASSERT_TRUE(in.ok()) << in.status().ToString();
-  EXPECT_GT(in->prompt_token_ids.size(), 3u);
-  EXPECT_FALSE(in->params.max_tokens.has_value());  // chat: up to the context
+  EXPECT_GT(in->request.prompt_token_ids.size(), 3u);
+  EXPECT_FALSE(in->request.params.max_tokens.has_value());  // chat: up to the context
 
   v1::GenerateRequest b;  // a whole-vocabulary logit_bias: refused, and cheaply (one entry past the limit)
   b.mutable_text()->set_text("Hello");

@@ -25,18 +25,6 @@ TEST(RequestCommonTest, ReadIntRejectsFloatsHugeAndBool) {
   EXPECT_EQ(v, 10);  // null leaves it unchanged
 }
 
-TEST(RequestCommonTest, ValidateBackstopExtractsParam) {
-  SamplingParams p;
-  p.top_logprobs = 2;  // without logprobs
-  RequestLimits limits;
-  auto err = ValidateParams(p, limits);
-  ASSERT_TRUE(err);
-  EXPECT_EQ(err->param, "top_logprobs");
-  EXPECT_EQ(err->message, "'top_logprobs' requires 'logprobs' to be true");
-  p.top_logprobs = 0;
-  EXPECT_FALSE(ValidateParams(p, limits));
-}
-
 TEST(RequestCommonTest, ContextLengthError) {
   ApiError e = ContextLengthError(100, 20, 110, "messages");
   EXPECT_EQ(e.status, ApiStatus::kBadRequest);

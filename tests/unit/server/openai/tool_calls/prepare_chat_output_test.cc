@@ -69,7 +69,8 @@ TEST_F(PrepareChatOutputTest, EnableThinkingFalseClosesThinkInThePrompt) {
   EXPECT_FALSE(on.output.prompt_opened_think);
   PreparedChat off = Prepare(R"(,"chat_template_kwargs":{"enable_thinking":false})");
   EXPECT_FALSE(off.output.prompt_opened_think);
-  EXPECT_GT(off.input.prompt_token_ids.size(), on.input.prompt_token_ids.size());  // the empty think block
+  // the empty think block
+  EXPECT_GT(off.input.request.prompt_token_ids.size(), on.input.request.prompt_token_ids.size());
   // Thinking off: the model's answer is all content.
   tools::ChatOutputParser parser(off.output);
   tools::ChatOutputDelta d = parser.Feed("Hello");
@@ -100,15 +101,15 @@ TEST_F(PrepareChatOutputTest, ForcedToolCallsAreConstrained) {
   model_.structured = &so;
   for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"f"}})"}) {
     PreparedChat p = Prepare(tools + R"(,"tool_choice":)" + choice);
-    ASSERT_NE(p.input.params.constraint, nullptr) << choice;
+    ASSERT_NE(p.input.request.params.constraint, nullptr) << choice;
     EXPECT_TRUE(p.output.parses_tools());
     // The matcher accepts the hermes call and nothing else first.
-    auto m = p.input.params.constraint->NewMatcher();
+    auto m = p.input.request.params.constraint->NewMatcher();
     for (int32_t id : tok_->Encode("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 12}}\n</tool_call>", false)) {
       ASSERT_TRUE(m->AcceptToken(id)) << choice;
     }
     EXPECT_TRUE(m->CanEnd());
-    EXPECT_FALSE(p.input.params.constraint->NewMatcher()->AcceptToken(tok_->Encode("Hello", false)[0]));
+    EXPECT_FALSE(p.input.request.params.constraint->NewMatcher()->AcceptToken(tok_->Encode("Hello", false)[0]));
   }
   const std::string body = R"({"messages":[{"role":"user","content":"hi"}])";
   PreparedChat p;
