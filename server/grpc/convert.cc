@@ -203,9 +203,7 @@ std::optional<ApiError> ToCompletionRequest(const v1::GenerateRequest& request, 
   }
   r.params.prompt_logprobs = r.prompt_logprobs;
   if (auto e = openai::CheckMinTokens(r.params)) return e;
-  r.skip_special_tokens = flags.skip_special_tokens;
-  r.include_stop_str_in_output = flags.include_stop_str_in_output;
-  r.cache_salt = flags.cache_salt;
+  openai::SetStreamFlags(flags, &r);
   *out = std::move(r);
   return std::nullopt;
 }
@@ -235,9 +233,7 @@ std::optional<ApiError> ToChatRequest(const v1::GenerateRequest& request, const 
   }
   if (auto e = openai::SetChatLogprobs(WantsLogprobs(p), top, &r)) return e;
   if (auto e = openai::CheckMinTokens(r.params)) return e;
-  r.skip_special_tokens = flags.skip_special_tokens;
-  r.include_stop_str_in_output = flags.include_stop_str_in_output;
-  r.cache_salt = flags.cache_salt;
+  openai::SetStreamFlags(flags, &r);
   *out = std::move(r);
   return std::nullopt;
 }

@@ -126,9 +126,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void StartStream() {
     if (stream_started_) return;
     stream_started_ = true;
-    HttpResponse head{HttpStatus::ok, 11};
-    head.set(http::field::content_type, "text/event-stream; charset=utf-8");
-    ex_->StartStream(std::move(head));
+    ex_->StartStream(SseResponseHead());
     if (chat_stream) {
       std::string data;
       for (const json& c : chat_stream->Start()) data += openai::SseData(c);

@@ -53,6 +53,12 @@ HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body) {
 
 HttpResponse ErrorResponse(const ApiError& e) { return JsonResponse(ToHttpStatus(e.status), ErrorJson(e)); }
 
+HttpResponse SseResponseHead() {
+  HttpResponse head{HttpStatus::ok, 11};
+  head.set(http::field::content_type, "text/event-stream; charset=utf-8");
+  return head;
+}
+
 std::string RandomHex(int n) {
   // One generator per thread: no locking, seeded from the OS.
   thread_local std::mt19937_64 rng{std::random_device{}()};

@@ -25,6 +25,8 @@ ApiStatus ApiStatusFromHttp(int status);
 HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body);
 // ErrorJson(error) with ToHttpStatus(error.status).
 HttpResponse ErrorResponse(const ApiError& error);
+// The head of a server-sent-event stream: 200, text/event-stream (UTF-8).
+HttpResponse SseResponseHead();
 
 // A random lowercase hex string of `n` characters (ids for requests/completions).
 std::string RandomHex(int n);

@@ -115,12 +115,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
   }
 
   if (auto e = CheckMinTokens(r.params)) return e;
-  r.stream = flags.stream;
-  r.include_usage = flags.include_usage;
-  r.continuous_usage = flags.continuous_usage;
-  r.skip_special_tokens = flags.skip_special_tokens;
-  r.include_stop_str_in_output = flags.include_stop_str_in_output;
-  r.cache_salt = flags.cache_salt;
+  SetStreamFlags(flags, &r);
   *out = std::move(r);
   return std::nullopt;
 }

@@ -75,6 +75,17 @@ struct StreamFlags {
   std::string cache_salt;
 };
 
+// Copies the flags into a parsed request (CompletionRequest or ChatRequest).
+template <typename Parsed>
+void SetStreamFlags(const StreamFlags& flags, Parsed* r) {
+  r->stream = flags.stream;
+  r->include_usage = flags.include_usage;
+  r->continuous_usage = flags.continuous_usage;
+  r->skip_special_tokens = flags.skip_special_tokens;
+  r->include_stop_str_in_output = flags.include_stop_str_in_output;
+  r->cache_salt = flags.cache_salt;
+}
+
 // Reads temperature, top_p, top_k, min_p, penalties, seed, stop,
 // stop_token_ids, ignore_eos, min_tokens, n, best_of, logit_bias, priority,
 // user, cache_salt, stream, stream_options, skip_special_tokens,

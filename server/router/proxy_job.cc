@@ -509,9 +509,7 @@ class Proxy {
   void StartStream() {
     if (stream_started_) return;
     stream_started_ = true;
-    HttpResponse head{HttpStatus::ok, 11};
-    head.set(http::field::content_type, "text/event-stream; charset=utf-8");
-    ex_->StartStream(std::move(head));
+    ex_->StartStream(SseResponseHead());
   }
 
   void Finish() {

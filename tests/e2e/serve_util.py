@@ -13,10 +13,12 @@ Used by tests/e2e/test_serve.py and tests/e2e/test_bad_input.py (run with
     finally:
         srv.stop()                  # SIGTERM, then SIGKILL after a timeout
 """
+import argparse
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,6 +68,26 @@ class Results:
         print(f"({time.time() - start:.1f}s)")
         print(f"{self.passed} passed, {self.failed} failed", flush=True)
         return 1 if self.failed else 0
+
+
+def e2e_args(doc):
+    """The arguments every e2e test takes: --tessera (made absolute) and --keep (the work directory)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--tessera", required=True)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    args.tessera = os.path.abspath(args.tessera)
+    return args
+
+
+def cleanup(servers, workdir, keep):
+    """Stops every server, then removes `workdir` unless `keep` (then says where it is)."""
+    for s in servers:
+        s.stop()
+    if keep:
+        print(f"kept {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def free_port():

@@ -15,18 +15,17 @@ test_disaggregation.py's, through `tessera serve --role router`).
     instance itself;
   * /metrics, /ready and /health answer as the router's; SIGTERM drains and exits 0.
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, grpc_calls, request, synth_model  # noqa: E402
+from serve_util import (Results, Server, cleanup, e2e_args, get_metrics, grpc_calls, request,  # noqa: E402
+                        synth_model)
 
 PROMPT = [9707, 11, 1879, 0, 576, 374]
 ROUTER_FLAGS = ["--host", "--port", "--grpc-port", "--port-file", "--api-key", "--drain-timeout", "--max-body-bytes",
@@ -62,11 +61,8 @@ def last_error(text):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tessera", required=True)
-    ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-    tessera = os.path.abspath(args.tessera)
+    args = e2e_args(__doc__)
+    tessera = args.tessera
     router_bin = os.path.join(os.path.dirname(tessera), "tessera-router")
     workdir = tempfile.mkdtemp(prefix="tessera-e2e-router-bin-")
     res = Results()
@@ -154,12 +150,7 @@ def main():
         res.run("SIGTERM -> drains and exits 0", lambda: (router.terminate_and_wait() == 0 or (_ for _ in ()).throw(
             AssertionError(f"exit {router.proc.returncode}"))))
     finally:
-        for s in servers:
-            s.stop()
-        if args.keep:
-            print(f"kept {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        cleanup(servers, workdir, args.keep)
     return res.summary(start)
 
 

@@ -10,13 +10,7 @@ namespace tessera::openai {
 namespace {
 
 RequestLimits Limits() {
-  RequestLimits l;
-  l.served_model_name = "m";
-  l.model.max_model_len = 64;
-  l.model.vocab_size = 100;
-  l.model.max_n = 4;
-  l.model.max_logprobs = 20;
-  return l;
+  return {.served_model_name = "m", .model = {.max_model_len = 64, .vocab_size = 100, .max_n = 4, .max_logprobs = 20}};
 }
 
 struct BadCase {

@@ -6,12 +6,7 @@
 namespace tessera::openai {
 namespace {
 
-RequestLimits Limits() {
-  RequestLimits l;
-  l.served_model_name = "m";
-  l.model.vocab_size = 100;
-  return l;
-}
+RequestLimits Limits() { return {.served_model_name = "m", .model = {.vocab_size = 100}}; }
 
 TEST(TokenizeRequestTest, PromptForm) {
   TokenizeRequest out;

@@ -10,12 +10,7 @@
 namespace tessera {
 namespace {
 
-ModelLimits Limits() {
-  ModelLimits l;
-  l.max_model_len = 64;
-  l.vocab_size = 1000;
-  return l;
-}
+ModelLimits Limits() { return {.max_model_len = 64, .vocab_size = 1000}; }
 
 Request Prompt(std::vector<int32_t> ids, int32_t max_tokens) {
   Request r;
