@@ -35,6 +35,17 @@ struct RemoteKvSource {
   std::vector<int32_t> block_ids;  // the prefill's blocks of the prompt's full blocks, in order
 };
 
+// Where a decode instance finds an exported request's prompt KV: vLLM's
+// kv_transfer_params of a prefill response (remote_engine_id, remote_host,
+// remote_port, remote_request_id, remote_block_ids).
+struct KvExportInfo {
+  std::string engine_id;
+  std::string host;
+  int32_t port = 0;
+  std::string handle;
+  std::vector<int32_t> block_ids;
+};
+
 struct Request {
   std::string id;  // unique among live requests; chosen by the front end
   std::vector<int32_t> prompt_token_ids;
