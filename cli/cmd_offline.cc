@@ -12,7 +12,7 @@
 #include "engine/batch_builder.h"
 #include "engine/model.h"
 #include "engine/synth.h"
-#include "runtime/engine_loop.h"
+#include "runtime/backend_registry.h"
 #include "cli/commands.h"
 
 namespace tessera {

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "runtime/backend_registry.h"
 #include "runtime/spec/spec_config.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -273,7 +274,7 @@ int RunServe(ServeFlags f) {
     spdlog::info("serve: worker rank stopped by the leader");
     return 0;
   }
-  if (f.device == "cuda" && !HaveCudaBackend()) {
+  if (f.device == "cuda" && !HaveBackend("cuda")) {
     return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
   }
   // Where the model is (or will be) and what clients call it, known up front.

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_layout.h"
+#include "runtime/backend_registry.h"
 #include "runtime/plan_to_batch.h"
 
 namespace tessera {
@@ -100,29 +101,6 @@ SamplerConfig ToSamplerConfig(const SamplingParams& p, uint64_t seed) {
 }
 
 }  // namespace
-
-bool HaveCudaBackend() {
-#if defined(TESSERA_WITH_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
-StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
-                                               const CudaBackendOptions& cuda) {
-  if (device == "cpu") return MakeCpuBackend({num_threads});
-  if (device == "cuda") {
-#if defined(TESSERA_WITH_CUDA)
-    return MakeCudaBackend(cuda);
-#else
-    (void)cuda;
-    return FailedPrecondition("--device cuda: this tessera was built without CUDA (configure with nvcc "
-                              "available, -DTESSERA_CUDA=ON); use --device cpu");
-#endif
-  }
-  return InvalidArgument("--device: unknown device '" + device + "' (expected cpu or cuda)");
-}
 
 namespace {
 

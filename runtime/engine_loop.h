@@ -145,13 +145,6 @@ class RequestStream {
 
 using RequestStreamPtr = std::shared_ptr<RequestStream>;
 
-// The backend for `device` ("cpu" or "cuda"); "cuda" fails clearly on a build
-// without CUDA or a machine without a usable GPU.
-StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
-                                               const CudaBackendOptions& cuda);
-// Whether this binary was built with the CUDA backend.
-bool HaveCudaBackend();
-
 class EngineLoop {
  public:
   static StatusOr<std::unique_ptr<EngineLoop>> Create(EngineLoopOptions options);
