@@ -86,11 +86,6 @@ parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
   return g;
 }
 
-int Fail(const Status& s) {
-  spdlog::error("{}", s.ToString());
-  return 1;
-}
-
 // True when config.json says the checkpoint came from `tessera synth`.
 bool IsSyntheticCheckpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "config.json");
