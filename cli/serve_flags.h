@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "common/status.h"
 #include "runtime/spec/spec_config.h"
 #include "server/router/router.h"
@@ -73,6 +75,11 @@ struct ServeFlags {
   std::string leader_addr;     // host[:port]; empty: $LWS_LEADER_ADDRESS or 127.0.0.1
   double parallel_timeout_s = 60;
 };
+
+// Registers every setting on `cmd` (defined in cmd_serve.cc, beside the
+// subcommand's own actions --config and --check-config). `f` must outlive
+// the parse; kv_cache_mb_set records whether --kv-cache-mb was given.
+void AddServeFlags(CLI::App* cmd, ServeFlags* f);
 
 // Checks that need no files, network or devices: values and combinations of
 // flags (single values are already range-checked by the CLI parser). On
