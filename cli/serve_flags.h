@@ -55,7 +55,7 @@ struct ServeFlags {
   bool kv_peer_fetch = false;     // unified: KV transfer agent for peer fetch
   RouterFlags router;
   std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
-  // KV tiers below the device pool (scheduler/kv_tiers/); each on when set.
+  // KV tiers below the device pool (runtime/kv_connectors/tier_connector.h); each on when set.
   double kv_offload_host_gb = 0;      // host DRAM LRU tier
   std::string kv_offload_disk_dir;    // local disk tier (kept across restarts)
   double kv_offload_disk_gb = 0;      // its bound; 0: 10 GB
