@@ -1,177 +1,21 @@
-// `tessera serve`: the OpenAI-compatible HTTP server (and gRPC).
-//
-// Startup order: bind the listeners and answer /health and /ready at once, then
-// load the model (synthesising the default one on first run) and warm up on a
-// loader thread; /ready turns 200 when that is done. SIGINT/SIGTERM drain:
-// /ready and new requests get 503 at once, in-flight ones finish (those still
-// running at --drain-timeout end with finish_reason "abort"), exit 0.
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <csignal>
+// `tessera serve`: the OpenAI-compatible HTTP server (and gRPC). This file
+// registers its flags and runs the command: the --config file, then
+// --check-config or ServeOptionsFromFlags (serve_options.h) and RunServe
+// (serve_run.h), which starts the role and drains it on SIGINT/SIGTERM.
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <optional>
-#include <sstream>
-#include <thread>
+#include <string>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
-#include "runtime/spec/spec_config.h"
 #include "cli/commands.h"
-#include "cli/default_model.h"
-#include "server/http/http_server.h"
-#include "server/grpc/grpc_server.h"
-#include "server/http/openai_routes.h"
-#include "server/kv_events/kv_event_publisher.h"
 #include "cli/router_flags.h"
-#include "server/serving/metrics.h"
-#include "server/serving/serving_engine.h"
 #include "cli/serve_flags.h"
+#include "cli/serve_options.h"
+#include "cli/serve_run.h"
 
 namespace tessera {
 namespace {
-
-namespace fs = std::filesystem;
-namespace net = boost::asio;
-
-constexpr int kIoThreads = 2;  // HTTP framing and SSE only; the engine has its own thread
-// Front-end workers: body parsing, validation, chat templates, tokenization.
-// They run at a lower priority (nice) than the io threads, so a flood of heavy
-// bodies slows its own requests, not /health or the streams being written.
-constexpr int kWorkerThreads = 2;
-constexpr int kWorkerNice = 5;
-constexpr auto kDrainPoll = std::chrono::milliseconds(20);
-// After the drain deadline aborts what is left: time for the aborted requests'
-// final chunks to be written (an engine step, then the sockets) before exit.
-constexpr auto kAbortGrace = std::chrono::seconds(5);
-
-// --tool-call-parser, or the format the chat template teaches; --reasoning-parser.
-openai::tools::ChatOutputConfig ResolveChatOutput(const ServeFlags& f, const text::ChatTemplate* chat_template) {
-  openai::tools::ChatOutputConfig c;
-  if (!f.tool_call_parser.empty()) {
-    c.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);  // checked at startup
-  } else if (chat_template != nullptr) {
-    c.tool_parser = openai::tools::DetectToolParser(*chat_template);
-  }
-  if (!f.reasoning_parser.empty()) c.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
-  return c;
-}
-
-parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
-  parallel::GroupOptions g;
-  g.tensor_parallel_size = f.tensor_parallel_size;
-  g.data_parallel_size = f.data_parallel_size;
-  g.enable_expert_parallel = f.enable_expert_parallel;
-  g.eplb = *parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);  // checked at startup
-  g.launch.nnodes = f.nnodes;
-  g.launch.node_rank = f.node_rank;
-  g.launch.leader_addr = f.leader_addr;
-  g.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
-  g.launch.timeout = g.timeout;
-  return g;
-}
-
-int Fail(const Status& s) {
-  spdlog::error("{}", s.ToString());
-  return 1;
-}
-
-// True when config.json says the checkpoint came from `tessera synth`.
-bool IsSyntheticCheckpoint(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  return !j.is_discarded() && j.is_object() && j.contains("tessera_synthetic");
-}
-
-// Drives shutdown: readiness drops and new requests get 503 at once; the
-// process stops once nothing is in flight or the drain timeout passes. State
-// lives on a strand (the io_context runs on several threads).
-class Shutdown {
- public:
-  Shutdown(net::io_context& ioc, HttpServer& server, ServeContext& ctx, std::chrono::seconds drain_timeout)
-      : ioc_(ioc), server_(server), ctx_(ctx), drain_timeout_(drain_timeout), strand_(net::make_strand(ioc)),
-        timer_(strand_) {}
-
-  // Extra drain steps (e.g. the gRPC server); set before Begin can run.
-  std::function<void()> on_drain;
-  std::function<int64_t()> extra_in_flight;
-
-  // Idempotent; thread-safe. A non-zero exit code sticks.
-  void Begin(int exit_code) {
-    net::post(strand_, [this, exit_code] {
-      if (exit_code != 0) exit_code_ = exit_code;
-      if (started_) return;
-      started_ = true;
-      ctx_.draining.store(true);
-      if (ServingEngine* e = ctx_.engine.load()) e->BeginDrain();
-      server_.BeginDrain();
-      if (on_drain) on_drain();
-      spdlog::info("serve: draining: /ready is 503, new requests get 503; waiting up to {}s for {} in flight",
-                   drain_timeout_.count(), InFlight());
-      deadline_ = std::chrono::steady_clock::now() + drain_timeout_;
-      Poll();
-    });
-  }
-  int exit_code() const { return exit_code_; }  // read after the io_context stopped
-
- private:
-  int64_t InFlight() const {
-    int64_t n = server_.in_flight();
-    if (ServingEngine* e = ctx_.engine.load()) n = std::max(n, e->num_in_flight());
-    if (extra_in_flight) n += extra_in_flight();
-    return n;
-  }
-  void Poll() {
-    const int64_t n = InFlight();
-    if (n == 0) return Stop();
-    const auto now = std::chrono::steady_clock::now();
-    if (!aborted_ && now >= deadline_) {
-      // Requests still running end now with finish_reason "abort": streams get
-      // their final chunk and [DONE], unary clients their response.
-      aborted_ = true;
-      spdlog::warn("serve: {} requests still in flight after {}s; aborting them", n, drain_timeout_.count());
-      if (ServingEngine* e = ctx_.engine.load()) e->AbortAll();
-      deadline_ = now + kAbortGrace;
-    } else if (aborted_ && now >= deadline_) {
-      spdlog::warn("serve: {} requests still open {}s after the abort; exiting anyway", n,
-                   std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count());
-      return Stop();
-    }
-    timer_.expires_after(kDrainPoll);
-    timer_.async_wait([this](boost::system::error_code) { Poll(); });
-  }
-  void Stop() {
-    server_.StopAccepting();
-    ioc_.stop();
-  }
-
-  net::io_context& ioc_;
-  HttpServer& server_;
-  ServeContext& ctx_;
-  const std::chrono::seconds drain_timeout_;
-  net::strand<net::io_context::executor_type> strand_;
-  net::steady_timer timer_;
-  bool started_ = false;
-  bool aborted_ = false;  // the drain deadline passed and AbortAll was sent
-  int exit_code_ = 0;
-  std::chrono::steady_clock::time_point deadline_;
-};
 
 // Applies `path` (TOML, CLI11's reader) to the options of `cmd` that were not
 // given on the command line. Unknown keys are errors, so typos do not pass silently.
@@ -206,36 +50,20 @@ Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
   return Status::Ok();
 }
 
-Status WritePortFile(const std::string& path, int http_port, int grpc_port, int kv_port = -1) {
-  if (path.empty()) return Status::Ok();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    nlohmann::json j{{"http", http_port}, {"grpc", grpc_port}};
-    if (kv_port >= 0) j["kv_transfer"] = kv_port;
-    out << j.dump() << "\n";
-    if (!out) return FailedPrecondition("serve: cannot write --port-file " + path);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);  // atomic: readers never see a partial file
-  if (ec) return FailedPrecondition("serve: cannot write --port-file " + path + ": " + ec.message());
-  return Status::Ok();
-}
-
 void AddEnvApiKey(ServeFlags& f) {
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
 }
 
-// `--check-config[=flags]`: the checks RunServe makes before binding (all
+// `--check-config[=flags]`: the checks serving makes before binding (all
 // scopes), plus the host, port file, device and model metadata (full scope),
 // then exit 0 (report on stdout) or 1 (the error, naming the flag, on stderr).
 int CheckConfig(ServeFlags f, const std::string& scope) {
   AddEnvApiKey(f);
-  StatusOr<std::optional<SpeculativeConfig>> speculative = ValidateServeFlags(f);
-  if (!speculative.ok()) return Fail(speculative.status());
+  StatusOr<ServeOptions> options = ServeOptionsFromFlags(f);
+  if (!options.ok()) return Fail(options.status());
   std::vector<std::string> facts = {"flags and config values are valid"};
   if (scope == "full") {
-    StatusOr<std::vector<std::string>> env = CheckServeEnvironment(f, *speculative);
+    StatusOr<std::vector<std::string>> env = CheckServeEnvironment(f, options->serving.loop.speculative);
     if (!env.ok()) return Fail(env.status());
     facts.insert(facts.end(), env->begin(), env->end());
   }
@@ -244,287 +72,16 @@ int CheckConfig(ServeFlags f, const std::string& scope) {
   return 0;
 }
 
-int RunServe(ServeFlags f) {
+int Serve(ServeFlags f) {
   AddEnvApiKey(f);
-  StatusOr<std::optional<SpeculativeConfig>> checked = ValidateServeFlags(f);
-  if (!checked.ok()) return Fail(checked.status());
-  if (f.role == "router") {
-    RouterServeOptions ro;
-    ro.host = f.host;
-    ro.port = f.port;
-    ro.port_file = f.port_file;
-    ro.api_keys = f.api_keys;
-    ro.max_body_bytes = f.max_body_bytes;
-    ro.idle_timeout_s = f.idle_timeout_s;
-    ro.drain_timeout_s = f.drain_timeout_s;
-    ro.grpc_port = f.grpc_port;
-    ro.flags = f.router;
-    return RunRouter(ro);
-  }
-  const std::optional<SpeculativeConfig> speculative = *checked;
-  const parallel::GroupOptions group = GroupFromFlags(f);
-  if (StatusOr<bool> worker = parallel::IsWorkerProcess(group); !worker.ok()) {
-    return Fail(worker.status());
-  } else if (*worker) {
-    // A rank of a multi-process group other than 0: no API, runs the leader's plans.
-    if (f.model.empty()) return Fail(InvalidArgument("serve: worker ranks (--node-rank > 0) need --model"));
-    Status s = parallel::RunWorkerProcess(group, f.model, f.threads);
-    if (!s.ok()) return Fail(s);
-    spdlog::info("serve: worker rank stopped by the leader");
-    return 0;
-  }
-  if (f.device == "cuda" && !HaveCudaBackend()) {
-    return Fail(FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu"));
-  }
-  // Where the model is (or will be) and what clients call it, known up front.
-  // KV events: the publisher binds now (a taken port fails the start) and
-  // outlives the engine (the scheduler holds a reference).
-  std::shared_ptr<kv_events::KvEventPublisher> kv_event_publisher;
-  if (!f.kv_events_config.empty()) {
-    auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config);
-    if (!kc.ok()) return Fail(kc.status());
-    if (kc->enabled()) {
-      kv_events::KvEventPublisherOptions po;
-      po.config = *kc;
-      po.medium = f.device == "cuda" ? "GPU" : "CPU";
-      auto p = kv_events::KvEventPublisher::Start(po);
-      if (!p.ok()) return Fail(p.status());
-      kv_event_publisher = std::move(*p);
-    }
-  }
-  const bool use_default = f.model.empty();
-  std::string planned_dir = f.model;
-  if (use_default) {
-    StatusOr<std::string> dir = DefaultModelDir(f.default_model_size);
-    if (!dir.ok()) return Fail(dir.status());
-    planned_dir = *dir;
-    spdlog::warn("serve: no --model given, serving the built-in default model: a synthetic qwen3 {} checkpoint "
-                 "with RANDOM weights ({}); its outputs are meaningless. Pass --model DIR to serve a real "
-                 "HF checkpoint.",
-                 f.default_model_size, planned_dir);
-  } else if (!fs::is_directory(f.model) && !fs::is_regular_file(f.model)) {
-    return Fail(NotFound("serve: --model " + f.model + " is not a directory or a .gguf file"));
-  }
-  std::string served = f.served_model_name;
-  if (served.empty()) {
-    fs::path p = fs::absolute(planned_dir).lexically_normal();
-    if (!p.has_filename()) p = p.parent_path();  // "dir/" names "dir"
-    served = p.filename().string();
-  }
-  if (served.empty()) served = "default";
-
-  net::io_context ioc{kIoThreads};
-  net::io_context workers{kWorkerThreads};
-  auto workers_guard = net::make_work_guard(workers);
-  HttpServerOptions http_options;
-  http_options.host = f.host;
-  http_options.port = f.port;
-  http_options.body_limit = f.max_body_bytes;
-  http_options.idle_timeout = std::chrono::seconds(f.idle_timeout_s);
-  http_options.api_keys = f.api_keys;
-  HttpServer server(ioc, http_options);
-  ServingMetrics metrics(served);
-
-  ServeContext ctx;
-  ctx.server = &server;
-  ctx.metrics = &metrics;
-  ctx.ioc = &ioc;
-  ctx.workers = &workers;
-  ctx.served_model_name = served;
-  ctx.request_timeout = std::chrono::seconds(f.request_timeout_s);
-  ctx.role = f.role;
-  if (kv_event_publisher) {
-    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);
-    if (kv_events::PublisherBinds(kc.endpoint)) {
-      // /server_info tells routers where to subscribe.
-      ctx.kv_events_endpoint = kv_event_publisher->endpoint();
-      ctx.kv_events_replay_endpoint = kv_event_publisher->replay_endpoint();
-      ctx.kv_events_topic = kc.topic;
-    } else {
-      spdlog::warn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
-                   "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
-                   kc.endpoint);
-    }
-    ctx.extra_metrics = [p = kv_event_publisher.get()] {
-      const kv_events::KvEventPublisherStats st = p->stats();
-      return fmt::format(
-          "# HELP tessera:kv_events_published_total KV cache events published (BlockStored, BlockRemoved, "
-          "AllBlocksCleared).\n# TYPE tessera:kv_events_published_total counter\n"
-          "tessera:kv_events_published_total {}\n"
-          "# HELP tessera:kv_event_batches_published_total KV event batches published.\n"
-          "# TYPE tessera:kv_event_batches_published_total counter\ntessera:kv_event_batches_published_total {}\n"
-          "# HELP tessera:kv_events_dropped_total KV events lost to a full publisher queue.\n"
-          "# TYPE tessera:kv_events_dropped_total counter\ntessera:kv_events_dropped_total {}\n"
-          "# HELP tessera:kv_event_replays_served_total KV event replay requests answered.\n"
-          "# TYPE tessera:kv_event_replays_served_total counter\ntessera:kv_event_replays_served_total {}\n",
-          st.events_published, st.batches_published, st.events_dropped, st.replays_served);
-    };
-  }
-  RegisterOpenAiRoutes(&ctx);
-  Shutdown shutdown(ioc, server, ctx, std::chrono::seconds(f.drain_timeout_s));
-
-  if (Status s = server.Listen(); !s.ok()) return Fail(s);
-  const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
-  std::unique_ptr<GrpcServer> grpc;
-  if (f.grpc_port >= 0) {
-    GrpcServerOptions go;
-    go.host = f.host;
-    go.port = f.grpc_port;
-    go.api_keys = f.api_keys;
-    go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(f.max_body_bytes, 1u << 30));
-    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(go, [&ctx] { return ctx.ready_engine(); });
-    if (!g.ok()) return Fail(g.status());
-    grpc = std::move(*g);
-    shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
-  }
-  const int grpc_port = grpc ? grpc->port() : -1;
-  ctx.grpc_port.store(grpc_port);  // a router reads it on /ready (decode and unified pools)
-  if (Status s = WritePortFile(f.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
-  spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
-               grpc ? f.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
-               f.api_keys.empty() ? "" : "; API key required");
-  server.Start();
-
-  net::signal_set signals(ioc, SIGINT, SIGTERM);
-  std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
-    if (ec) return;
-    if (ctx.draining.load()) {
-      spdlog::warn("serve: second signal {}, exiting now", sig);
-      spdlog::default_logger()->flush();
-      std::_Exit(1);
-    }
-    spdlog::info("serve: received signal {}", sig);
-    shutdown.Begin(0);
-    signals.async_wait(on_signal);
-  };
-  signals.async_wait(on_signal);
-
-  // The model loads off the io threads, so probes answer meanwhile.
-  std::unique_ptr<ServingEngine> engine;
-  std::thread loader([&] {
-    StatusOr<std::string> dir = use_default ? EnsureDefaultModel(f.default_model_size)
-                                            : StatusOr<std::string>(planned_dir);
-    if (dir.ok() && IsSyntheticCheckpoint(*dir)) {
-      spdlog::warn("serve: {} is a synthetic checkpoint with random weights; completions are meaningless", *dir);
-    }
-    StatusOr<std::unique_ptr<ServingEngine>> e = dir.status();
-    if (dir.ok()) {
-      ServingOptions o;
-      o.loop.model_dir = *dir;
-      o.loop.num_threads = f.threads;
-      o.loop.kv_cache_bytes = f.kv_cache_mb << 20;
-      o.loop.kv_cache_bytes_set = f.kv_cache_mb_set;
-      o.loop.device = f.device;
-      o.loop.cuda.gpu_memory_utilization = f.gpu_memory_utilization;
-      o.loop.cuda.cuda_graphs = !f.enforce_eager;
-      o.loop.cuda.deterministic = f.deterministic;
-      o.loop.scheduler.kv.num_blocks = f.num_kv_blocks;
-      o.loop.scheduler.kv.event_sink = kv_event_publisher;
-      o.loop.scheduler.max_num_seqs = f.max_num_seqs;
-      o.loop.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
-      o.loop.max_step_ms = f.max_step_ms;
-      o.loop.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
-      o.loop.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
-      o.loop.speculative = speculative;
-      o.loop.parallel = group;
-      if (f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch) {
-        KvTransportOptions kt;
-        kt.host = f.host;
-        kt.port = f.kv_transfer_port;
-        kt.ucx_tls = f.kv_ucx_tls;
-        kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
-        kt.fault = f.kv_transfer_fault;
-        kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
-        o.loop.kv_transfer = kt;
-      }
-      if (f.kv_offload_host_gb > 0 || !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty()) {
-        KvTierOptions t;
-        t.host_bytes = static_cast<int64_t>(f.kv_offload_host_gb * 1e9);
-        t.disk_dir = f.kv_offload_disk_dir;
-        if (f.kv_offload_disk_gb > 0) t.disk_bytes = static_cast<int64_t>(f.kv_offload_disk_gb * 1e9);
-        t.remote_url = f.kv_offload_remote_url;
-        o.loop.kv_tiers = std::move(t);
-      }
-      o.served_model_name = served;
-      o.max_in_flight = f.max_pending_requests;
-      o.metrics = &metrics;
-      e = ServingEngine::Create(std::move(o));
-    }
-    if (!e.ok()) {
-      ctx.state.store(ModelState::kFailed);
-      spdlog::error("serve: model failed to load: {}", e.status().ToString());
-      shutdown.Begin(1);
-      return;
-    }
-    engine = std::move(*e);
-    if (const KvTransport* kt = engine->kv_transport()) {
-      // The KV port is known only now; the file is rewritten with it.
-      if (Status s = WritePortFile(f.port_file, server.port(), grpc ? grpc->port() : -1, kt->port()); !s.ok()) {
-        spdlog::error("{}", s.ToString());
-      }
-      spdlog::info("serve: role {}: KV transfer on {}:{}", f.role, kt->host(), kt->port());
-    }
-    ctx.chat_output = ResolveChatOutput(f, engine->chat_template());
-    spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
-                 ctx.chat_output.tool_parser == openai::tools::ToolParserKind::kNone
-                     ? "off"
-                     : std::string(openai::tools::ToolParserName(ctx.chat_output.tool_parser)),
-                 f.tool_call_parser.empty() && ctx.chat_output.tool_parser != openai::tools::ToolParserKind::kNone
-                     ? " (from the chat template)"
-                     : "",
-                 ctx.chat_output.reasoning_parser == openai::tools::ReasoningParserKind::kNone
-                     ? "off"
-                     : std::string(openai::tools::ReasoningParserName(ctx.chat_output.reasoning_parser)));
-    ctx.engine.store(engine.get(), std::memory_order_release);
-    if (ctx.draining.load()) engine->BeginDrain();
-    ctx.state.store(ModelState::kReady, std::memory_order_release);
-    spdlog::info("serve: ready: model '{}' (max model length {}, KV cache {:.0f} MiB) at {}", served,
-                 engine->limits().max_model_len, engine->kv_cache_bytes() / 1048576.0, url);
-  });
-
-  std::vector<std::thread> io_threads;
-  std::vector<std::thread> worker_threads;
-  for (int i = 0; i < kWorkerThreads; ++i) {
-    worker_threads.emplace_back([&workers] {
-      // Linux: PRIO_PROCESS with a thread id renices that thread only.
-      if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWorkerNice) != 0) {
-        spdlog::debug("serve: could not lower a front-end worker's priority");
-      }
-      workers.run();
-    });
-  }
-  for (int i = 0; i < kIoThreads; ++i) io_threads.emplace_back([&ioc] { ioc.run(); });
-  for (auto& t : io_threads) t.join();
-  server.MarkStopped();
-  // Work still queued finds its exchanges stopped (their methods are no-ops).
-  workers_guard.reset();
-  workers.stop();
-  for (auto& t : worker_threads) t.join();
-
-  if (ctx.state.load() == ModelState::kLoading) {
-    // Model::Load and synthesis cannot be interrupted; a partial default model
-    // lives in a temporary directory that the next run removes.
-    spdlog::warn("serve: interrupted while loading the model; exiting");
-    spdlog::default_logger()->flush();
-    std::_Exit(shutdown.exit_code());
-  }
-  loader.join();
-  if (grpc) grpc->Shutdown(std::chrono::milliseconds(1000));  // cancels streams that outlived the drain
-  if (engine) engine->Stop();  // aborts whatever outlived the drain
-  spdlog::info("serve: stopped");
-  return shutdown.exit_code();
+  StatusOr<ServeOptions> options = ServeOptionsFromFlags(f);
+  if (!options.ok()) return Fail(options.status());
+  return RunServe(*options);
 }
 
 }  // namespace
 
-void AddServeCommand(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API and gRPC");
-  auto f = std::make_shared<ServeFlags>();
-  auto config = std::make_shared<std::string>();
-  cmd->add_option("--config", *config,
-                  "TOML file with the same settings: long option names as keys (e.g. max-num-seqs = 32); "
-                  "command-line flags win")
-      ->check(CLI::ExistingFile);
+void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--model", f->model,
                   "HF checkpoint directory or .gguf file (default: a built-in synthetic model with random weights)");
   cmd->add_option("--served-model-name", f->served_model_name,
@@ -543,10 +100,11 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "max tokens per sequence, prompt + completion (0: the model's max_position_embeddings)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  CLI::Option* kv_mb = cmd->add_option("--kv-cache-mb", f->kv_cache_mb,
-                                       "KV cache size in MiB (on a GPU: instead of --gpu-memory-utilization)")
-                           ->capture_default_str()
-                           ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-cache-mb", f->kv_cache_mb,
+                  "KV cache size in MiB (on a GPU: instead of --gpu-memory-utilization)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->each([f](const std::string&) { f->kv_cache_mb_set = true; });  // also from --config
   cmd->add_option("--device", f->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--gpu-memory-utilization", f->gpu_memory_utilization,
                   "fraction of GPU memory for weights, activations and the KV pool")
@@ -682,6 +240,20 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");
+  cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
+      ->check(CLI::IsMember({"tiny", "0.5b"}))
+      ->group("");  // hidden: for tests
+}
+
+void AddServeCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API and gRPC");
+  auto f = std::make_shared<ServeFlags>();
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--config", *config,
+                  "TOML file with the same settings: long option names as keys (e.g. max-num-seqs = 32); "
+                  "command-line flags win")
+      ->check(CLI::ExistingFile);
+  AddServeFlags(cmd, f.get());
   auto check_scope = std::make_shared<std::string>();
   CLI::Option* check = cmd->add_option("--check-config", *check_scope,
                   "validate every flag and the --config file, then exit 0 (valid) or 1 (the error names the flag) "
@@ -689,22 +261,18 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
                   "metadata, 'flags' checks values only (for a machine without the model)")
       ->expected(0, 1)
       ->check(CLI::IsMember({"full", "flags"}));
-  cmd->add_option("--default-model-size", f->default_model_size, "size of the built-in default model")
-      ->check(CLI::IsMember({"tiny", "0.5b"}))
-      ->group("");  // hidden: for tests
-  cmd->callback([cmd, f, config, exit_code, kv_mb, check, check_scope] {
+  cmd->callback([cmd, f, config, exit_code, check, check_scope] {
     if (!config->empty()) {
       if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
         *exit_code = Fail(s);
         return;
       }
     }
-    f->kv_cache_mb_set = kv_mb->count() > 0;
     if (check->count() > 0) {
       *exit_code = CheckConfig(*f, check_scope->empty() ? "full" : *check_scope);
       return;
     }
-    *exit_code = RunServe(*f);
+    *exit_code = Serve(*f);
   });
 }
 

@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/status.h"
+
 namespace tessera {
 
 // Registers the subcommand on `app`; its callback runs it and stores the exit code.
@@ -15,5 +17,8 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddClientCommand(CLI::App& app, int* exit_code);
 void AddKernelCommand(CLI::App& app, int* exit_code);
 void AddGgufInfoCommand(CLI::App& app, int* exit_code);
+
+// Logs `s` as an error; returns the exit code of a subcommand that failed (1).
+int Fail(const Status& s);
 
 }  // namespace tessera

@@ -12,7 +12,7 @@
 #include "engine/gguf_model.h"
 #include "engine/model_config.h"
 #include "engine/parallel/shard/rank_group.h"
-#include "runtime/engine_loop.h"
+#include "runtime/backend_registry.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
@@ -159,7 +159,7 @@ StatusOr<std::vector<std::string>> CheckServeEnvironment(const ServeFlags& f,
       return NotFound(fmt::format("serve: --port-file {}: directory {} does not exist", f.port_file, dir.string()));
     }
   }
-  if (f.device == "cuda" && !HaveCudaBackend()) {
+  if (f.device == "cuda" && !HaveBackend("cuda")) {
     return FailedPrecondition("serve: --device cuda: this tessera was built without CUDA; use --device cpu");
   }
   facts.push_back("--device " + f.device + " is built in");

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "common/status.h"
 #include "runtime/spec/spec_config.h"
 #include "server/router/router.h"
@@ -53,7 +55,7 @@ struct ServeFlags {
   bool kv_peer_fetch = false;     // unified: KV transfer agent for peer fetch
   RouterFlags router;
   std::string kv_events_config;    // JSON, vLLM's KVEventsConfig fields
-  // KV tiers below the device pool (scheduler/kv_tiers/); each on when set.
+  // KV tiers below the device pool (runtime/kv_connectors/tier_connector.h); each on when set.
   double kv_offload_host_gb = 0;      // host DRAM LRU tier
   std::string kv_offload_disk_dir;    // local disk tier (kept across restarts)
   double kv_offload_disk_gb = 0;      // its bound; 0: 10 GB
@@ -73,6 +75,11 @@ struct ServeFlags {
   std::string leader_addr;     // host[:port]; empty: $LWS_LEADER_ADDRESS or 127.0.0.1
   double parallel_timeout_s = 60;
 };
+
+// Registers every setting on `cmd` (defined in cmd_serve.cc, beside the
+// subcommand's own actions --config and --check-config). `f` must outlive
+// the parse; kv_cache_mb_set records whether --kv-cache-mb was given.
+void AddServeFlags(CLI::App* cmd, ServeFlags* f);
 
 // Checks that need no files, network or devices: values and combinations of
 // flags (single values are already range-checked by the CLI parser). On

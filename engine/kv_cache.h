@@ -36,7 +36,7 @@ class KvCache {
   // Several (src, dst) pairs in one backend call; pairs must not chain.
   Status CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs);
   // One block's K and V of every layer as one byte string (layer 0 K, layer 0
-  // V, layer 1 K, ...): what the KV tiers store (scheduler/kv_tiers). Device
+  // V, layer 1 K, ...): what the KV tiers store (runtime/kv_connectors/tier_connector.h). Device
   // to host / host to device copies, O(BlockBytes()); the caller must not run
   // a step on the block meanwhile. OUT_OF_RANGE for a bad block, INVALID_ARGUMENT
   // for bytes of another size.

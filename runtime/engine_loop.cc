@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_layout.h"
+#include "runtime/backend_registry.h"
 #include "runtime/plan_to_batch.h"
 
 namespace tessera {
@@ -100,29 +101,6 @@ SamplerConfig ToSamplerConfig(const SamplingParams& p, uint64_t seed) {
 }
 
 }  // namespace
-
-bool HaveCudaBackend() {
-#if defined(TESSERA_WITH_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
-StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
-                                               const CudaBackendOptions& cuda) {
-  if (device == "cpu") return MakeCpuBackend({num_threads});
-  if (device == "cuda") {
-#if defined(TESSERA_WITH_CUDA)
-    return MakeCudaBackend(cuda);
-#else
-    (void)cuda;
-    return FailedPrecondition("--device cuda: this tessera was built without CUDA (configure with nvcc "
-                              "available, -DTESSERA_CUDA=ON); use --device cpu");
-#endif
-  }
-  return InvalidArgument("--device: unknown device '" + device + "' (expected cpu or cuda)");
-}
 
 namespace {
 
@@ -224,37 +202,13 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
     RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
   }
   if (options.speculative) so.num_lookahead_tokens = options.speculative->num_speculative_tokens;
-  so.kv_tiers = options.kv_tiers.has_value();
+  RETURN_IF_ERROR(loop->InitKvConnectors(options, so));
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   RETURN_IF_ERROR(loop->InitSpeculation(options));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
   loop->max_step_ms_ = options.max_step_ms;
-  loop->on_kv_pull_ = std::move(options.on_kv_pull);
-  if (options.kv_tiers) RETURN_IF_ERROR(loop->InitKvTiers(options));
-  if (options.kv_transfer) {
-    if (options.device != "cpu") {
-      return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
-                                "pool is not registered with UCX");
-    }
-    ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(options.model_dir));
-    KvTransportOptions to = *options.kv_transfer;
-    EngineLoop* raw = loop.get();
-    to.notify = [raw] {
-      {
-        std::lock_guard lock(raw->mu_);
-        raw->kv_wake_ = true;
-      }
-      raw->cv_.notify_all();
-    };
-    ASSIGN_OR_RETURN(loop->kv_transport_,
-                     KvTransport::Create(to, loop->cache_.get(),
-                                         MakeKvLayout(mc, loop->backend_->kv_dtype(),
-                                                      loop->scheduler_->options().kv.block_size),
-                                         std::move(fingerprint)));
-    loop->kv_puller_ = std::make_unique<KvPuller>(loop->kv_transport_.get(), to.notify);
-  }
   return loop;
 }
 
@@ -264,7 +218,7 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<voi
   // The front end validated it (ValidateRequest); the id is the loop's to check.
   if (request.id.empty()) return InvalidArgument("request id must not be empty");
   RETURN_IF_ERROR(group_error());
-  if ((request.export_kv || request.remote_kv) && !kv_transport_) {
+  if ((request.export_kv || request.remote_kv) && !transfer_) {
     return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "
                            "or --role decode)");
   }
@@ -315,8 +269,8 @@ void EngineLoop::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (kv_puller_) {
-    StopKvPulls();  // offline use (no loop thread), or a no-op after ThreadMain's
+  if (!kv_workers_.empty()) {
+    StopKvConnectors();  // offline use (no loop thread), or a no-op after ThreadMain's
     std::lock_guard lock(mu_);
     metrics_ = scheduler_->metrics();  // blocks freed since the last step's snapshot
   }
@@ -330,7 +284,7 @@ void EngineLoop::ThreadMain() {
       // scheduler_ is read here only by this (the loop) thread.
       // After a step that ran nothing while pulls are in flight (their blocks
       // may be what a waiting request needs), only an event can change that.
-      const bool stalled = last_plan_empty_ && !kv_loads_.empty();
+      const bool stalled = last_plan_empty_ && KvLoadsInFlight();
       cv_.wait(lock, [&] {
         return stop_ || kv_wake_ || !inbox_.empty() || !aborts_.empty() || !choice_ends_.empty() ||
                (scheduler_->HasUnfinished() && !scheduler_->WaitingOnLoadsOnly() && !stalled);
@@ -346,7 +300,7 @@ void EngineLoop::ThreadMain() {
   // Abort what is left.
   DrainInbox();
   for (auto& [id, a] : active_) (void)scheduler_->AbortRequest(id);
-  StopKvPulls();
+  StopKvConnectors();
   DeliverFinished();
   FailAll(Status(StatusCode::kUnavailable, "the engine stopped"));
 }
@@ -373,11 +327,11 @@ Status EngineLoop::RunUntilDone() {
     {
       std::lock_guard lock(mu_);
       if (inbox_.empty() && aborts_.empty() && choice_ends_.empty() && !scheduler_->HasUnfinished() &&
-          kv_loads_.empty()) {
+          !KvLoadsInFlight()) {
         return Status::Ok();
       }
     }
-    const bool pulls_only = !kv_loads_.empty() && (last_plan_empty_ || !scheduler_->HasUnfinished());
+    const bool pulls_only = KvLoadsInFlight() && (last_plan_empty_ || !scheduler_->HasUnfinished());
     if (pulls_only || scheduler_->WaitingOnLoadsOnly()) {
       std::unique_lock lock(mu_);  // nothing to run until a tier fetch or a pull answers
       cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return kv_wake_; });
@@ -442,8 +396,7 @@ void EngineLoop::DrainInbox() {
 
 Status EngineLoop::Step() {
   DrainInbox();
-  if (kv_transport_) RunKvTransfers();
-  if (kv_tiers_) RunKvTiers();
+  RunKvConnectors();
   const bool ran = scheduler_->HasUnfinished();
   Status s = ran ? RunStep() : Status::Ok();
   DeliverFinished();
@@ -572,8 +525,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   }
   prompt_logprobs_.clear();
   ASSIGN_OR_RETURN(std::vector<SequenceOutput> outputs, scheduler_->UpdateFromOutput(sampled));
-  if (kv_transport_) PublishExports();
-  if (kv_tiers_) SpillComputedBlocks();
+  SaveKvBlocks();
   for (SequenceOutput& o : outputs) {
     auto it = active_.find(o.request_id);
     if (it == active_.end()) continue;
@@ -589,7 +541,9 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
       }
     }
     out.token_ids = std::move(o.new_token_ids);
-    if (out.finish_reason != FinishReason::kNone) AttachExport(o.request_id, &out);
+    if (out.finish_reason != FinishReason::kNone) {
+      for (KvConnectorWorker* w : kv_workers_) w->OnFinalOutput(o.request_id, &out);
+    }
     it->second.stream->Push(std::move(out));
   }
   if (proposer_) ProposeDrafts(plan);
@@ -653,7 +607,7 @@ void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first
 }
 
 void EngineLoop::DeliverFinished() {
-  if (kv_transport_) PublishExports();
+  SaveKvBlocks();
   for (const FinishedSequenceStats& st : scheduler_->TakeFinishedStats()) {
     if (on_finished_) on_finished_(st);
     auto it = active_.find(st.request_id);
@@ -661,7 +615,7 @@ void EngineLoop::DeliverFinished() {
     RequestOutput out;
     out.index = st.index;
     out.finish_reason = st.reason;
-    AttachExport(st.request_id, &out);
+    for (KvConnectorWorker* w : kv_workers_) w->OnFinalOutput(st.request_id, &out);
     it->second.stream->Push(std::move(out));  // ignored when the choice already ended
     if (it->second.stream->finished()) EndRequest(st.request_id);
   }
@@ -669,91 +623,9 @@ void EngineLoop::DeliverFinished() {
 
 void EngineLoop::EndRequest(const std::string& request_id) {
   active_.erase(request_id);
-  pending_exports_.erase(request_id);
+  for (KvConnectorWorker* w : kv_workers_) w->ForgetRequest(request_id);
   std::lock_guard lock(mu_);
   live_ids_.erase(request_id);
-}
-
-void EngineLoop::RunKvTransfers() {
-  {
-    // Cleared before taking the released handles: a release arriving after
-    // this wakes the loop again.
-    std::lock_guard lock(mu_);
-    kv_wake_ = false;
-  }
-  for (const std::string& handle : kv_transport_->TakeReleased()) scheduler_->ReleaseExport(handle);
-  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
-  for (KvLoad& load : scheduler_->PlanKvLoads()) {
-    KvPullSpec spec;
-    spec.host = load.source.host;
-    spec.port = load.source.port;
-    spec.handle = load.source.handle;
-    spec.remote_blocks = load.remote_blocks;
-    spec.local_blocks.assign(load.local_blocks.begin(), load.local_blocks.end());
-    for (const BlockHash& h : load.hashes) spec.keys.push_back({h.hi, h.lo});
-    // The puller's thread writes the bytes into load.local_blocks while this
-    // thread keeps stepping other requests; the scheduler keeps those blocks
-    // out of every batch (and unfreed) until FinishKvLoad.
-    const uint64_t id = next_kv_load_++;
-    kv_loads_.emplace(id, std::move(load));
-    kv_puller_->Submit(id, std::move(spec));
-  }
-  // Exports this instance will never pull (all cached here, no room, or the
-  // request ended first): acknowledged (on the puller's thread, a gRPC call),
-  // so the prefill unpins them now.
-  for (const RemoteKvSource& src : scheduler_->TakeKvReleases()) kv_puller_->Release(src.host, src.port, src.handle);
-}
-
-void EngineLoop::FinishKvPull(KvPuller::Done& done) {
-  auto it = kv_loads_.find(done.id);
-  if (it == kv_loads_.end()) return;
-  const KvLoad load = std::move(it->second);
-  kv_loads_.erase(it);
-  const StatusOr<KvPullStats>& st = done.result;
-  if (!st.ok()) {
-    spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", load.request_id,
-                 st.status().ToString());
-  }
-  scheduler_->FinishKvLoad(load, st.ok());
-  if (on_kv_pull_) {
-    KvPullEvent e;
-    e.ok = st.ok();
-    e.bytes = st.ok() ? st->bytes : 0;
-    e.seconds = st.ok() ? st->seconds : 0;
-    e.blocks_pulled = st.ok() ? static_cast<int64_t>(load.local_blocks.size()) : 0;
-    e.blocks_reused = load.reused_blocks;
-    e.peer = load.source.host + ":" + std::to_string(load.source.port);
-    on_kv_pull_(e);
-  }
-}
-
-void EngineLoop::StopKvPulls() {
-  if (!kv_puller_) return;
-  kv_puller_->Stop();
-  for (KvPuller::Done& d : kv_puller_->TakeDone()) FinishKvPull(d);
-}
-
-void EngineLoop::PublishExports() {
-  for (KvExport& e : scheduler_->TakeExports()) {
-    std::vector<KvBlockKey> keys;
-    for (const BlockHash& h : e.hashes) keys.push_back({h.hi, h.lo});
-    std::vector<int32_t> blocks(e.blocks.begin(), e.blocks.end());
-    kv_transport_->Export(e.request_id, blocks, std::move(keys));
-    KvExportInfo info;
-    info.engine_id = kv_transport_->engine_id();
-    info.host = kv_transport_->host();
-    info.port = kv_transport_->port();
-    info.handle = e.request_id;
-    info.block_ids = std::move(blocks);
-    pending_exports_[e.request_id] = std::move(info);
-  }
-}
-
-void EngineLoop::AttachExport(const std::string& request_id, RequestOutput* out) {
-  auto it = pending_exports_.find(request_id);
-  if (it == pending_exports_.end()) return;
-  out->kv_export = std::move(it->second);
-  pending_exports_.erase(it);
 }
 
 SchedulerMetrics EngineLoop::metrics() const {

@@ -28,12 +28,11 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/kv_cache.h"
-#include "runtime/kv_puller.h"
-#include "engine/kv_transfer/kv_transport.h"
 #include "engine/model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
-#include "runtime/kv_tiers/kv_tier_manager.h"
+#include "runtime/kv_connectors/tier_connector.h"
+#include "runtime/kv_connectors/transfer_connector.h"
 #include "runtime/mask_worker.h"
 #include "scheduler/scheduler.h"
 #include "runtime/spec/acceptance.h"
@@ -43,16 +42,6 @@
 #include "scheduler/token_constraint.h"
 
 namespace tessera {
-
-// One pull attempt of a decode instance (metrics).
-struct KvPullEvent {
-  bool ok = false;
-  int64_t bytes = 0;
-  double seconds = 0;
-  int64_t blocks_pulled = 0;
-  int64_t blocks_reused = 0;
-  std::string peer;  // host:port
-};
 
 struct EngineLoopOptions {
   std::string model_dir;
@@ -94,10 +83,10 @@ struct EngineLoopOptions {
   // Called on the loop thread after each pull attempt (metrics), when the
   // loop applies the pull's answer. Cheap.
   std::function<void(const KvPullEvent&)> on_kv_pull;
-  // KV tiers below the pool (--kv-offload-*; engine_loop_tiers.cc): computed
-  // blocks spill to them, prompts missing from the pool are fetched back
-  // before their prefill. The loop fills in fingerprint, layout, block_bytes
-  // and notify. Needs prefix caching and a single rank.
+  // KV tiers below the pool (--kv-offload-*; kv_connectors/tier_connector.h):
+  // computed blocks spill to them, prompts missing from the pool are fetched
+  // back before their prefill. The loop fills in fingerprint, layout,
+  // block_bytes and notify. Needs prefix caching and a single rank.
   std::optional<KvTierOptions> kv_tiers;
 };
 
@@ -156,13 +145,6 @@ class RequestStream {
 
 using RequestStreamPtr = std::shared_ptr<RequestStream>;
 
-// The backend for `device` ("cpu" or "cuda"); "cuda" fails clearly on a build
-// without CUDA or a machine without a usable GPU.
-StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device, int num_threads,
-                                               const CudaBackendOptions& cuda);
-// Whether this binary was built with the CUDA backend.
-bool HaveCudaBackend();
-
 class EngineLoop {
  public:
   static StatusOr<std::unique_ptr<EngineLoop>> Create(EngineLoopOptions options);
@@ -212,9 +194,9 @@ class EngineLoop {
     return group_ ? group_->rank_times() : std::vector<parallel::RankTimes>{};
   }
   // Null unless options.kv_transfer was given.
-  const KvTransport* kv_transport() const { return kv_transport_.get(); }
+  const KvTransport* kv_transport() const { return transfer_ ? transfer_->transport() : nullptr; }
   // Null unless options.kv_tiers was given. Its stats are thread-safe.
-  KvTierManager* kv_tiers() const { return kv_tiers_.get(); }
+  KvTierManager* kv_tiers() const { return tiers_ ? &tiers_->tiers() : nullptr; }
 
  private:
   struct Pending {
@@ -252,23 +234,15 @@ class EngineLoop {
   // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
   void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
-  // Disaggregation: frees released exports, applies the pulls that ended and
-  // hands the scheduler's new pulls to kv_puller_ (before a step); publishes
-  // new exports (after one).
-  void RunKvTransfers();
-  void FinishKvPull(KvPuller::Done& done);
-  // Joins the puller (its pull in progress ends within the pull timeout) and
-  // applies every answer, so no block is left held for a pull. Loop thread, or
-  // after it ended.
-  void StopKvPulls();
-  void PublishExports();
-  void AttachExport(const std::string& request_id, RequestOutput* out);
-  // KV tiers (engine_loop_tiers.cc): applies fetched blocks and starts new
-  // fetches (before a step); copies the step's newly cached blocks out to the
-  // tiers (after one).
-  Status InitKvTiers(EngineLoopOptions& options);
-  void RunKvTiers();
-  void SpillComputedBlocks();
+  // KV connectors (engine_loop_kv.cc): built from the options before the
+  // scheduler; each connector's worker runs before and after every step.
+  Status InitKvConnectors(EngineLoopOptions& options, SchedulerOptions& so);
+  void RunKvConnectors();   // before a step: answers in, loads planned and started
+  void SaveKvBlocks();      // after a step: blocks out (spills, exports)
+  bool KvLoadsInFlight() const;
+  // Stops every connector's loads and applies their answers, so no block is
+  // left held for a load. Loop thread, or after it ended.
+  void StopKvConnectors();
   // Speculative decoding (engine_loop_spec.cc).
   Status InitSpeculation(const EngineLoopOptions& options);
   // Verifies a sequence's drafts against its 1 + k logits rows at `rows`.
@@ -330,18 +304,12 @@ class EngineLoop {
   bool kv_wake_ = false;  // the transport released exports, a pull or a tier fetch finished; under mu_
   bool last_plan_empty_ = false;  // the last Schedule() planned nothing; loop thread
   std::thread thread_;
-  // Loop-thread state of exports whose final output is not yet pushed.
-  std::unordered_map<std::string, KvExportInfo> pending_exports_;
-  std::function<void(const KvPullEvent&)> on_kv_pull_;
-  // Pulls handed to kv_puller_ whose answer the loop has not applied yet, by
-  // id; their destination blocks are held by the scheduler. Loop thread.
-  std::unordered_map<uint64_t, KvLoad> kv_loads_;
-  uint64_t next_kv_load_ = 1;
-  // Last members: destroyed first (they read and write cache_ memory and wake
-  // mu_/cv_); the puller before the transport it calls.
-  std::unique_ptr<KvTierManager> kv_tiers_;
-  std::unique_ptr<KvTransport> kv_transport_;
-  std::unique_ptr<KvPuller> kv_puller_;
+  // Last members: destroyed first (their threads read and write cache_
+  // memory and wake mu_/cv_). The scheduler holds them as KvConnectors
+  // (SchedulerOptions::kv_connectors) but never calls them on destruction.
+  std::unique_ptr<TransferConnector> transfer_;  // --role prefill|decode, --kv-peer-fetch
+  std::unique_ptr<TierConnector> tiers_;         // --kv-offload-*
+  std::vector<KvConnectorWorker*> kv_workers_;   // the above, in the scheduler's order
 };
 
 }  // namespace tessera

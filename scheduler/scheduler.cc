@@ -26,6 +26,10 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options)
   }
   if (o.max_waiting_seqs < 0) return InvalidArgument("scheduler: max_waiting_seqs must be >= 0");
   if (o.limits.max_model_len < 2) return InvalidArgument("scheduler: max_model_len must be at least 2");
+  if (o.kv_connectors.size() > 32) return InvalidArgument("scheduler: at most 32 KV connectors");
+  for (const KvConnector* c : o.kv_connectors) {
+    if (c == nullptr) return InvalidArgument("scheduler: a KV connector is null");
+  }
   ASSIGN_OR_RETURN(auto kv, KvCacheManager::Create(o.kv));
   if (!options.clock) {
     options.clock = [] {
@@ -40,7 +44,9 @@ Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<KvCacheManager> k
     : options_(std::move(options)),
       kv_(std::move(kv)),
       key_less_{options_.policy == SchedulingPolicy::kPriority},
-      waiting_(key_less_) {}
+      waiting_(key_less_) {
+  for (const KvConnector* c : options_.kv_connectors) wants_computed_blocks_ |= c->WantsComputedBlocks();
+}
 
 Sequence* Scheduler::NewSequence(std::shared_ptr<const Request> request, int32_t index, int64_t arrival_order,
                                  int64_t arrival_ns) {
@@ -53,10 +59,9 @@ Sequence* Scheduler::NewSequence(std::shared_ptr<const Request> request, int32_t
   seq->priority = request->params.priority;
   seq->arrival_order = arrival_order;
   seq->arrival_time_ns = arrival_ns;
-  seq->kv_load_pending = index == 0 && request->remote_kv.has_value();
-  seq->tier_fetch_pending = options_.kv_tiers && index == 0 && !request->remote_kv;
   seq->request = std::move(request);
   Sequence* raw = seq.get();
+  OfferKv(raw, /*after_preemption=*/false);
   requests_[raw->request_id()].push_back(raw->id);
   seqs_.emplace(raw->id, std::move(seq));
   return raw;
@@ -183,7 +188,7 @@ void Scheduler::Preempt(Sequence* seq) {
   seq->num_computed_tokens = 0;
   seq->draft_token_ids.clear();
   seq->status = SeqStatus::kWaiting;
-  seq->tier_fetch_pending = options_.kv_tiers && seq->index == 0 && !seq->request->remote_kv;  // blocks the pool drops
+  OfferKv(seq, /*after_preemption=*/true);  // the blocks the pool drops may be in a tier
   ++seq->num_preemptions;
   ++counters_.preemptions;
   EraseRunning(seq);
@@ -336,7 +341,7 @@ SchedulerOutput Scheduler::Schedule() {
          static_cast<int64_t>(running_.size()) < options_.max_num_seqs) {
     auto next = waiting_.begin();
     // Its KV is on the way from a tier or a peer.
-    while (next != waiting_.end() && ((*next)->tier_loading || (*next)->kv_loading)) ++next;
+    while (next != waiting_.end() && (*next)->kv_load != 0) ++next;
     if (next == waiting_.end()) break;
     Sequence* seq = *next;
     UpdateHashes(seq);
@@ -457,8 +462,12 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
     UpdateHashes(s);
     std::vector<std::pair<BlockId, BlockHash>> fresh;
     kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids,
-                             options_.kv_tiers ? &fresh : nullptr);
-    for (const auto& [block, hash] : fresh) tier_spills_.push_back({block, hash, s->request->cache_salt});
+                             wants_computed_blocks_ ? &fresh : nullptr);
+    if (!fresh.empty()) {
+      for (KvConnector* c : options_.kv_connectors) {
+        if (c->WantsComputedBlocks()) c->OnBlocksComputed(*s->request, fresh);
+      }
+    }
     if (reason != FinishReason::kNone) Finish(s, reason);
   }
   plan_.clear();
@@ -476,21 +485,10 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
   for (Sequence* child : ReleaseForks(seq)) {
     if (reason == FinishReason::kAbort) Finish(child, reason);
   }
-  const SeqId holder = seq->id;
-  if (seq->kv_loading) {
-    // A pull still writes into its blocks: FinishKvLoad frees them when it ends.
-  } else if (seq->request->export_kv && reason != FinishReason::kAbort && kv_->Holds(holder)) {
-    // The prompt's full blocks stay held under the finished sequence's id.
-    const auto blocks = kv_->blocks(holder);
-    const size_t full = std::min<size_t>({static_cast<size_t>(seq->num_prompt_tokens / kv_->block_size()),
-                                          blocks.size(), seq->block_hashes.size()});
-    ReleaseExport(seq->request_id());  // a reused id drops its older export
-    exports_[seq->request_id()] = holder;
-    new_exports_.push_back({seq->request_id(), std::vector<BlockId>(blocks.begin(), blocks.begin() + full),
-                            std::vector<BlockHash>(seq->block_hashes.begin(), seq->block_hashes.begin() + full)});
-    ++counters_.kv_exports;
-  } else {
-    kv_->Free(holder);
+  if (seq->kv_load != 0) {
+    // A load still writes into its blocks: FinishKvLoad frees them when it ends.
+  } else if (reason == FinishReason::kAbort || !HoldKv(seq)) {
+    kv_->Free(seq->id);
   }
   if (seq->status == SeqStatus::kRunning) {
     EraseRunning(seq);
@@ -515,103 +513,13 @@ void Scheduler::Finish(Sequence* seq, FinishReason reason) {
   st.num_preemptions = seq->num_preemptions;
   finished_stats_.push_back(std::move(st));
   finished_since_plan_.push_back(seq->id);
-  if (seq->kv_load_pending) kv_releases_.push_back(*seq->request->remote_kv);  // ended before its pull
+  DropKvOffers(seq);
 
   auto group = requests_.find(seq->request_id());
   auto& ids = group->second;
   ids.erase(std::find(ids.begin(), ids.end(), seq->id));
   if (ids.empty()) requests_.erase(group);
   seqs_.erase(seq->id);  // destroys seq
-}
-
-std::vector<KvLoad> Scheduler::PlanKvLoads() {
-  std::vector<KvLoad> loads;
-  if (in_flight_) return loads;
-  for (Sequence* seq : waiting_) {
-    if (!seq->kv_load_pending) continue;
-    seq->kv_load_pending = false;
-    const RemoteKvSource& src = *seq->request->remote_kv;
-    if (!kv_->caching_enabled() || kv_->Holds(seq->id)) {
-      kv_releases_.push_back(src);
-      continue;
-    }
-    UpdateHashes(seq);
-    const int64_t bs = kv_->block_size();
-    // At least one prompt token is left to compute: its logits give the first token.
-    const int64_t want = std::min<int64_t>({static_cast<int64_t>(src.block_ids.size()),
-                                            (seq->num_prompt_tokens - 1) / bs,
-                                            static_cast<int64_t>(seq->block_hashes.size())});
-    PrefixHit hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
-    if (static_cast<int64_t>(hit.blocks.size()) > want) hit.blocks.resize(static_cast<size_t>(want));
-    hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * bs;
-    hit.num_queried_tokens = 0;  // admission, after the load, counts the query
-    const int64_t reused = static_cast<int64_t>(hit.blocks.size());
-    if (reused >= want) {
-      counters_.kv_blocks_reused += reused;
-      kv_releases_.push_back(src);
-      continue;  // everything the source holds is here already
-    }
-    std::vector<CopyOp> copies;  // fresh blocks past the hit: nothing to copy
-    if (!kv_->AllocateSlots(seq->id, hit.num_tokens, (want - reused) * bs, 0, &hit, &copies)) {
-      ++counters_.kv_pull_failures;  // no room now: prefill it here when admitted
-      kv_releases_.push_back(src);
-      continue;
-    }
-    KvLoad load;
-    load.seq = seq->id;
-    load.request_id = seq->request_id();
-    load.source = src;
-    const auto blocks = kv_->blocks(seq->id);
-    for (int64_t i = reused; i < want; ++i) {
-      load.remote_blocks.push_back(src.block_ids[static_cast<size_t>(i)]);
-      load.local_blocks.push_back(blocks[static_cast<size_t>(i)]);
-      load.hashes.push_back(seq->block_hashes[static_cast<size_t>(i)]);
-    }
-    load.num_tokens = want * bs;
-    load.reused_blocks = reused;
-    seq->kv_loading = true;
-    loads.push_back(std::move(load));
-  }
-  return loads;
-}
-
-void Scheduler::FinishKvLoad(const KvLoad& load, bool ok) {
-  auto it = seqs_.find(load.seq);
-  if (it == seqs_.end()) {
-    kv_->Free(load.seq);  // ended meanwhile: its blocks were left to this call
-    return;
-  }
-  Sequence* seq = it->second.get();
-  seq->kv_loading = false;
-  if (ok) {
-    kv_->CacheComputedBlocks(seq->id, seq->block_hashes, load.num_tokens, seq->token_ids);
-    counters_.kv_blocks_pulled += static_cast<int64_t>(load.local_blocks.size());
-    counters_.kv_blocks_reused += load.reused_blocks;
-  } else {
-    ++counters_.kv_pull_failures;
-  }
-  // Released blocks keep their hashes (ok) and sit at the most recently used
-  // end of the free queue: the admission below finds them as a prefix hit.
-  kv_->Free(seq->id);
-}
-
-std::vector<RemoteKvSource> Scheduler::TakeKvReleases() {
-  std::vector<RemoteKvSource> out;
-  out.swap(kv_releases_);
-  return out;
-}
-
-std::vector<KvExport> Scheduler::TakeExports() {
-  std::vector<KvExport> out;
-  out.swap(new_exports_);
-  return out;
-}
-
-void Scheduler::ReleaseExport(const std::string& request_id) {
-  auto it = exports_.find(request_id);
-  if (it == exports_.end()) return;
-  kv_->Free(it->second);
-  exports_.erase(it);
 }
 
 SchedulerMetrics Scheduler::metrics() const {
@@ -625,7 +533,8 @@ SchedulerMetrics Scheduler::metrics() const {
   m.gauges.num_running = num_running();
   m.gauges.num_waiting = num_waiting();
   m.gauges.kv_usage = kv_->Usage();
-  m.gauges.num_exported = num_exported();
+  m.gauges.num_exported = num_kv_holds();
+  for (const KvConnector* c : options_.kv_connectors) c->AddCounters(&m.counters);
   return m;
 }
 

@@ -27,7 +27,7 @@
 
 #include "common/status.h"
 #include "scheduler/kv_cache_manager.h"
-#include "scheduler/kv_tiers/kv_tier_plan.h"
+#include "scheduler/kv_connector.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_output.h"
@@ -38,27 +38,6 @@ namespace tessera {
 // Admission order and preemption victim choice. kFcfs: arrival order.
 // kPriority: lower SamplingParams::priority first, then arrival.
 enum class SchedulingPolicy { kFcfs, kPriority };
-
-// Disaggregation, decode side: blocks to pull before a waiting sequence's
-// prefill. local_blocks are already allocated to `seq` (write-only until
-// FinishKvLoad); remote_blocks[i] of the prefill goes into local_blocks[i].
-struct KvLoad {
-  SeqId seq = 0;
-  std::string request_id;
-  RemoteKvSource source;  // block_ids: the whole remote list
-  std::vector<int32_t> remote_blocks;
-  std::vector<BlockId> local_blocks;
-  std::vector<BlockHash> hashes;  // of each pulled block's tokens
-  int64_t num_tokens = 0;         // prompt tokens covered once loaded (full blocks)
-  int64_t reused_blocks = 0;      // leading blocks found in the local prefix cache
-};
-
-// Disaggregation, prefill side: a finished request's prompt blocks, pinned.
-struct KvExport {
-  std::string request_id;
-  std::vector<BlockId> blocks;
-  std::vector<BlockHash> hashes;
-};
 
 struct SchedulerOptions {
   int32_t max_num_seqs = 256;
@@ -73,10 +52,10 @@ struct SchedulerOptions {
   ModelLimits limits;
   std::vector<int32_t> eos_token_ids;
   std::function<int64_t()> clock;  // monotonic ns; default steady_clock
-  // KV tiers below the device pool (scheduler_tiers.cc): computed full blocks
-  // are listed for spilling, and a new request's prompt blocks missing from
-  // the pool are looked up in the tiers before its prefill.
-  bool kv_tiers = false;
+  // Where KV blocks come from or go to besides this instance's forward passes
+  // (scheduler/kv_connector.h), in the order they are offered a request. Not
+  // owned: each must outlive the Scheduler's use of it.
+  std::vector<KvConnector*> kv_connectors;
 };
 
 class Scheduler {
@@ -124,59 +103,33 @@ class Scheduler {
   // FAILED_PRECONDITION (no change) if `sampled` does not match the plan.
   StatusOr<std::vector<SequenceOutput>> UpdateFromOutput(std::span<const SampledTokens> sampled);
 
-  // Disaggregation hooks (docs/architecture.md, "KV connectors": a request may arrive with its KV computed
-  // elsewhere or leave with it exported). The scheduler decides which blocks
-  // move; the engine loop moves them between PlanKvLoads and FinishKvLoad,
+  // KV connectors (scheduler/kv_connector.h; scheduler_kv.cc): the scheduler
+  // decides which blocks move, the connectors' executor halves move them,
   // asynchronously: other requests keep being scheduled meanwhile.
   //
-  // Waiting leaders with a RemoteKvSource not yet tried: for each, the local
-  // prefix-cache hit is kept and fresh blocks are allocated for the rest of the
-  // prompt's full blocks the source holds. Each request is tried once; one
-  // that cannot get blocks now is simply prefilled locally (recompute).
-  // Until its FinishKvLoad, a planned sequence is never admitted, and its
-  // blocks are never freed: an abort or finish meanwhile ends the sequence but
-  // leaves the blocks to FinishKvLoad (they are written by the pull).
-  std::vector<KvLoad> PlanKvLoads();
-  // Call exactly once per planned load, between steps. ok: the pulled blocks
-  // join the prefix cache, so the sequence's admission finds them as a hit;
-  // otherwise they are freed uncached and the prompt is computed here (vLLM's
-  // kv_load_failure_policy "recompute"). A sequence that ended meanwhile has
-  // its blocks freed now.
-  void FinishKvLoad(const KvLoad& load, bool ok);
-  // Sources this instance will not pull from since the last call: every block
-  // already in the prefix cache, no room, or the request ended before its
-  // pull. The engine loop acknowledges each to its prefill, which then frees
-  // the pinned blocks at once rather than at its pin timeout.
-  std::vector<RemoteKvSource> TakeKvReleases();
-  // Requests exported since the last call (their blocks stay held).
-  std::vector<KvExport> TakeExports();
-  // Frees an exported request's blocks (decode acknowledged, or timeout).
-  void ReleaseExport(const std::string& request_id);
-  int64_t num_exported() const { return static_cast<int64_t>(exports_.size()); }
-
-  // KV tiers (options.kv_tiers; scheduler_tiers.cc; docs/architecture.md, "KV connectors"). The engine
-  // loop moves the bytes; the scheduler decides what moves.
-  //
-  // Full blocks registered by the last UpdateFromOutput (computed here, not
-  // loaded): copy their bytes out before the next Schedule().
-  std::vector<KvTierSpill> TakeTierSpills();
-  // New waiting leaders (tried once each) whose prompt has full blocks past
-  // the device pool's prefix hit (never the last prompt token): each is held
-  // back from admission until EndTierLoad; other requests keep running.
-  std::vector<KvTierFetch> PlanTierFetches();
-  // The tiers returned the first `num_blocks` blocks of `fetch`: allocates
-  // device blocks for those the pool still lacks and returns them (block index
-  // of the first in *first_block); empty when nothing is to be written (the
-  // sequence ended, the pool no longer holds the blocks before the fetched
-  // ones, or no room now). Always follow with EndTierLoad.
-  std::vector<BlockId> BeginTierLoad(const KvTierFetch& fetch, int64_t num_blocks, int64_t* first_block);
-  // ok: the blocks written since BeginTierLoad (the sequence's first
-  // `num_blocks_total` blocks) join the prefix cache, so admission finds them
-  // as a hit; otherwise they are freed uncached (recompute). Releases the
-  // sequence for admission either way.
-  void EndTierLoad(const KvTierFetch& fetch, int64_t num_blocks_total, bool ok);
-  // Every unfinished sequence waits for a tier fetch or a KV pull: no step can
-  // run now.
+  // Between steps: asks `connector` about each waiting first choice offered
+  // to it and not yet asked (once per offer), and plans a load where the
+  // source can supply leading prompt blocks the pool lacks (never the last
+  // prompt token). The connector hears of each outcome (OnLoadPlanned /
+  // OnNoLoad). A planned sequence is not admitted until FinishKvLoad.
+  void PlanKvLoads(const KvConnector& connector);
+  // kAfterLookup loads: the source has the first `num_blocks` blocks of load
+  // `id`. Allocates pool blocks for those the pool still lacks and returns
+  // them (the block index of the first in *first_block); empty when nothing
+  // is to be written (the sequence ended, the pool lost the blocks before the
+  // loaded ones, no room now, or a step is in flight). Between steps; always
+  // followed by FinishKvLoad(id).
+  std::vector<BlockId> AllocateKvLoad(uint64_t id, int64_t num_blocks, int64_t* first_block);
+  // Ends load `id`, exactly once, between steps. ok: the blocks written join
+  // the prefix cache, so the sequence's admission finds them as a hit;
+  // otherwise they are freed uncached and the prompt is computed here. A
+  // sequence that ended meanwhile has its blocks freed now.
+  void FinishKvLoad(uint64_t id, bool ok);
+  // Frees the blocks a finished request holds for a connector (HoldsOnFinish):
+  // the other side acknowledged them, or their pin timed out. Unknown ids: no-op.
+  void ReleaseKvHold(const std::string& request_id);
+  int64_t num_kv_holds() const { return static_cast<int64_t>(kv_holds_.size()); }
+  // Every unfinished sequence waits for a KV load: no step can run now.
   bool WaitingOnLoadsOnly() const;
 
   bool HasUnfinished() const { return !seqs_.empty(); }
@@ -232,10 +185,21 @@ class Scheduler {
   std::vector<SeqId> finished_since_plan_;
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
-  std::unordered_map<std::string, SeqId> exports_;  // request id -> KV holder id (sequence gone)
-  std::vector<KvExport> new_exports_;
-  std::vector<RemoteKvSource> kv_releases_;  // decode side: sources never pulled from
-  std::vector<KvTierSpill> tier_spills_;  // since the last TakeTierSpills
+  // KV connectors (scheduler_kv.cc).
+  struct KvLoadState {
+    KvLoadPlan plan;
+    KvConnector* connector = nullptr;
+    int64_t end_block = 0;  // the sequence's leading blocks valid once the load succeeds
+  };
+  void OfferKv(Sequence* seq, bool after_preemption);
+  // Ends the offers `seq` never got to (it finished first).
+  void DropKvOffers(Sequence* seq);
+  // Keeps a finished sequence's blocks for the connector that holds it; false: none does.
+  bool HoldKv(Sequence* seq);
+  std::unordered_map<uint64_t, KvLoadState> kv_loads_;  // loads in flight, by id
+  uint64_t next_kv_load_ = 1;
+  std::unordered_map<std::string, SeqId> kv_holds_;  // request id -> KV holder id (sequence gone)
+  bool wants_computed_blocks_ = false;  // some connector saves computed blocks
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;
   int64_t next_arrival_ = 0;

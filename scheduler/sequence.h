@@ -37,12 +37,13 @@ struct Sequence {
   int32_t priority = 0;
   int64_t arrival_order = 0;  // global admission order of its request (FCFS key)
   int32_t pending_forks = 0;  // index 0 only: choices 1..n-1 not yet forked
-  bool kv_load_pending = false;  // index 0 with request->remote_kv: not yet pulled (or tried)
-  // A pull into its blocks is in flight (PlanKvLoads .. FinishKvLoad): not
-  // admitted, and its blocks are not freed (even when it ends) until then.
-  bool kv_loading = false;
-  bool tier_fetch_pending = false;  // KV tiers on, index 0: not yet looked up in the tiers (since admission or preemption)
-  bool tier_loading = false;        // a tier fetch is in flight: not admitted until it is applied
+  // KV connectors (scheduler/kv_connector.h), index 0 only. Bit i: connector
+  // i was offered this choice and has not been asked yet (PlanKvLoads).
+  uint32_t kv_offers = 0;
+  // The KV load in flight (PlanKvLoads .. FinishKvLoad), 0: none. Until it
+  // ends the sequence is not admitted, and its blocks are not freed (even
+  // when it ends): the load may still write them.
+  uint64_t kv_load = 0;
 
   // Metrics.
   int64_t arrival_time_ns = 0;

@@ -17,25 +17,43 @@ void Fuse(DecodeChain* c) {
   c->added.assign(1, 0);
 }
 
+// Builds a decoded chain in which runs of raw bytes become one token each
+// (invalid UTF-8 repaired) and other tokens pass through.
+class ByteRuns {
+ public:
+  void Byte(int byte) { bytes_.push_back(static_cast<char>(byte)); }
+  void Bytes(const std::string& s, size_t pos, size_t n) { bytes_.append(s, pos, n); }
+  void Token(const std::string& t, uint8_t added) {
+    Flush();
+    out_.tokens.push_back(t);
+    out_.added.push_back(added);
+  }
+  DecodeChain Finish() {
+    Flush();
+    return std::move(out_);
+  }
+
+ private:
+  void Flush() {
+    if (bytes_.empty()) return;
+    out_.tokens.push_back(RepairUtf8(bytes_));
+    out_.added.push_back(0);
+    bytes_.clear();
+  }
+  DecodeChain out_;
+  std::string bytes_;
+};
+
 class ByteLevelDecoder : public Decoder {
  public:
   // Runs of non-added tokens are mapped back to bytes and decoded together;
   // added tokens are kept as they are.
   void Decode(DecodeChain* c) const override {
-    DecodeChain out;
-    std::string bytes;
-    auto flush = [&] {
-      if (bytes.empty()) return;
-      out.tokens.push_back(RepairUtf8(bytes));
-      out.added.push_back(0);
-      bytes.clear();
-    };
+    ByteRuns out;
     for (size_t k = 0; k < c->tokens.size(); ++k) {
       const std::string& t = c->tokens[k];
       if (c->added[k]) {
-        flush();
-        out.tokens.push_back(t);
-        out.added.push_back(1);
+        out.Token(t, 1);
         continue;
       }
       size_t i = 0;
@@ -44,42 +62,31 @@ class ByteLevelDecoder : public Decoder {
         const char32_t cp = NextCodePoint(t, &i);
         const int byte = UnicodeToByte(cp);
         if (byte >= 0) {
-          bytes.push_back(static_cast<char>(byte));
+          out.Byte(byte);
         } else {
-          bytes.append(t, b, i - b);  // not a byte-level char: keep its UTF-8
+          out.Bytes(t, b, i - b);  // not a byte-level char: keep its UTF-8
         }
       }
     }
-    flush();
-    *c = std::move(out);
+    *c = out.Finish();
   }
 };
 
 class ByteFallbackDecoder : public Decoder {
  public:
   void Decode(DecodeChain* c) const override {
-    DecodeChain out;
-    std::string bytes;
-    auto flush = [&] {
-      if (bytes.empty()) return;
-      out.tokens.push_back(RepairUtf8(bytes));
-      out.added.push_back(0);
-      bytes.clear();
-    };
+    ByteRuns out;
     for (size_t k = 0; k < c->tokens.size(); ++k) {
       const std::string& t = c->tokens[k];
       int byte = -1;
       if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>') byte = ParseHexByte(t[3], t[4]);
       if (byte >= 0) {
-        bytes.push_back(static_cast<char>(byte));
+        out.Byte(byte);
       } else {
-        flush();
-        out.tokens.push_back(t);
-        out.added.push_back(c->added[k]);
+        out.Token(t, c->added[k]);
       }
     }
-    flush();
-    *c = std::move(out);
+    *c = out.Finish();
   }
 
  private:
@@ -207,13 +214,7 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& j, const std::string
     return std::unique_ptr<Decoder>(new MetaspaceDecoder(replacement, scheme != "never"));
   }
   if (type == "Sequence") {
-    auto it = j.find("decoders");
-    if (it == j.end() || !it->is_array()) return InvalidArgument(path + ": missing array field 'decoders'");
-    std::vector<std::unique_ptr<Decoder>> parts;
-    for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(auto part, ParseDecoder((*it)[i], path + ".decoders[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(part));
-    }
+    ASSIGN_OR_RETURN(auto parts, ParseParts<Decoder>(j, path, "decoders", ParseDecoder));
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(parts)));
   }
   return Unsupported(path, type);

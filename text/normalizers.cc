@@ -131,13 +131,7 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const Json& j, const std::
     return std::unique_ptr<Normalizer>(new StripNormalizer(left, right));
   }
   if (type == "Sequence") {
-    auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) return InvalidArgument(path + ": missing array field 'normalizers'");
-    std::vector<std::unique_ptr<Normalizer>> parts;
-    for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(auto part, ParseNormalizer((*it)[i], path + ".normalizers[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(part));
-    }
+    ASSIGN_OR_RETURN(auto parts, ParseParts<Normalizer>(j, path, "normalizers", ParseNormalizer));
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(parts)));
   }
   return Unsupported(path, type);

@@ -247,13 +247,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Json& j, const s
     return std::unique_ptr<PreTokenizer>(new MetaspacePreTokenizer(replacement, ps, split));
   }
   if (type == "Sequence") {
-    auto it = j.find("pretokenizers");
-    if (it == j.end() || !it->is_array()) return InvalidArgument(path + ": missing array field 'pretokenizers'");
-    std::vector<std::unique_ptr<PreTokenizer>> parts;
-    for (size_t i = 0; i < it->size(); ++i) {
-      ASSIGN_OR_RETURN(auto part, ParsePreTokenizer((*it)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
-      parts.push_back(std::move(part));
-    }
+    ASSIGN_OR_RETURN(auto parts, ParseParts<PreTokenizer>(j, path, "pretokenizers", ParsePreTokenizer));
     return std::unique_ptr<PreTokenizer>(new SequencePreTokenizer(std::move(parts)));
   }
   return Unsupported(path, type);

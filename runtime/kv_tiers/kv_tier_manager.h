@@ -34,11 +34,22 @@
 #include "common/status.h"
 #include "engine/kv_tiers/async_kv_store.h"
 #include "engine/kv_tiers/kv_block_store.h"
-#include "scheduler/kv_tiers/kv_tier_plan.h"
+#include "scheduler/block_hash.h"
 
 namespace tessera {
 
 enum class KvTierOp { kSpill, kLoad };
+
+// A lookup of a waiting request's prompt blocks that the device pool lacks:
+// the tiers are asked for the longest leading run of `hashes` (blocks
+// [first_block, first_block + hashes.size()) of the prompt).
+struct KvTierFetch {
+  uint64_t load_id = 0;  // the scheduler's KV load (Scheduler::FinishKvLoad)
+  std::string request_id;
+  std::string cache_salt;
+  int64_t first_block = 0;
+  std::vector<BlockHash> hashes;
+};
 
 struct KvTierOptions {
   // The tiers (serve flags). A tier is on when its size / dir / url is set.

@@ -1,0 +1,52 @@
+// `tessera synth`: writes a synthetic (random-weight) checkpoint of a
+// supported architecture, as safetensors, GGUF or both.
+#include <memory>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "engine/synth.h"
+
+namespace tessera {
+
+void AddSynthCommand(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("synth", "Write a random-weight HF checkpoint of a supported architecture");
+  auto opts = std::make_shared<SynthOptions>();
+  auto dtype = std::make_shared<std::string>("bf16");
+  cmd->add_option("--arch", opts->arch, "llama | mistral | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe")
+      ->capture_default_str();
+  cmd->add_option("--size", opts->size, "tiny | 0.5b | 1.5b (MoE archs: tiny | 1b, ~1B total / ~0.3B active)")
+      ->capture_default_str();
+  cmd->add_option("--router-skew", opts->router_skew,
+                  "MoE archs: raise the first top-k experts' router logits by ~0.7*F for every token so they run hot (0: uniform)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", *dtype, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k (q* with --format gguf|both)")
+      ->capture_default_str();
+  cmd->add_option("--format", opts->format,
+                  "safetensors (HF directory) | gguf (--out is the .gguf file) | both (directory + <out>.gguf)")
+      ->capture_default_str();
+  cmd->add_option("--out", opts->out_dir, "output directory (or .gguf file with --format gguf)")->required();
+  cmd->add_option("--shards", opts->shards, "number of safetensors shards")->capture_default_str();
+  cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
+  cmd->add_option("--set", opts->overrides, "override a config.json field: KEY=JSON (repeatable)");
+  cmd->callback([opts, dtype, exit_code] {
+    DType t;
+    if (!ParseDType(*dtype, &t) || t == DType::kI32 || t == DType::kI64) {
+      *exit_code = Fail(InvalidArgument("synth: --dtype must be f32, f16, bf16, q8_0, q4_0 or q4_k"));
+      return;
+    }
+    opts->dtype = t;
+    opts->progress = true;
+    Status s = WriteSyntheticCheckpoint(*opts);
+    if (!s.ok()) {
+      *exit_code = Fail(s);
+      return;
+    }
+    std::string where = opts->out_dir;
+    if (opts->format == "both") where += " and " + SynthGgufPath(opts->out_dir);
+    spdlog::info("synth: wrote {} {} ({}) to {} — weights are random", opts->arch, opts->size, *dtype, where);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,122 @@
+#include "cli/serve_options.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/parallel/shard/rank_group.h"
+#include "server/kv_events/kv_events_config.h"
+
+namespace tessera {
+namespace {
+
+RouterServeOptions RouterFromFlags(const ServeFlags& f) {
+  return {.host = f.host,
+          .port = f.port,
+          .port_file = f.port_file,
+          .api_keys = f.api_keys,
+          .max_body_bytes = f.max_body_bytes,
+          .idle_timeout_s = f.idle_timeout_s,
+          .drain_timeout_s = f.drain_timeout_s,
+          .grpc_port = f.grpc_port,
+          .flags = f.router};
+}
+
+// EplbFromFlags has been checked by ValidateServeFlags.
+parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
+  parallel::GroupOptions g;
+  g.tensor_parallel_size = f.tensor_parallel_size;
+  g.data_parallel_size = f.data_parallel_size;
+  g.enable_expert_parallel = f.enable_expert_parallel;
+  g.eplb = *parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);
+  g.launch.nnodes = f.nnodes;
+  g.launch.node_rank = f.node_rank;
+  g.launch.leader_addr = f.leader_addr;
+  g.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.parallel_timeout_s * 1000));
+  g.launch.timeout = g.timeout;
+  return g;
+}
+
+EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeConfig> speculative) {
+  EngineLoopOptions l;
+  l.num_threads = f.threads;
+  l.kv_cache_bytes = f.kv_cache_mb << 20;
+  l.kv_cache_bytes_set = f.kv_cache_mb_set;
+  l.device = f.device;
+  l.cuda.gpu_memory_utilization = f.gpu_memory_utilization;
+  l.cuda.cuda_graphs = !f.enforce_eager;
+  l.cuda.deterministic = f.deterministic;
+  l.scheduler.kv.num_blocks = f.num_kv_blocks;
+  l.scheduler.max_num_seqs = f.max_num_seqs;
+  l.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
+  l.max_step_ms = f.max_step_ms;
+  l.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
+  l.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
+  l.speculative = std::move(speculative);
+  l.parallel = GroupFromFlags(f);
+  if (f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch) {
+    KvTransportOptions kt;
+    kt.host = f.host;
+    kt.port = f.kv_transfer_port;
+    kt.ucx_tls = f.kv_ucx_tls;
+    kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
+    kt.fault = f.kv_transfer_fault;
+    kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
+    l.kv_transfer = kt;
+  }
+  if (f.kv_offload_host_gb > 0 || !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty()) {
+    KvTierOptions t;
+    t.host_bytes = static_cast<int64_t>(f.kv_offload_host_gb * 1e9);
+    t.disk_dir = f.kv_offload_disk_dir;
+    if (f.kv_offload_disk_gb > 0) t.disk_bytes = static_cast<int64_t>(f.kv_offload_disk_gb * 1e9);
+    t.remote_url = f.kv_offload_remote_url;
+    l.kv_tiers = std::move(t);
+  }
+  return l;
+}
+
+}  // namespace
+
+StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
+  ASSIGN_OR_RETURN(std::optional<SpeculativeConfig> speculative, ValidateServeFlags(f));
+  ServeOptions o;
+  o.role = f.role;
+  if (f.role == "router") {
+    o.router = RouterFromFlags(f);
+    return o;
+  }
+  o.model = f.model;
+  o.default_model_size = f.default_model_size;
+  o.served_model_name = f.served_model_name;
+  o.http = {.host = f.host,
+            .port = f.port,
+            .body_limit = f.max_body_bytes,
+            .idle_timeout = std::chrono::seconds(f.idle_timeout_s),
+            .api_keys = f.api_keys};
+  if (f.grpc_port >= 0) {
+    o.grpc = GrpcServerOptions{
+        .host = f.host,
+        .port = f.grpc_port,
+        .api_keys = f.api_keys,
+        .max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(f.max_body_bytes, 1u << 30))};
+  }
+  o.port_file = f.port_file;
+  o.request_timeout = std::chrono::seconds(f.request_timeout_s);
+  o.drain_timeout = std::chrono::seconds(f.drain_timeout_s);
+  o.serving.loop = LoopFromFlags(f, std::move(speculative));
+  o.serving.max_in_flight = f.max_pending_requests;
+  if (!f.kv_events_config.empty()) {
+    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
+    if (kc.enabled()) {
+      kv_events::KvEventPublisherOptions po;
+      po.config = kc;
+      po.medium = f.device == "cuda" ? "GPU" : "CPU";
+      o.kv_events = std::move(po);
+    }
+  }
+  // Both names were checked by ValidateServeFlags.
+  if (!f.tool_call_parser.empty()) o.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);
+  if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
+  return o;
+}
+
+}  // namespace tessera
