@@ -143,8 +143,11 @@ std::optional<ApiError> ReadStructured(const v1::SamplingParams& p, openai::Stru
 
 std::optional<ApiError> ReadKvTransfer(const v1::GenerateRequest& request, KvTransferRequest* out) {
   if (!request.has_kv_transfer_params()) return std::nullopt;
-  // A JSON object: CheckGrpcOnly said so.
-  return ParseKvTransferValue(Json::parse(request.kv_transfer_params(), nullptr, false), out);
+  Json kv;
+  if (Status s = grpc_api::ParseKvTransferText(request.kv_transfer_params(), &kv); !s.ok()) {
+    return BadRequest(s.message(), "kv_transfer_params");
+  }
+  return ParseKvTransferValue(kv, out);
 }
 
 // The conversation as ParseMessages normalizes it.

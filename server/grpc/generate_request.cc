@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/openai/json_body.h"
 #include "server/openai/request_common.h"
 
 namespace tessera::grpc_api {
@@ -121,8 +122,16 @@ Status CheckGrpcOnly(const v1::GenerateRequest& request) {
   if (p.has_json_schema() && !p.has_response_format_type()) {
     return InvalidArgument("'json_schema' needs response_format_type \"json_schema\"");
   }
-  if (request.has_kv_transfer_params() &&
-      !Json::parse(request.kv_transfer_params(), nullptr, /*allow_exceptions=*/false).is_object()) {
+  if (request.has_kv_transfer_params()) {
+    nlohmann::ordered_json kv;
+    RETURN_IF_ERROR(ParseKvTransferText(request.kv_transfer_params(), &kv));
+  }
+  return Status::Ok();
+}
+
+Status ParseKvTransferText(const std::string& text, nlohmann::ordered_json* out) {
+  if (openai::ParseJsonBounded(text, openai::JsonLimits{.max_depth = openai::kMaxJsonDepth}, out) ||
+      !out->is_object()) {
     return InvalidArgument("'kv_transfer_params' must be a JSON object (as text)");
   }
   return Status::Ok();

@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "proto/tessera.pb.h"
 
@@ -27,6 +29,11 @@ namespace tessera::grpc_api {
 // past its limit); json_schema without response_format_type;
 // kv_transfer_params not a JSON object.
 Status CheckGrpcOnly(const v1::GenerateRequest& request);
+
+// `kv_transfer_params` arrives as JSON text: read with the request body's
+// bounded parser (one linear pass, nesting capped as for an HTTP body) into
+// `out`. INVALID_ARGUMENT naming the field unless it is a JSON object.
+Status ParseKvTransferText(const std::string& text, nlohmann::ordered_json* out);
 
 // The proto's value of the float sampling field the HTTP API names `name`
 // (the names are the same); nullopt when unset or not a float field.
