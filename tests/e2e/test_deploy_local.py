@@ -191,6 +191,10 @@ def main():
                         break
                     assert time.time() < deadline, ("blocks never reached Redis and the router's index", inst, r)
                     time.sleep(0.1)
+                # The router's load view comes from polls (--router-poll-interval 0.2 in topology.py): one
+                # taken while the first request waited would charge its instance 256 tokens of queue, more
+                # than the hit, and send the repeat elsewhere. Let several polls see both instances idle.
+                time.sleep(1.0)
                 assert greedy(router, LONG) == ref["long"], "kv through the router != unified (again)"
                 r = get_metrics(router)
                 assert r.get("tessera:router_prompt_hit_tokens_total", 0) >= (len(LONG) // BLOCK) * BLOCK, r
