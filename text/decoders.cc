@@ -192,17 +192,8 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const Json& j, const std::string
     return std::unique_ptr<Decoder>(new StripDecoder(content, static_cast<int>(start), static_cast<int>(stop)));
   }
   if (type == "Replace") {
-    ASSIGN_OR_RETURN(PatternSpec pattern, GetPattern(j, path));
-    std::string content;
-    RETURN_IF_ERROR(GetString(j, path, "content", &content, true));
-    std::shared_ptr<const Regex> regex;
-    if (pattern.is_regex) {
-      auto re = Regex::Compile(pattern.text);
-      if (!re.ok()) return InvalidArgument(path + ".pattern: " + re.status().message());
-      regex = *re;
-      pattern.text.clear();
-    }
-    return std::unique_ptr<Decoder>(new ReplaceDecoder(pattern.text, regex, content));
+    ASSIGN_OR_RETURN(ReplaceSpec r, ParseReplace(j, path));
+    return std::unique_ptr<Decoder>(new ReplaceDecoder(r.literal, r.regex, r.content));
   }
   if (type == "Metaspace") {
     std::string replacement = "\xE2\x96\x81", scheme = "always";

@@ -99,6 +99,20 @@ class SequenceNormalizer : public Normalizer {
 
 }  // namespace
 
+StatusOr<ReplaceSpec> ParseReplace(const Json& j, const std::string& path) {
+  ASSIGN_OR_RETURN(PatternSpec pattern, GetPattern(j, path));
+  ReplaceSpec r;
+  RETURN_IF_ERROR(GetString(j, path, "content", &r.content, true));
+  if (pattern.is_regex) {
+    auto re = Regex::Compile(pattern.text);
+    if (!re.ok()) return InvalidArgument(path + ".pattern: " + re.status().message());
+    r.regex = *re;
+  } else {
+    r.literal = std::move(pattern.text);
+  }
+  return r;
+}
+
 StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const Json& j, const std::string& path) {
   ASSIGN_OR_RETURN(std::string type, GetType(j, path));
   if (type == "NFC") return std::unique_ptr<Normalizer>(new UnicodeNormalizer(NormalForm::kNfc));
@@ -112,17 +126,8 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const Json& j, const std::
     return std::unique_ptr<Normalizer>(new PrependNormalizer(std::move(prepend)));
   }
   if (type == "Replace") {
-    ASSIGN_OR_RETURN(PatternSpec pattern, GetPattern(j, path));
-    std::string content;
-    RETURN_IF_ERROR(GetString(j, path, "content", &content, true));
-    std::shared_ptr<const Regex> regex;
-    if (pattern.is_regex) {
-      auto re = Regex::Compile(pattern.text);
-      if (!re.ok()) return InvalidArgument(path + ".pattern: " + re.status().message());
-      regex = *re;
-      pattern.text.clear();
-    }
-    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(pattern.text, regex, std::move(content)));
+    ASSIGN_OR_RETURN(ReplaceSpec r, ParseReplace(j, path));
+    return std::unique_ptr<Normalizer>(new ReplaceNormalizer(r.literal, r.regex, std::move(r.content)));
   }
   if (type == "Strip") {
     bool left = true, right = true;

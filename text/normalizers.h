@@ -26,4 +26,13 @@ class Regex;
 std::string ReplaceAll(std::string_view text, const std::string& literal, const Regex* regex,
                        const std::string& content);
 
+// The fields of a "Replace" component (normalizer or decoder): a literal
+// (`regex` null) or a compiled regex (`literal` empty), and the replacement.
+struct ReplaceSpec {
+  std::string literal;
+  std::shared_ptr<const Regex> regex;
+  std::string content;
+};
+StatusOr<ReplaceSpec> ParseReplace(const Json& j, const std::string& path);
+
 }  // namespace tessera::text

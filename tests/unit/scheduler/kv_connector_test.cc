@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/scheduler.h"
+#include "tests/unit/scheduler/scheduler_steps.h"
 
 namespace tessera {
 namespace {
@@ -43,24 +44,10 @@ SchedulerOptions Options(KvConnector* c) {
   return o;
 }
 
-Request Req(const std::string& id, int prompt_len, int max_tokens) {
-  Request r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt_token_ids.push_back(10 + i);
-  r.params.max_tokens = max_tokens;
-  return r;
+Request Req(const std::string& id, int prompt_len, int max_tokens, int first = 10) {
+  return testing::ConsecutiveRequest(id, prompt_len, max_tokens, first);
 }
-
-void RunAll(Scheduler& s) {
-  for (int i = 0; i < 100 && s.HasUnfinished(); ++i) {
-    SchedulerOutput plan = s.Schedule();
-    std::vector<SampledTokens> sampled;
-    for (const ScheduledSequence& ss : plan.seqs) {
-      if (ss.sample) sampled.push_back({ss.seq_id, {7}});
-    }
-    ASSERT_TRUE(s.UpdateFromOutput(sampled).ok());
-  }
-}
+using testing::RunAll;
 
 TEST(KvConnectorTest, LookupGetsBlocksPastTheHitAndTheyBecomeAPrefixHit) {
   LookupConnector c;

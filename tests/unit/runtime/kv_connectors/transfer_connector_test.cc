@@ -10,6 +10,7 @@
 
 #include "runtime/kv_connectors/transfer_connector.h"
 #include "scheduler/scheduler.h"
+#include "tests/unit/scheduler/scheduler_steps.h"
 
 namespace tessera {
 namespace {
@@ -26,24 +27,9 @@ SchedulerOptions Options(int32_t blocks, TransferConnector* c) {
 }
 
 Request Req(const std::string& id, int prompt_len, int max_tokens, int first = 10) {
-  Request r;
-  r.id = id;
-  for (int i = 0; i < prompt_len; ++i) r.prompt_token_ids.push_back(first + i);
-  r.params.max_tokens = max_tokens;
-  return r;
+  return testing::ConsecutiveRequest(id, prompt_len, max_tokens, first);
 }
-
-// Runs steps until nothing is left; every sampled sequence gets token 7.
-void RunAll(Scheduler& s) {
-  for (int i = 0; i < 100 && s.HasUnfinished(); ++i) {
-    SchedulerOutput plan = s.Schedule();
-    std::vector<SampledTokens> sampled;
-    for (const ScheduledSequence& ss : plan.seqs) {
-      if (ss.sample) sampled.push_back({ss.seq_id, {7}});
-    }
-    ASSERT_TRUE(s.UpdateFromOutput(sampled).ok());
-  }
-}
+using testing::RunAll;
 
 TEST(SchedulerKvTransferTest, ExportKeepsPromptBlocksUntilReleased) {
   TransferConnector c;
