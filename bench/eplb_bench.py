@@ -20,7 +20,7 @@ From the metric deltas over the timed phase:
   load        (token, expert) pairs each rank computed
               (tessera:moe_expert_rank_tokens_total), max/mean over ranks
 Writes a JSON document (--out) and prints a table. Run it through
-/work/notes/quiet_run.sh; cores: each rank gets --threads threads.
+bench/quiet_run.sh; cores: each rank gets --threads threads.
 
   bench/eplb_bench.py --tessera build/tessera --workdir /tmp/eplb --ranks 2 --out eplb.json
 """

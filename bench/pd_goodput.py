@@ -16,7 +16,7 @@ rate (so no prompt repeats into a prefix cache), and reports goodput: requests/s
 --goodput (vLLM's syntax, DistServe's metric). Results: OUT/pd_goodput_<topology>.json (per rate: goodput,
 throughput, TTFT and TPOT percentiles, and tessera-bench's own JSON), and OUT/pd_goodput.svg (goodput and
 p90 TTFT/TPOT against the offered rate, both topologies). Run each topology under
-/work/notes/quiet_run.sh (one run <= 10 min).
+bench/quiet_run.sh (one run <= 10 min).
 """
 import argparse
 import json

@@ -11,7 +11,7 @@ request runs on the decode instance (--stream-tokens tokens, ignore_eos) and, on
 --gap seconds apart): each makes the decode pull its prompt's KV. Reported (JSON on stdout): the stream's
 gaps between tokens before the first pull ("quiet") and during the pulls (from the first handover to the
 last one's end), p50 and max, and each pull's transfer seconds as the decode reports them
-(tessera:kv_transfer_seconds). Same host, one run of each binary under /work/notes/quiet_run.sh.
+(tessera:kv_transfer_seconds). Same host, one run of each binary under bench/quiet_run.sh.
 """
 import argparse
 import http.client

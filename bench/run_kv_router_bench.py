@@ -14,7 +14,7 @@ instances), TTFT mean/p50/p99, throughput. Without --model it synthesizes a
 qwen3 checkpoint of hidden 384, 6 layers, FFN 1024, 6 query / 2 KV heads of 64,
 bf16 (random weights, the real Qwen3 tokenizer), where prefilling a 1k-token
 prompt costs a few hundred ms on one core: prefill dominates TTFT, as with a
-real model on a GPU. Run it under /work/notes/quiet_run.sh for figures.
+real model on a GPU. Run it under bench/quiet_run.sh for figures.
 
 Workloads (fixed seeds, same requests for every policy):
   shared-prefix  98 requests, 7 system prompts of 1024 tokens + 32-token

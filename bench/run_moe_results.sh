@@ -6,7 +6,7 @@
 #      batch 1 and 16 (16 concurrent sequences). Batch-1 decode is stated as a fraction
 #      of the read bandwidth measured in the same process over the bytes actually read
 #      per token (attention + router + shared expert + the experts used + lm_head + KV);
-#   3. llama.cpp on the SAME file, when built (../shared/tools/build-llama-cpp.sh):
+#   3. llama.cpp on the SAME file, when built (bench/build_llama_cpp.sh):
 #      llama-bench -p 512 (prefill) and -n N (decode, batch 1); llama-batched-bench
 #      with 16 parallel sequences (decode tokens/s summed over them);
 #   4. prints a markdown table (raw output kept in the output directory).
@@ -62,7 +62,7 @@ have_llama=0
 if [[ -x "$llama_dir/llama-bench" && -x "$llama_dir/llama-batched-bench" ]]; then
   have_llama=1
 else
-  echo "run_moe_results: no llama.cpp in $llama_dir (../shared/tools/build-llama-cpp.sh builds it); Tessera only" >&2
+  echo "run_moe_results: no llama.cpp in $llama_dir (bench/build_llama_cpp.sh builds it); Tessera only" >&2
 fi
 
 {

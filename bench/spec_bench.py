@@ -16,7 +16,7 @@
     model (--draft, else the target itself);
 (d) side by side with llama-server's speculative decoding (--model-draft) on
     the same GGUF pair, same minute, concurrency 1 and 4 (needs --llama-server,
-    --gguf, --gguf-draft; llama.cpp is built by ../shared/tools/build-llama-cpp.sh).
+    --gguf, --gguf-draft; llama.cpp is built by bench/build_llama_cpp.sh).
 Prints markdown tables; raw JSON, logs and tessera-bench results stay in --out.
 Run on a quiet machine: every figure is a ratio within one run. --quick shrinks
 every section to seconds (checking the script on tiny models).

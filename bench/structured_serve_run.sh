@@ -1,7 +1,7 @@
 #!/bin/bash
 # Starts `tessera serve` on MODEL_DIR, runs bench/structured_serve_bench.py against it (extra arguments
 # go to it), and stops the server by its PID. For a quiet run (the "Structured outputs" figure in bench/RESULTS.md):
-#   /work/notes/quiet_run.sh 500 bench/structured_serve_run.sh /tmp/q05 --streams 16 --max-tokens 96 --repeats 2
+#   bench/quiet_run.sh 500 bench/structured_serve_run.sh /tmp/q05 --streams 16 --max-tokens 96 --repeats 2
 set -u
 model=$1; shift
 work=$(mktemp -d /tmp/tessera-structured-serve.XXXXXX)
