@@ -106,10 +106,12 @@ class Faults:
             self.undo(f)  # even when stopping: never leave a process stopped or a link cut
             rec["end_s"] = round(time.time() - self.t0, 2)
             until = self.t0 + (self.sched[i + 1]["at_s"] if i + 1 < len(self.sched) else self.duration)
+            rec["recovery_window_s"] = round(until - time.time(), 1)
             rec["recovery_s"] = self.recover(f, until)
             self.current = None
             log(f"[{rec['start_s'] / 60:5.1f} min] fault {f['i']}: {f['kind']} {f['target']} for {f['hold_s']} s; "
-                + (f"recovered {rec['recovery_s']} s after" if rec["recovery_s"] is not None else "NOT RECOVERED"))
+                + (f"recovered {rec['recovery_s']} s after" if rec["recovery_s"] is not None else
+                   f"NOT RECOVERED within {rec['recovery_window_s']} s (the next fault or the end)"))
 
     def apply(self, f):
         c = self.cluster
@@ -200,6 +202,7 @@ def bench_outcome(path):
     failed = [r for r in sent if not r["ok"] and not r.get("cancelled")]
     return ({"sent": len(sent), "completed": sum(r["ok"] for r in sent), "failed": len(failed),
              "cancelled_at_end": len(cut)},
+            # how long a failed request took is not kept: a fault up to AROUND_S after it may be its cause
             [(r["send_time_s"], r.get("error", "?"), report.AROUND_S) for r in failed])
 
 

@@ -8,14 +8,14 @@ AROUND_S = 30.0  # a failure up to this long after a fault ended is counted as t
 
 
 def fault_around(faults, t, lookahead=AROUND_S):
-    """The fault a request that started at t (s since the load began) ran into: the latest one that
-    began before t + lookahead and ended less than AROUND_S before t; None if none."""
-    best = None
-    for f in faults:
-        end = f.get("end_s", f["at_s"] + f["hold_s"])
-        if f["at_s"] <= t + lookahead and t <= end + AROUND_S:
-            best = f
-    return best
+    """The fault a request that started at t (s since the load began) ran into: the latest one in
+    progress at t or that ended less than AROUND_S before it; else the first one that began within
+    `lookahead` s after t (what the request took, when known); None if none."""
+    active = [f for f in faults if f["at_s"] <= t <= f.get("end_s", f["at_s"] + f["hold_s"]) + AROUND_S]
+    if active:
+        return active[-1]
+    later = [f for f in faults if t < f["at_s"] <= t + lookahead]
+    return later[0] if later else None
 
 
 def group_failures(failures, faults):
