@@ -32,6 +32,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -248,7 +249,12 @@ def parse_args():
     return args
 
 
+def interrupted(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # SIGTERM (quiet_run.sh's timeout): stop the topology
+
+
 def main():
+    signal.signal(signal.SIGTERM, interrupted)
     args = parse_args()
     duration = args.minutes * 60.0
     sched = chaos_schedule.make_schedule(args.seed, duration, tuple(args.fault_gap))
@@ -278,7 +284,7 @@ def main():
     cluster, stop, ok = None, threading.Event(), False
     try:
         refs = compute_reference(args, prompts, work)
-        cluster = Cluster(args.tessera, args.model, os.path.join(work, "topology"), engine_args(args),
+        cluster = Cluster(args.tessera, os.path.join(work, "topology"), engine_args(args),
                           router_args=args.router_arg)
         cluster.wait_ready()
         deadline = time.time() + 30
@@ -350,7 +356,7 @@ def main():
         ok = (q["mismatched"] == 0 and all(v["ok"] for v in r["idle_at_end"].values()) and r["all_alive_at_end"]
               and all(f.get("recovery_s") is not None for f in faults.done) and q["completed"] > 0)
         r["markdown"] = report.markdown(r)
-    except Exception as e:  # noqa: BLE001 - report it, then stop everything
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - report it, then stop everything
         r["error"] = f"{type(e).__name__}: {e}"
     finally:
         stop.set()

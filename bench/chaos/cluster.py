@@ -38,7 +38,8 @@ def port_of(url):
 
 
 class Cluster:
-    def __init__(self, tessera, model, state, engine_args, pool=2, router_args=()):
+    def __init__(self, tessera, state, engine_args, pool=2, router_args=()):
+        """engine_args: the instances' model and engine flags (the reference instance's too)."""
         self.state = state
         self.pool = pool
         os.makedirs(state, exist_ok=True)
@@ -62,10 +63,11 @@ class Cluster:
                  "--kv-events-config", json.dumps(events)] + list(engine_args)))
         front = {}
         for name in self.instances:
-            front[name] = {"http": f"http://127.0.0.1:{self._relay(f'router>{name}', port_of(self.procs[name]['http'])).port}"}
-        ns = argparse.Namespace(tessera=tessera)
-        self._add(topology.router_process(ns, state, decode=[front[n] for n in self.instances if n.startswith("decode")],
-                                          prefill=[front[n] for n in self.instances if n.startswith("prefill")],
+            relay = self._relay(f"router>{name}", port_of(self.procs[name]["http"]))
+            front[name] = {"http": f"http://127.0.0.1:{relay.port}"}
+        pools = {role: [front[n] for n in self.instances if n.startswith(role)] for role in ROLES}
+        self._add(topology.router_process(argparse.Namespace(tessera=tessera), state, decode=pools["decode"],
+                                          prefill=pools["prefill"],
                                           extra=["--routing-logic", "kv-aware"] + list(router_args)))
         # The router's name for each instance (its instance="host:port" label): the relay's address.
         self.router_names = {n: "127.0.0.1:" + front[n]["http"].rsplit(":", 1)[1] for n in self.instances}
