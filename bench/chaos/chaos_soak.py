@@ -148,13 +148,19 @@ def sample_rss(cluster, stop, t0, every, out):
         stop.wait(every)
 
 
+RSS_WARMUP_S = 30.0  # a restarted process's first samples are its start-up, not drift
+
+
 def rss_report(samples, cluster):
     out = {}
     for name, incs in samples.items():
         last = incs[-1][1]
+        if len(incs) > 1:
+            settled = [x for x in last if x[0] >= last[0][0] + RSS_WARMUP_S]
+            last = settled if len(settled) >= 3 else last
         s = rss_summary(last)
         s.pop("samples", None)
-        s.update(restarts=cluster.restarts.get(name, 0), since_s=last[0][0] if last else None,
+        s.update(restarts=cluster.restarts.get(name, 0), since_s=incs[-1][1][0][0] if incs[-1][1] else None,
                  first_incarnation_start_mb=incs[0][1][0][1] if incs[0][1] else None)
         out[name] = s
     return out
@@ -341,6 +347,7 @@ def main():
         # Probes are the soak's own recovery checks: failing until recovered is their job, so their
         # failures are not the clients'; a probe that completes is checked like any other request.
         failures = report.group_failures(bench_failures + checked.failures, faults.done)
+        failures["examples"] = report.failure_examples(checked.failures, faults.done)
         part = lambda t: {"sent": t.sent, "completed": t.completed, "failed": len(t.failures),  # noqa: E731
                           "mismatched": t.mismatched}
         q = {"bench": bench_counts, "checked": part(checked)}

@@ -32,6 +32,15 @@ def group_failures(failures, faults):
     return {"by_reason": order(by_reason), "by_fault": {k: order(v) for k, v in sorted(by_fault.items())}}
 
 
+def failure_examples(failures, faults, n=20):
+    """The first n failures as they happened, each with the fault it was charged to (its index)."""
+    out = []
+    for t, why, took in sorted(failures)[:n]:
+        f = fault_around(faults, t, took)
+        out.append({"t_s": t, "took_s": took, "why": why[:200], "fault": None if f is None else f["i"]})
+    return out
+
+
 def recovery_by_kind(faults):
     out = {}
     for f in faults:
