@@ -47,7 +47,7 @@ import checker  # noqa: E402
 import report  # noqa: E402
 import schedule as chaos_schedule  # noqa: E402
 from cluster import Cluster, topology  # noqa: E402
-from soak import rss_summary  # noqa: E402
+from soak import emit_json, rss_summary  # noqa: E402
 
 IDLE_GAUGES = ("tessera:num_requests_running", "tessera:num_requests_waiting", "tessera:kv_cache_usage_perc",
                "tessera:kv_exported_requests")
@@ -378,14 +378,10 @@ def main():
         else:
             shutil.rmtree(work, ignore_errors=True)
     print_table(r)
-    text = json.dumps(r, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
     if args.out_md and "markdown" in r:
         with open(args.out_md, "w") as f:
             f.write(r["markdown"])
-    print(text)
+    emit_json(r, args.out)
     return 0 if ok else 1
 
 

@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 
-from soak import HttpError, Response, build_request
+from soak import HttpError, Response, build_request, sse_payloads
 
 WORDS = ("the quick brown fox jumps over the lazy dog while seven wizards quietly judge boxing "
          "matches near a river bank under pale winter light").split()
@@ -86,18 +86,9 @@ def call(port, kind, body, stream, rid, timeout):
 
 
 def read_stream(r):
-    tokens, finish, buf, done = [], None, b"", False
-    while True:
-        piece = r.read_some()
-        if not piece:
-            break
-        buf += piece
-        while b"\n\n" in buf:
-            ev, _, buf = buf.partition(b"\n\n")
-            line = ev.decode("utf-8")
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
+    tokens, finish, done = [], None, False
+    for payloads in sse_payloads(r):
+        for payload in payloads:
             if payload == "[DONE]":
                 done = True
                 continue

@@ -28,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "deploy", "local"))
 import topology  # noqa: E402
 from relay import Relay  # noqa: E402
-from soak import parse_metrics  # noqa: E402
+from soak import parse_metrics, vm_rss_mb  # noqa: E402
 
 ROLES = ("prefill", "decode")
 
@@ -120,14 +120,7 @@ class Cluster:
         return self.procs[name]["pid"]
 
     def rss_mb(self, name):
-        try:
-            with open(f"/proc/{self.pid(name)}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024.0
-        except OSError:
-            return None
-        return None
+        return vm_rss_mb(self.pid(name))
 
     def wait_ready(self, names=None, timeout=topology.READY_TIMEOUT_S):
         names = list(names or self.procs)

@@ -163,6 +163,18 @@ def parse_metrics(text):
     return out
 
 
+def vm_rss_mb(pid):
+    """VmRSS of a process in MB; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
 def percentile(values, q):
     if not values:
         return None
@@ -209,14 +221,7 @@ class Server:
         raise RuntimeError(f"server not ready within {READY_TIMEOUT}s:\n{self.log_tail()}")
 
     def rss_mb(self):
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024.0
-        except OSError:
-            return None
-        return None
+        return vm_rss_mb(self.proc.pid)
 
     def log_tail(self, n=20):
         self.log.flush()
@@ -380,28 +385,32 @@ def run_attempt(port, kind, body, action, phase, ref, stats, rng, rid):
         s.close()
 
 
+def sse_payloads(r):
+    """The `data:` payloads of an SSE body, as a list per piece read from the socket (so that a
+    caller may act between reads)."""
+    buf = b""
+    while True:
+        piece = r.read_some()
+        if not piece:
+            return
+        buf += piece
+        out = []
+        while b"\n\n" in buf:
+            ev, _, buf = buf.partition(b"\n\n")
+            line = ev.decode("utf-8")
+            if line.startswith("data:"):
+                out.append(line[5:].strip())
+        yield out
+
+
 def read_stream(r, kind, action, phase, ref, stats, rng, rid):
     cut_after = rng.randint(1, max(1, ref["completion_tokens"] - 1)) if action == "cancel" else None
     texts, finishes, ids = {}, {}, set()
     usage = None
-    buf = b""
     events = 0
     done = False
-    while True:
-        if action == "cancel" and events >= cut_after and not done:
-            if phase == "mid-sse":
-                r.sock.recv(rng.randint(1, 20))  # a few bytes into the next event, then gone
-            return "cancelled"
-        piece = r.read_some()
-        if not piece:
-            break
-        buf += piece
-        while b"\n\n" in buf:
-            ev, _, buf = buf.partition(b"\n\n")
-            line = ev.decode("utf-8")
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
+    for payloads in sse_payloads(r):
+        for payload in payloads:
             if done:
                 raise Outcome("dup", f"data after [DONE]: {payload[:100]}")
             if payload == "[DONE]":
@@ -421,6 +430,10 @@ def read_stream(r, kind, action, phase, ref, stats, rng, rid):
                         raise Outcome("dup", f"second finish_reason for choice {i}")
                     finishes[i] = c["finish_reason"]
                 events += 1
+        if action == "cancel" and events >= cut_after and not done:
+            if phase == "mid-sse":
+                r.sock.recv(rng.randint(1, 20))  # a few bytes into the next event, then gone
+            return "cancelled"
     if not done:
         raise Outcome("lost", "stream ended without [DONE]")
     if len(ids) != 1:
@@ -670,12 +683,17 @@ def main():
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print_table(report)
+    emit_json(report, args.out)
+    return 0 if ok else 1
+
+
+def emit_json(report, path):
+    """The report on stdout, and in `path` unless it is empty."""
     text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
+    if path:
+        with open(path, "w") as f:
             f.write(text + "\n")
     print(text)
-    return 0 if ok else 1
 
 
 def print_table(r):
