@@ -93,23 +93,21 @@ class Faults:
         self.cluster, self.sched, self.t0, self.duration = cluster, sched, t0, duration
         self.probe, self.stop = probe, stop
         self.done = []  # the schedule's entries as run: start_s, end_s, recovery_s
-        self.current = None
 
     def run(self):
         for i, f in enumerate(self.sched):
             if self.stop.wait(max(0.0, self.t0 + f["at_s"] - time.time())):
                 return
             rec = dict(f, start_s=round(time.time() - self.t0, 2))
-            self.current = rec
             self.done.append(rec)
             self.apply(f)
-            self.stop.wait(f["hold_s"])
+            if self.stop.wait(f["hold_s"]) and f["kind"] == "kill9":
+                return  # interrupted: the topology is being stopped, nothing to restart
             self.undo(f)  # even when stopping: never leave a process stopped or a link cut
             rec["end_s"] = round(time.time() - self.t0, 2)
             until = self.t0 + (self.sched[i + 1]["at_s"] if i + 1 < len(self.sched) else self.duration)
             rec["recovery_window_s"] = round(until - time.time(), 1)
             rec["recovery_s"] = self.recover(f, until)
-            self.current = None
             log(f"[{rec['start_s'] / 60:5.1f} min] fault {f['i']}: {f['kind']} {f['target']} for {f['hold_s']} s; "
                 + (f"recovered {rec['recovery_s']} s after" if rec["recovery_s"] is not None else
                    f"NOT RECOVERED within {rec['recovery_window_s']} s (the next fault or the end)"))
@@ -287,7 +285,7 @@ def main():
                     "engine_args": engine_args(args), "router_args": args.router_arg},
          "schedule": sched, "faults": []}
     prompts = [(k, checker.with_sampling(b, args.max_tokens)) for k, b in checker.prompt_set()]
-    cluster, stop, ok = None, threading.Event(), False
+    cluster, stop, ok, threads, bench, faults = None, threading.Event(), False, [], None, None
     try:
         refs = compute_reference(args, prompts, work)
         cluster = Cluster(args.tessera, os.path.join(work, "topology"), engine_args(args),
@@ -315,7 +313,7 @@ def main():
         rss = {}
         bench, bench_json, bench_cmd = start_bench(args, router, duration, work)
         r["config"]["bench_command"] = bench_cmd
-        threads = [threading.Thread(target=faults.run, daemon=True),
+        threads += [threading.Thread(target=faults.run, daemon=True),
                    threading.Thread(target=sample_rss, args=(cluster, stop, t0, args.rss_every, rss), daemon=True)]
         clients = [threading.Thread(target=checker.client, args=(router, prompts, refs, args.seed * 1000 + i, end,
                                                                  args.io_timeout, checked, t0, args.checker_pause),
@@ -367,6 +365,13 @@ def main():
         r["error"] = f"{type(e).__name__}: {e}"
     finally:
         stop.set()
+        if bench and bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        for t in threads:
+            t.join(30)  # the fault thread ends its fault first (never a restart racing the stop)
+        if faults:
+            r["faults"] = faults.done
         if cluster:
             r["killed_at_stop"] = cluster.stop()
             r.setdefault("restarts", cluster.restarts)
