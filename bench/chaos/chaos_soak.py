@@ -23,8 +23,8 @@
 
 Prints a table on stderr and one JSON object on stdout (and --out); --out-md gets the Markdown
 paragraph for bench/RESULTS.md. Exits 1 when a checked output differs from the reference, an
-instance is not idle at the end, a process is dead at the end, a fault never recovered, or nothing
-completed. Stdlib only; the same --seed gives the same fault schedule (--schedule-only prints it).
+instance is not idle at the end, a process is dead at the end, a fault never recovered, nothing
+completed, or tessera-bench left no result. Stdlib only; the same --seed gives the same fault schedule (--schedule-only prints it).
 """
 import argparse
 import datetime
@@ -197,10 +197,16 @@ def start_bench(args, router_port, duration, work):
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), path, cmd
 
 
-def bench_outcome(path):
+def bench_outcome(path, proc):
     """tessera-bench's records -> counts and [(send_time_s, why, lookahead_s)] of the failed ones."""
-    with open(path) as f:
-        run = json.load(f)["runs"][0]
+    try:
+        with open(path) as f:
+            run = json.load(f)["runs"][0]
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        with open(os.path.join(os.path.dirname(path), "bench.log"), "rb") as f:
+            tail = f.read()[-600:].decode("utf-8", "replace")
+        return ({"sent": 0, "completed": 0, "failed": 0, "cancelled_at_end": 0,
+                 "error": f"no result ({type(e).__name__}: {e}); exit status {proc.returncode}; log: {tail}"}, [])
     recs = run.get("requests", [])
     sent = [r for r in recs if r.get("sent")]
     cut = [r for r in sent if not r["ok"] and r.get("cancelled")]
@@ -341,7 +347,7 @@ def main():
         stop.set()
         threads[1].join(10)
         r["rss"] = rss_report(rss, cluster)
-        bench_counts, bench_failures = bench_outcome(bench_json)
+        bench_counts, bench_failures = bench_outcome(bench_json, bench)
         # Probes are the soak's own recovery checks: failing until recovered is their job, so their
         # failures are not the clients'; a probe that completes is checked like any other request.
         failures = report.group_failures(bench_failures + checked.failures, faults.done)
@@ -359,7 +365,8 @@ def main():
         r["recovery"] = report.recovery_by_kind(faults.done)
         r["duration_s"] = round(time.time() - t0, 1)
         ok = (q["mismatched"] == 0 and all(v["ok"] for v in r["idle_at_end"].values()) and r["all_alive_at_end"]
-              and all(f.get("recovery_s") is not None for f in faults.done) and q["completed"] > 0)
+              and all(f.get("recovery_s") is not None for f in faults.done) and q["completed"] > 0
+              and "error" not in bench_counts)
         r["markdown"] = report.markdown(r)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - report it, then stop everything
         r["error"] = f"{type(e).__name__}: {e}"
@@ -408,6 +415,8 @@ def print_table(r):
         rows.append((f"  failed: {w[:60]}", n))
     for k, d in r.get("recovery", {}).items():
         rows.append((f"recovery {k}", f"{d['recovered']}/{d['count']}, p50 {d['p50_s']} s, max {d['max_s']} s"))
+    if "error" in q.get("bench", {}):
+        rows.append(("tessera-bench", q["bench"]["error"][:300]))
     if "error" in r:
         rows.append(("error", r["error"][:300]))
     w = max(len(k) for k, _ in rows)
