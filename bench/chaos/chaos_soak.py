@@ -31,6 +31,7 @@ import datetime
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,14 @@ import schedule as chaos_schedule  # noqa: E402
 from cluster import Cluster, topology  # noqa: E402
 from soak import emit_json, rss_summary  # noqa: E402
 
+# Evidence that the load exercised the pd+kv paths (counters since each process's last start):
+# metric -> the label it is split by (None: summed).
+ACTIVITY = {"instance": {"tessera:kv_transfer_blocks_total": "source", "tessera:kv_transfer_failures_total": None,
+                         "tessera:kv_offload_stored_blocks_total": None, "tessera:kv_offload_hits_total": None,
+                         "tessera:kv_offload_errors_total": "kind", "tessera:prefix_cache_hits_total": None},
+            "router": {"tessera:router_prompt_hit_tokens_total": None, "tessera:router_migrations_total": None,
+                       "tessera:router_prefill_skipped_total": "reason",
+                       "tessera:router_kv_peer_fetches_total": None}}
 IDLE_GAUGES = ("tessera:num_requests_running", "tessera:num_requests_waiting", "tessera:kv_cache_usage_perc",
                "tessera:kv_exported_requests")
 
@@ -181,6 +190,36 @@ def wait_idle(cluster, timeout):
         time.sleep(0.5)
     for v in out.values():
         v["seconds_to_idle"] = round(time.time() - t0, 1)
+    return out
+
+
+def by_label(text, name, label):
+    """Prometheus text -> the samples of `name` summed (label None) or as {label value: sum}."""
+    pat = re.compile(r"^" + re.escape(name) + r"(\{[^}]*\})?\s+(\S+)")
+    out = {} if label else 0.0
+    for line in text.splitlines():
+        m = pat.match(line)
+        if not m:
+            continue
+        if not label:
+            out += float(m.group(2))
+            continue
+        lv = re.search(label + r'="([^"]*)"', m.group(1) or "")
+        key = lv.group(1) if lv else ""
+        out[key] = out.get(key, 0.0) + float(m.group(2))
+    return out
+
+
+def activity(cluster):
+    out = {}
+    for n in cluster.instances + ["router"]:
+        try:
+            text = cluster.metrics_text(n)
+        except OSError as e:
+            out[n] = {"error": str(e)}
+            continue
+        out[n] = {c.split(":")[1]: by_label(text, c, label)
+                  for c, label in ACTIVITY["router" if n == "router" else "instance"].items()}
     return out
 
 
@@ -344,6 +383,7 @@ def main():
         r["faults"] = faults.done
         r["idle_at_end"] = wait_idle(cluster, args.idle_timeout)
         r["all_alive_at_end"] = all(cluster.alive(n) for n in cluster.procs)
+        r["activity"] = activity(cluster)
         stop.set()
         threads[1].join(10)
         r["rss"] = rss_report(rss, cluster)

@@ -110,11 +110,19 @@ class Cluster:
                         healthy[n] = line.rsplit(" ", 1)[1] in ("1", "1.0")
         return len(healthy) == len(self.router_names) and all(healthy.values())
 
-    def metrics(self, name):
-        status, body = topology.get(self.procs[name]["http"] + "/metrics", timeout=10)
+    def metrics_text(self, name):
+        """The process's /metrics (Prometheus text); OSError when it does not answer 200."""
+        try:
+            status, body = topology.get(self.procs[name]["http"] + "/metrics", timeout=10)
+        except ValueError as e:
+            raise OSError(str(e)) from None
         if status != 200:
             raise OSError(f"{name} /metrics: HTTP {status}")
-        return parse_metrics(body.decode("utf-8", "replace"))
+        return body.decode("utf-8", "replace")
+
+    def metrics(self, name):
+        """{metric: value summed over its labels}."""
+        return parse_metrics(self.metrics_text(name))
 
     def pid(self, name):
         return self.procs[name]["pid"]

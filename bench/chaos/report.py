@@ -59,6 +59,28 @@ def recovery_by_kind(faults):
     return dict(sorted(out.items()))
 
 
+def activity_sentence(a):
+    """What the load exercised, summed over the instances (counters since each one's last start)."""
+    if not a:
+        return ""
+
+    def total(key, label=None):
+        n = 0.0
+        for name, v in a.items():
+            x = v.get(key) if name != "router" else None
+            n += (x.get(label, 0.0) if isinstance(x, dict) else (x or 0.0)) if x is not None else 0.0
+        return int(n)
+    router = a.get("router", {})
+    skipped = router.get("router_prefill_skipped_total") or {}
+    why = ", ".join(f"{int(v)} {k}" for k, v in sorted(skipped.items())) if isinstance(skipped, dict) else skipped
+    return (f" Exercised (counters since each process's last start): {total('kv_transfer_blocks_total', 'pulled')} "
+            f"KV blocks pulled from prefills ({total('kv_transfer_failures_total')} pulls failed and were "
+            f"recomputed), {total('kv_offload_stored_blocks_total')} blocks stored to Redis and "
+            f"{total('kv_offload_hits_total')} found there, {int(router.get('router_prompt_hit_tokens_total') or 0)} "
+            f"prompt tokens routed to a cached prefix, {int(router.get('router_migrations_total') or 0)} "
+            f"migrations, prefills skipped: {why or 0}.")
+
+
 def markdown(r):
     """One paragraph and a table, with every figure RESULTS.md needs from this run."""
     c = r["config"]
@@ -69,7 +91,7 @@ def markdown(r):
     reasons = "; ".join(f"{n}× {w}" for w, n in list(q["failures"]["by_reason"].items())[:6]) or "none"
     idle = r["idle_at_end"]
     not_idle = [n for n, v in idle.items() if not v["ok"]]
-    drift = ", ".join(f"{n} {v['drift_mb']:+.1f}" + (f" (restarted {v['restarts']}×, last {v['since_s']:.0f} s)"
+    drift = ", ".join(f"{n} {v['drift_mb']:+.1f}" + (f" (restarted {v['restarts']}×, the last at {v['since_s']:.0f} s)"
                                                       if v["restarts"] else "")
                       for n, v in r["rss"].items() if v.get("drift_mb") is not None)
     text = (
@@ -84,7 +106,8 @@ def markdown(r):
         f"{q['checked']['completed'] + q['probes']['completed']}. At the end "
         + ("every instance was back to idle (KV usage 0, no pinned exports, nothing running or waiting)"
            if not not_idle else f"NOT idle: {', '.join(not_idle)}")
-        + f"; RSS drift (MB): {drift}. Every process alive at the end: {r['all_alive_at_end']}.")
+        + f"; RSS drift (MB): {drift}. Every process alive at the end: {r['all_alive_at_end']}."
+        + activity_sentence(r.get("activity", {})))
     rows = ["| fault | count | recovered | recovery p50 (s) | max (s) |", "|---|---|---|---|---|"]
     for k, d in r["recovery"].items():
         rows.append(f"| {k} | {d['count']} | {d['recovered']} | {d['p50_s']} | {d['max_s']} |")
