@@ -205,8 +205,13 @@ Status UcxAgent::Get(const std::string& peer_address, const std::vector<UcxRegio
     ucs_status_t s;
     while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS) {
       if (!timed_out && std::chrono::steady_clock::now() >= deadline) {
+        // ucp_request_cancel does not cancel RMA or flush requests: on a
+        // crawling link, a partition or a frozen peer they would run on
+        // (writing into `local`) long past the deadline. Closing the endpoint
+        // by force completes every one of them with an error, after which
+        // UCX writes no more into the destination blocks.
         timed_out = true;
-        ucp_request_cancel(worker_, r);
+        DropPeer(peer_address);
       }
       ucp_worker_progress(worker_);
     }

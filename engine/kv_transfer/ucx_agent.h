@@ -60,7 +60,11 @@ class UcxAgent {
 
   // Reads every `reads` entry from the peer at `peer_address`, whose regions
   // are `regions`; returns when all completed, one failed, or `timeout` passed
-  // (DEADLINE_EXCEEDED / UNAVAILABLE; the endpoint is then dropped).
+  // (DEADLINE_EXCEEDED / UNAVAILABLE; the endpoint is then dropped). At the
+  // deadline the endpoint is closed by force, which ends every read still in
+  // flight (a crawling link, a partition, a frozen peer): when Get returns,
+  // UCX writes nothing more into the `local` buffers. Costs up to `timeout`
+  // of the calling thread, which progresses the worker meanwhile.
   Status Get(const std::string& peer_address, const std::vector<UcxRegion>& regions,
              const std::vector<UcxRead>& reads, std::chrono::milliseconds timeout);
 
