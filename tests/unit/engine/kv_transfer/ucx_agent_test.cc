@@ -86,15 +86,13 @@ struct Peer {
 void StartPeer(Peer* peer) {
   const std::string file = ::testing::TempDir() + "/ucx_peer_" + std::to_string(::getpid());
   std::remove(file.c_str());
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  env.push_back("TESSERA_UCX_PEER=" + file);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
   std::string self = "/proc/self/exe", filter = "--gtest_filter=UcxAgentPeer.DISABLED_Serve",
-              also = "--gtest_also_run_disabled_tests";
+              also = "--gtest_also_run_disabled_tests", marker = "TESSERA_UCX_PEER=" + file;
   char* argv[] = {self.data(), filter.data(), also.data(), nullptr};
+  std::vector<char*> envp;  // this process's environment and the marker
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(marker.data());
+  envp.push_back(nullptr);
   // The peer's gtest output goes to <file>.log, shown when it wrote no address.
   const std::string log = file + ".log";
   posix_spawn_file_actions_t fa;
