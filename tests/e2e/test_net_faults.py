@@ -149,9 +149,12 @@ def main():
     res = Results()
     start = time.time()
     servers = []
-    link = VethLink("tf").create()
-    link.cap_send_buffers("a", 64 * 1024)  # a frozen or killed prefill stops its KV bytes (496 KB a pull)
+    # ctest's timeout sends SIGTERM: unwind through `finally`, so servers stop and namespaces go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    link = VethLink("tf")
     try:
+        link.create()
+        link.cap_send_buffers("a", 64 * 1024)  # a frozen or killed prefill stops its KV bytes (496 KB a pull)
         # This process joins the decode's side: the decode, the unified reference and every client
         # request live there; the prefill is reachable only over the veth.
         link.enter("b")
