@@ -84,7 +84,9 @@ struct Peer {
 
 // Starts the peer process and waits (bounded) for what it wrote.
 void StartPeer(Peer* peer) {
-  const std::string file = ::testing::TempDir() + "/ucx_peer_" + std::to_string(::getpid());
+  static int started = 0;
+  const std::string file =
+      ::testing::TempDir() + "/ucx_peer_" + std::to_string(::getpid()) + "_" + std::to_string(started++);
   std::remove(file.c_str());
   std::string self = "/proc/self/exe", filter = "--gtest_filter=UcxAgentPeer.DISABLED_Serve",
               also = "--gtest_also_run_disabled_tests", marker = "TESSERA_UCX_PEER=" + file;
@@ -160,6 +162,33 @@ TEST(UcxAgentTest, GetEndsAtItsDeadlineWhenThePeerIsFrozen) {
   ::kill(peer.pid, SIGCONT);
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(local == after) << "bytes landed in the destination after Get returned";
+}
+
+// A peer that dies between reads (killed, scaled down, restarted under a new
+// worker address) leaves no endpoint behind: UCX reports the broken
+// connection, and the next read, from another peer, closes its endpoint.
+TEST(UcxAgentTest, APeerThatDiesBetweenReadsLeavesNoEndpoint) {
+  Peer gone, other;
+  ASSERT_NO_FATAL_FAILURE(StartPeer(&gone));
+  ASSERT_NO_FATAL_FAILURE(StartPeer(&other));
+  auto agent = UcxAgent::Create({"tcp"});
+  ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+  std::vector<char> local(4096, 0);
+  auto read = [&](const Peer& peer) {
+    return (*agent)->Get(peer.address, {peer.region}, {{0, peer.region.base, local.data(), local.size()}}, 10s);
+  };
+  ASSERT_TRUE(read(gone).ok());
+  ASSERT_TRUE(read(other).ok());
+  ASSERT_EQ((*agent)->num_peers(), 2u);
+  ::kill(gone.pid, SIGKILL);
+  ::waitpid(gone.pid, nullptr, 0);
+  gone.pid = -1;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while ((*agent)->num_peers() != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);  // UCX notices the closed connection on its progress thread
+    ASSERT_TRUE(read(other).ok());
+  }
+  EXPECT_EQ((*agent)->num_peers(), 1u) << "the dead peer's endpoint is still cached 5 s after it died";
 }
 
 }  // namespace
