@@ -5,8 +5,9 @@ CAP_NET_ADMIN), `ip` and `tc`; `unavailable()` says why not, so a test can skip
 visibly. The kernel needs no netem: a partition is a link taken down (packets
 vanish, no reset), a crawl is a `tbf` qdisc on one side's egress.
 
-    link = VethLink("tf")            # namespaces tf<pid>a / tf<pid>b, 10.231.0.1 / .2
+    link = VethLink("tf")
     try:
+        link.create()                # namespaces tf<pid>a / tf<pid>b, 10.231.0.1 / .2
         link.enter("b")              # this process (and every child) now lives in side b
         srv = Server(..., host=link.addr("a"), netns=link.ns("a"))
         link.down("a"); link.up("a")
