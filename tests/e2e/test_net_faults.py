@@ -13,12 +13,14 @@ part of its bytes. No fault is injected from inside Tessera: the link itself fai
   (a) the link goes down mid-transfer (a partition), then comes back;
   (b) the link is throttled to a crawl (tc tbf);
   (c) the prefill is frozen (SIGSTOP) during a large GET, resumed later;
-  (d) the prefill is killed (-9) during one.
+  (d) the prefill is killed (-9) during one;
+  (e) and the other way round: a decode is killed (-9) while it reads.
 
 Every request completes within its HTTP timeout, its greedy tokens bitwise equal
 to the unified reference (a failed pull means recompute on the decode, section
 "No hangs"); after each fault a clean transfer works again; and nothing is left
-behind: the decode's and prefill's KV blocks back to idle, no export pinned.
+behind: the decode's and prefill's KV blocks back to idle, no export pinned (a
+dead decode's at the prefill's pin timeout).
 
 Skips (exit 77, ctest SKIP) where network namespaces cannot be made (not root,
 no iproute2).
@@ -37,8 +39,8 @@ from serve_util import (Results, Server, cleanup, e2e_args, get_metrics, request
 
 BLOCK = 16
 PROMPT_LEN = 500  # 31 full blocks of 16 KB each (tiny qwen3: 2 layers x K,V x 2 heads x 32 x f32)
-PULL_TIMEOUT_S = 3
-PIN_TIMEOUT_S = 4
+PULL_TIMEOUT_S = 2
+PIN_TIMEOUT_S = 3
 STRETCH = "2mbit"  # a ~2 s transfer: room to strike mid-way
 CRAWL = "16kbit"   # ~40 s for one pull: only the pull timeout ends it
 HTTP_TIMEOUT = 30  # every request must end within this, faults included
@@ -131,6 +133,38 @@ class Cluster:
         assert why, f"no failed pull logged for {out['id']}"
         return why[-1]
 
+    def reader_killed(self, reader):
+        """`reader` (a second decode) is killed (-9) while it pulls a fresh prompt's blocks: the prefill
+        must notice nothing it cannot survive, free the pinned blocks at its pin timeout (nobody will
+        acknowledge them) and serve the next pull."""
+        prompt = self.fresh()
+        kvp = self.export(prompt)
+        self.link.throttle("a", STRETCH)
+        sent0 = self.link.tx_bytes("a")
+        out = {}
+
+        def run():
+            try:
+                self.complete(reader, prompt, kv_transfer_params=kvp)
+            except Exception as e:  # noqa: BLE001 -- the connection dies with the decode
+                out["error"] = e
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: self.link.tx_bytes("a") >= sent0 + 64 * 1024 or not t.is_alive(), 10,
+                       "64 KB of KV on the link")
+            assert t.is_alive(), "the pull ended before the kill"
+            reader.proc.send_signal(signal.SIGKILL)
+            reader.proc.wait(10)
+            t.join(HTTP_TIMEOUT)
+        finally:
+            self.link.unthrottle("a")
+        assert "error" in out, "a decode killed mid-pull answered"
+        self.idle(self.p, PIN_TIMEOUT_S + 5)
+        handle = kvp["remote_request_id"]
+        assert f"'{handle}' was not pulled within" in self.p.log_tail(50), f"{handle} was freed otherwise"
+        self.clean_transfer()
+
     def idle(self, srv, timeout):
         """Back to idle: no request, no KV block in use, nothing pinned for a peer."""
         names = ("tessera:num_requests_running", "tessera:num_requests_waiting", "tessera:kv_cache_usage_perc",
@@ -167,7 +201,9 @@ def main():
                    workdir, "prefill", host=link.addr("a"), netns=link.ns("a"))
         d = Server(args.tessera, base + kv + ["--role", "decode", "--kv-pull-timeout", str(PULL_TIMEOUT_S)],
                    workdir, "decode", host=link.addr("b"), netns=link.ns("b"))
-        servers += [uni, p, d]
+        d2 = Server(args.tessera, base + kv + ["--role", "decode"], workdir, "decode2", host=link.addr("b"),
+                    netns=link.ns("b"))
+        servers += [uni, p, d, d2]
         for s in servers:
             if not res.run(f"{s.name} ready", lambda s=s: s.wait_ready(timeout=60)):
                 return res.summary(start)
@@ -200,6 +236,9 @@ def main():
 
         res.run("prefill and decode idle: no KV block in use, no export pinned (the prefill's unacknowledged "
                 "exports end at its pin timeout)", lambda: (c.idle(p, PIN_TIMEOUT_S + 5), c.idle(d, 5)))
+
+        res.run("(e) a decode killed (-9) mid-GET: the prefill frees the pinned blocks at its pin timeout and "
+                "serves the next pull", lambda: c.reader_killed(d2))
 
         def kill():
             why = c.faulted_pull(STRETCH, fault=lambda: (p.proc.send_signal(signal.SIGKILL), p.proc.wait(10)))
