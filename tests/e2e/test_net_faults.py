@@ -169,8 +169,16 @@ class Cluster:
         """Back to idle: no request, no KV block in use, nothing pinned for a peer."""
         names = ("tessera:num_requests_running", "tessera:num_requests_waiting", "tessera:kv_cache_usage_perc",
                  "tessera:kv_exported_requests")
-        wait_until(lambda: all(self.metric(srv, n) == 0 for n in names), timeout,
-                   f"{srv.name} idle ({', '.join(f'{n}={self.metric(srv, n)}' for n in names)})")
+        last = {}
+
+        def now_idle():
+            m = get_metrics(srv.port, host=srv.host)
+            last.update({n: m.get(n, 0.0) for n in names})
+            return all(v == 0 for v in last.values())
+        try:
+            wait_until(now_idle, timeout, f"{srv.name} idle")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {last}") from None
 
 
 def main():
