@@ -60,16 +60,7 @@ UcxAgent::~UcxAgent() {
   stop_.store(true);
   if (progress_.joinable()) progress_.join();
   if (worker_ != nullptr) {
-    for (auto& [addr, ep] : eps_) {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(r)) {
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-        ucp_request_free(r);
-      }
-    }
+    for (auto& [addr, ep] : eps_) CloseEndpoint(ep);
     for (ucp_mem_h m : memh_) ucp_mem_unmap(context_, m);
     ucp_worker_destroy(worker_);
   }
@@ -111,20 +102,67 @@ StatusOr<UcxRegion> UcxAgent::Register(void* ptr, uint64_t bytes) {
 
 namespace {
 
-// A peer's failure is reported by the operations on its endpoint (Get fails
-// and drops it); this only keeps UCX from treating the error as unhandled.
-void OnEndpointError(void* /*arg*/, ucp_ep_h /*ep*/, ucs_status_t /*status*/) {}
+// A failure during a Get is reported by its operations (Get fails and drops
+// the endpoint); one between Gets (the peer died or its connection broke while
+// idle) is queued here for the pulling thread to close.
+void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) {
+  static_cast<UcxAgent*>(arg)->NotePeerFailed(ep);
+}
 
 }  // namespace
 
+void UcxAgent::NotePeerFailed(ucp_ep* ep) {
+  std::lock_guard lock(failed_mu_);
+  failed_.push_back(ep);
+}
+
+size_t UcxAgent::num_peers() {
+  std::lock_guard lock(eps_mu_);
+  return eps_.size();
+}
+
+void UcxAgent::ReapFailedPeers() {
+  std::vector<ucp_ep*> failed;
+  {
+    std::lock_guard lock(failed_mu_);
+    failed.swap(failed_);
+  }
+  std::vector<ucp_ep*> closing;
+  {
+    std::lock_guard lock(eps_mu_);
+    for (ucp_ep* ep : failed) {
+      for (auto it = eps_.begin(); it != eps_.end(); ++it) {
+        if (it->second == ep) {
+          closing.push_back(ep);
+          eps_.erase(it);
+          break;
+        }
+      }
+    }
+  }
+  for (ucp_ep* ep : closing) CloseEndpoint(ep);
+}
+
+void UcxAgent::CloseEndpoint(ucp_ep* ep) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+  if (UCS_PTR_IS_PTR(r)) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+    ucp_request_free(r);
+  }
+}
+
 StatusOr<ucp_ep*> UcxAgent::Endpoint(const std::string& peer_address) {
+  ReapFailedPeers();
   std::lock_guard lock(eps_mu_);
   if (auto it = eps_.find(peer_address); it != eps_.end()) return it->second;
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.err_handler.cb = OnEndpointError;
-  ep.err_handler.arg = nullptr;
+  ep.err_handler.arg = this;
   ep.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ucp_ep_h h = nullptr;
@@ -150,14 +188,14 @@ void UcxAgent::DropPeer(const std::string& peer_address) {
     ep = it->second;
     eps_.erase(it);
   }
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-  if (UCS_PTR_IS_PTR(r)) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-    ucp_request_free(r);
+  {
+    // Reported failed too: forget it, so that a later endpoint that UCX
+    // allocates at the same address is not taken for this one. (UCX calls no
+    // error handler for an endpoint the user closed.)
+    std::lock_guard lock(failed_mu_);
+    std::erase(failed_, ep);
   }
+  CloseEndpoint(ep);
 }
 
 Status UcxAgent::Get(const std::string& peer_address, const std::vector<UcxRegion>& regions,
@@ -205,8 +243,13 @@ Status UcxAgent::Get(const std::string& peer_address, const std::vector<UcxRegio
     ucs_status_t s;
     while ((s = ucp_request_check_status(r)) == UCS_INPROGRESS) {
       if (!timed_out && std::chrono::steady_clock::now() >= deadline) {
+        // ucp_request_cancel does not cancel RMA or flush requests: on a
+        // crawling link, a partition or a frozen peer they would run on
+        // (writing into `local`) long past the deadline. Closing the endpoint
+        // by force completes every one of them with an error, after which
+        // UCX writes no more into the destination blocks.
         timed_out = true;
-        ucp_request_cancel(worker_, r);
+        DropPeer(peer_address);
       }
       ucp_worker_progress(worker_);
     }

@@ -60,17 +60,34 @@ class UcxAgent {
 
   // Reads every `reads` entry from the peer at `peer_address`, whose regions
   // are `regions`; returns when all completed, one failed, or `timeout` passed
-  // (DEADLINE_EXCEEDED / UNAVAILABLE; the endpoint is then dropped).
+  // (DEADLINE_EXCEEDED / UNAVAILABLE; the endpoint is then dropped). At the
+  // deadline the endpoint is closed by force, which ends every read still in
+  // flight (a crawling link, a partition, a frozen peer): when Get returns,
+  // UCX writes nothing more into the `local` buffers. Costs up to `timeout`
+  // of the calling thread, which progresses the worker meanwhile.
   Status Get(const std::string& peer_address, const std::vector<UcxRegion>& regions,
              const std::vector<UcxRead>& reads, std::chrono::milliseconds timeout);
 
   // Forgets the cached endpoint to a peer (after an error).
   void DropPeer(const std::string& peer_address);
 
+  // Endpoints cached, one per peer read from and neither dropped nor reported
+  // failed and reaped (tests).
+  size_t num_peers();
+
+  // UCX's error handler (progress thread): `ep`'s peer failed (it died, or
+  // its connection broke). The endpoint is closed at the next Get.
+  void NotePeerFailed(ucp_ep* ep);
+
  private:
   UcxAgent() = default;
   void ProgressLoop();
   StatusOr<ucp_ep*> Endpoint(const std::string& peer_address);
+  // Closes the endpoints NotePeerFailed reported, on the pulling thread: an
+  // instance that went away (killed, scaled down, restarted under a new
+  // worker address) would otherwise keep its endpoint cached for ever.
+  void ReapFailedPeers();
+  void CloseEndpoint(ucp_ep* ep);  // by force; progresses the worker until closed
 
   ucp_context* context_ = nullptr;
   ucp_worker* worker_ = nullptr;
@@ -78,6 +95,10 @@ class UcxAgent {
   std::vector<ucp_mem*> memh_;
   std::mutex eps_mu_;  // endpoints are created and dropped by the pulling thread
   std::map<std::string, ucp_ep*> eps_;
+  // Reported by the error handler, which runs inside ucp_worker_progress
+  // (holding the worker's lock): never held while calling UCX.
+  std::mutex failed_mu_;
+  std::vector<ucp_ep*> failed_;
   int efd_ = -1;
   bool peer_error_handling_ = true;  // endpoints ask UCX to report a peer's failure
   std::atomic<bool> stop_{false};

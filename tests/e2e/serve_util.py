@@ -90,18 +90,29 @@ def cleanup(servers, workdir, keep):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def wait_until(fn, timeout=15, what="condition"):
+    """Polls fn() every 50 ms until it is true; raises AssertionError naming `what` after `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fn():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def request(port, method, path, body=None, raw=None, headers=None, conn=None, timeout=HTTP_TIMEOUT):
+def request(port, method, path, body=None, raw=None, headers=None, conn=None, timeout=HTTP_TIMEOUT,
+            host="127.0.0.1"):
     """One HTTP request; returns (status, lower-cased headers, parsed JSON or None).
 
     The raw body text is in headers["_body"] (for non-JSON responses)."""
     own = conn is None
-    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = conn or http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         hdrs = {"Content-Type": "application/json"} if data is not None else {}
@@ -129,11 +140,11 @@ def chat(port, headers=None, **body):
     return request(port, "POST", "/v1/chat/completions", body, headers=headers)
 
 
-def stream_events(port, path, body, headers=None, timeout=HTTP_TIMEOUT):
+def stream_events(port, path, body, headers=None, timeout=HTTP_TIMEOUT, host="127.0.0.1"):
     """POSTs a streaming request; returns (status, headers, [parsed data events], saw_done).
 
     Non-200: the events list holds the parsed error body instead."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         hdrs = {"Content-Type": "application/json"}
         hdrs.update(headers or {})
@@ -189,20 +200,22 @@ def _supports_port_file(tessera):
 
 
 class Server:
-    """A `tessera serve` process on 127.0.0.1 logging to a file; always stop() it.
+    """A `tessera serve` process on `host` (127.0.0.1) logging to a file; always stop() it.
 
     Binds port 0 and learns the port from --port-file (gRPC off unless `grpc`:
     then on a free port, in the port file's "grpc"). `port` is known after
-    wait_ready() (or wait_bound())."""
+    wait_ready() (or wait_bound()). `netns`: the network namespace to run in
+    (`ip netns exec`, which execs: `pid` is the server's own)."""
 
-    def __init__(self, tessera, args, workdir, name, env=None, grpc=False):
+    def __init__(self, tessera, args, workdir, name, env=None, grpc=False, host="127.0.0.1", netns=None):
         self.init_args = (tessera, args, workdir, name, env)
         self.name = name
+        self.host = host
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "wb")
         self.port_file = None
         self.port = None
-        cmd = [tessera, "serve", "--host", "127.0.0.1"]
+        cmd = (["ip", "netns", "exec", netns] if netns else []) + [tessera, "serve", "--host", host]
         if _supports_port_file(tessera):
             self.port_file = os.path.join(workdir, f"{name}.port.json")
             if os.path.exists(self.port_file):
@@ -242,7 +255,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited with {self.proc.returncode}; log:\n{self.log_tail()}")
             try:
-                status, _, body = request(self.port, "GET", "/ready", timeout=5)
+                status, _, body = request(self.port, "GET", "/ready", timeout=5, host=self.host)
                 if status == 200 and body.get("status") == "ready":  # "grpc_port" too when gRPC is on
                     return
                 if status == 503 and body == {"status": "loading"}:
@@ -311,8 +324,8 @@ def parse_metrics(text):
     return out
 
 
-def get_metrics(port):
-    status, headers, _ = request(port, "GET", "/metrics")
+def get_metrics(port, host="127.0.0.1"):
+    status, headers, _ = request(port, "GET", "/metrics", host=host)
     assert status == 200, f"/metrics status {status}"
     return parse_metrics(headers["_body"])
 

@@ -39,7 +39,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, grpc_calls, request, stream_events  # noqa: E402
+from serve_util import Results, Server, get_metrics, grpc_calls, request, stream_events, wait_until  # noqa: E402
 
 BLOCK = 16
 LONG = [(i * 7919) % 150000 + 100 for i in range(150)]  # 9 full blocks + a partial one
@@ -96,15 +96,6 @@ def prefill_export(port, prompt):
     assert kv and kv["do_remote_prefill"] is True and kv["remote_block_ids"], body
     assert len(kv["remote_block_ids"]) == len(prompt) // BLOCK, kv
     return kv
-
-
-def wait_until(fn, timeout=15, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if fn():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s")
 
 
 def main():
