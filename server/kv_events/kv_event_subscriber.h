@@ -42,7 +42,7 @@ struct KvEventSubscriberOptions {
   int replay_timeout_ms = 1000;
   // Set with an internal key: SUB and replay sockets are CURVE clients with
   // the deployment's keys (instances with the key accept nothing else).
-  std::optional<KvEventCurveKeys> curve;
+  std::optional<KvEventCurveKeys> curve = std::nullopt;
 };
 
 struct KvEventSubscriberStats {

@@ -6,39 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <functional>
 #include <thread>
 
 #include "server/kv_events/kv_event_auth.h"
 #include "server/kv_events/kv_event_publisher.h"
 #include "server/kv_events/kv_event_subscriber.h"
+#include "tests/unit/server/kv_events/kv_events_test_util.h"
 
 namespace tessera::kv_events {
 namespace {
 
 constexpr char kKey[] = "deployment-key-0123456789";
-
-bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
-
-std::vector<BlockHash> Chain(int32_t first_token, int n_blocks) {
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < n_blocks * 4; ++i) tokens.push_back(first_token + i);
-  std::vector<BlockHash> chain;
-  ExtendBlockHashes(tokens, 4, {}, &chain);
-  return chain;
-}
-
-int64_t Matched(const KvPrefixIndex& idx, std::span<const BlockHash> chain) {
-  for (const auto& m : idx.Match(chain)) return m.matched_blocks;
-  return -1;
-}
 
 TEST(KvEventAuth, KeysAreDerivedDeterministicallyAndDifferPerDeployment) {
   const KvEventCurveKeys a = KvEventCurveKeys::FromInternalKey(kKey), b = KvEventCurveKeys::FromInternalKey(kKey);
@@ -77,26 +55,28 @@ TEST(KvEventAuth, OnlyTheDeploymentsSubscribersGetEvents) {
   KvPrefixIndex good_index, plain_index, foreign_index, stranger_index;
   auto good = KvEventSubscriber::Start(
       {.topic = "kv", .poll_interval_ms = 5, .replay_timeout_ms = 300, .curve = o.curve}, &good_index);
-  auto plain = KvEventSubscriber::Start({.topic = "kv", .poll_interval_ms = 5, .replay_timeout_ms = 300},
-                                        &plain_index);
+  auto plain = KvEventSubscriber::Start(
+      {.topic = "kv", .poll_interval_ms = 5, .replay_timeout_ms = 300}, &plain_index);
   auto foreign = KvEventSubscriber::Start({.topic = "kv", .poll_interval_ms = 5, .replay_timeout_ms = 300,
                                            .curve = KvEventCurveKeys::FromInternalKey("another-key-0123456789")},
                                           &foreign_index);
   auto stranger = KvEventSubscriber::Start(
       {.topic = "kv", .poll_interval_ms = 5, .replay_timeout_ms = 300, .curve = stranger_keys}, &stranger_index);
   ASSERT_TRUE(good.ok() && plain.ok() && foreign.ok() && stranger.ok());
-  for (auto* s : {&*good, &*plain, &*foreign, &*stranger}) (**s)->AddSource({"p", (*pub)->endpoint(), (*pub)->replay_endpoint()});
+  for (auto* s : {&*good, &*plain, &*foreign, &*stranger}) {
+    (*s)->AddSource({"p", (*pub)->endpoint(), (*pub)->replay_endpoint()});
+  }
   const auto chain = Chain(100, 3);
   std::vector<int32_t> tokens(chain.size() * 4, 1);
   ASSERT_TRUE(WaitFor([&] {
     (*pub)->OnBlocksStored(std::nullopt, chain, tokens, 4);
-    return Matched(good_index, chain) == 3;
+    return MatchedOf(good_index, chain, "p") == 3;
   }));
   // The others had as long (and more) to receive the same stream and replays.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_LE(Matched(plain_index, chain), 0);
-  EXPECT_LE(Matched(foreign_index, chain), 0);
-  EXPECT_LE(Matched(stranger_index, chain), 0);
+  EXPECT_LE(MatchedOf(plain_index, chain, "p"), 0);
+  EXPECT_LE(MatchedOf(foreign_index, chain, "p"), 0);
+  EXPECT_LE(MatchedOf(stranger_index, chain, "p"), 0);
   EXPECT_EQ((*plain)->stats().batches_applied, 0);
   EXPECT_EQ((*foreign)->stats().batches_applied, 0);
   EXPECT_EQ((*stranger)->stats().batches_applied, 0);
