@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "common/internal_key.h"
 #include "cli/router_flags.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_options.h"
@@ -54,11 +55,20 @@ void AddEnvApiKey(ServeFlags& f) {
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
 }
 
+// What the command reads before the pure step: $TESSERA_API_KEY and the
+// --internal-api-key-file key.
+Status ReadCredentials(ServeFlags& f) {
+  AddEnvApiKey(f);
+  if (f.internal_api_key_file.empty()) return Status::Ok();
+  ASSIGN_OR_RETURN(f.internal_api_key, ReadInternalKeyFile(f.internal_api_key_file));
+  return Status::Ok();
+}
+
 // `--check-config[=flags]`: the checks serving makes before binding (all
 // scopes), plus the host, port file, device and model metadata (full scope),
 // then exit 0 (report on stdout) or 1 (the error, naming the flag, on stderr).
 int CheckConfig(ServeFlags f, const std::string& scope) {
-  AddEnvApiKey(f);
+  if (Status s = ReadCredentials(f); !s.ok()) return Fail(s);
   StatusOr<ServeOptions> options = ServeOptionsFromFlags(f);
   if (!options.ok()) return Fail(options.status());
   std::vector<std::string> facts = {"flags and config values are valid"};
@@ -73,7 +83,7 @@ int CheckConfig(ServeFlags f, const std::string& scope) {
 }
 
 int Serve(ServeFlags f) {
-  AddEnvApiKey(f);
+  if (Status s = ReadCredentials(f); !s.ok()) return Fail(s);
   StatusOr<ServeOptions> options = ServeOptionsFromFlags(f);
   if (!options.ok()) return Fail(options.status());
   return RunServe(*options);
@@ -95,6 +105,12 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--api-key", f->api_keys,
                   "require 'Authorization: Bearer KEY' (repeatable; also $TESSERA_API_KEY); /health, /ready and "
                   "/metrics stay open");
+  cmd->add_option("--internal-api-key-file", f->internal_api_key_file,
+                  "the deployment credential, one line (e.g. `openssl rand -hex 32`), the same file on every role: "
+                  "the router sends it to instances; instances accept it as an API key and only from it "
+                  "kv_transfer_params; it authenticates the KV transfer control plane and (ZeroMQ CURVE) the KV "
+                  "event sockets. Without it, prefill/decode/--kv-peer-fetch and KV events must stay on loopback")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--threads", f->threads, "CPU threads for the engine (0 = all)")->capture_default_str();
   cmd->add_option("--max-model-len", f->max_model_len,
                   "max tokens per sequence, prompt + completion (0: the model's max_position_embeddings)")

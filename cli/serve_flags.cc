@@ -8,12 +8,14 @@
 
 #include <fmt/format.h>
 
+#include "common/internal_key.h"
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
 #include "engine/model_config.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "runtime/backend_registry.h"
 #include "engine/kv_tiers/redis_kv_store.h"
+#include "server/kv_events/kv_event_publisher.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
@@ -70,6 +72,30 @@ Status ValidateKvOffloadFlags(const ServeFlags& f) {
   return Status::Ok();
 }
 
+// Without the deployment credential nothing that carries KV or its events may
+// leave the machine (docs/architecture.md, "Threat model").
+Status ValidateUnauthenticatedTopology(const ServeFlags& f) {
+  if (!f.internal_api_key.empty() || f.role == "router") return Status::Ok();
+  const bool transfer = f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch;
+  if (transfer && !IsLoopbackHost(f.host)) {
+    return InvalidArgument(fmt::format(
+        "serve: {} on --host {} needs --internal-api-key-file: without it the KV transfer control plane and "
+        "kv_transfer_params are unauthenticated, so they are served on loopback only",
+        f.kv_peer_fetch ? "--kv-peer-fetch" : "--role " + f.role, f.host));
+  }
+  if (!f.kv_events_config.empty()) {
+    const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // checked first
+    for (const std::string& e : {kc.endpoint, kc.replay_endpoint}) {
+      if (kc.enabled() && !e.empty() && kv_events::EndpointLeavesHost(kv_events::NarrowEndpoint(e, f.host))) {
+        return InvalidArgument("serve: --kv-events-config endpoint " + e + " (with --host " + f.host +
+                               ") leaves this machine and needs --internal-api-key-file: KV events carry prompt "
+                               "token ids, so without it they are sent on loopback or ipc:// only");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& f) {
@@ -110,6 +136,7 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
   }
   if (Status s = ValidateKvOffloadFlags(f); !s.ok()) return s;
+  if (Status s = ValidateUnauthenticatedTopology(f); !s.ok()) return s;
   StatusOr<parallel::EplbOptions> eplb = parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);
   if (!eplb.ok()) return InvalidArgument("serve: " + eplb.status().message());
   if (eplb->uses_map() && (f.tensor_parallel_size * f.data_parallel_size < 2 || !f.enable_expert_parallel)) {

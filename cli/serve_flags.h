@@ -25,6 +25,11 @@ struct ServeFlags {
   int grpc_port = 50051;
   std::string port_file;
   std::vector<std::string> api_keys;
+  // The deployment credential (docs/architecture.md, "Threat model"): the
+  // flag's path, and the key the command reads from it before validation
+  // ("" : no file given).
+  std::string internal_api_key_file;
+  std::string internal_api_key;
   int threads = 0;
   int64_t num_kv_blocks = 0;
   int64_t kv_cache_mb = 1024;

@@ -18,6 +18,7 @@ RouterServeOptions RouterFromFlags(const ServeFlags& f) {
           .idle_timeout_s = f.idle_timeout_s,
           .drain_timeout_s = f.drain_timeout_s,
           .grpc_port = f.grpc_port,
+          .internal_api_key = f.internal_api_key,
           .flags = f.router};
 }
 
@@ -58,6 +59,7 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
     kt.host = f.host;
     kt.port = f.kv_transfer_port;
     kt.ucx_tls = f.kv_ucx_tls;
+    kt.internal_key = f.internal_api_key;
     kt.pin_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pin_timeout_s * 1000));
     kt.fault = f.kv_transfer_fault;
     kt.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.kv_pull_timeout_s * 1000));
@@ -87,16 +89,22 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.model = f.model;
   o.default_model_size = f.default_model_size;
   o.served_model_name = f.served_model_name;
+  // The internal key is one more API key: with it, an instance serves no
+  // anonymous caller even without --api-key (its callers are the router).
+  std::vector<std::string> keys = f.api_keys;
+  if (!f.internal_api_key.empty()) keys.push_back(f.internal_api_key);
+  o.internal_api_key = f.internal_api_key;
   o.http = {.host = f.host,
             .port = f.port,
             .body_limit = f.max_body_bytes,
             .idle_timeout = std::chrono::seconds(f.idle_timeout_s),
-            .api_keys = f.api_keys};
+            .api_keys = keys};
   if (f.grpc_port >= 0) {
     o.grpc = GrpcServerOptions{
         .host = f.host,
         .port = f.grpc_port,
-        .api_keys = f.api_keys,
+        .api_keys = keys,
+        .internal_api_key = f.internal_api_key,
         .max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(f.max_body_bytes, 1u << 30))};
   }
   o.port_file = f.port_file;
@@ -110,6 +118,8 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
       kv_events::KvEventPublisherOptions po;
       po.config = kc;
       po.medium = f.device == "cuda" ? "GPU" : "CPU";
+      po.host = f.host;
+      if (!f.internal_api_key.empty()) po.curve = kv_events::KvEventCurveKeys::FromInternalKey(f.internal_api_key);
       o.kv_events = std::move(po);
     }
   }

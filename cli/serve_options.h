@@ -33,7 +33,10 @@ struct ServeOptions {
   std::string model;               // --model; "": the built-in synthetic model
   std::string default_model_size;  // of the built-in model
   std::string served_model_name;   // "": the model directory's name, known when it starts
-  HttpServerOptions http;
+  HttpServerOptions http;  // api_keys: --api-key and the internal key
+  // --internal-api-key-file's key ("" : none): the only credential that may
+  // carry kv_transfer_params (docs/architecture.md, "Threat model").
+  std::string internal_api_key;
   std::optional<GrpcServerOptions> grpc;  // nullopt: --grpc-port -1
   std::string port_file;
   std::chrono::seconds request_timeout{0};  // 0: no limit

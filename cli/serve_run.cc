@@ -196,8 +196,11 @@ void AdvertiseKvEvents(const kv_events::KvEventsConfig& kc, kv_events::KvEventPu
         "# HELP tessera:kv_events_dropped_total KV events lost to a full publisher queue.\n"
         "# TYPE tessera:kv_events_dropped_total counter\ntessera:kv_events_dropped_total {}\n"
         "# HELP tessera:kv_event_replays_served_total KV event replay requests answered.\n"
-        "# TYPE tessera:kv_event_replays_served_total counter\ntessera:kv_event_replays_served_total {}\n",
-        st.events_published, st.batches_published, st.events_dropped, st.replays_served);
+        "# TYPE tessera:kv_event_replays_served_total counter\ntessera:kv_event_replays_served_total {}\n"
+        "# HELP tessera:kv_event_subscribers_refused_total CURVE subscribers refused for lacking this "
+        "deployment's key.\n"
+        "# TYPE tessera:kv_event_subscribers_refused_total counter\ntessera:kv_event_subscribers_refused_total {}\n",
+        st.events_published, st.batches_published, st.events_dropped, st.replays_served, st.subscribers_refused);
   };
 }
 
@@ -284,6 +287,7 @@ int RunInstance(const ServeOptions& o) {
   ctx.served_model_name = served;
   ctx.request_timeout = o.request_timeout;
   ctx.role = o.role;
+  if (!o.internal_api_key.empty()) ctx.internal_api_keys = {o.internal_api_key};
   if (*kv_event_publisher) AdvertiseKvEvents(o.kv_events->config, kv_event_publisher->get(), &ctx);
   RegisterOpenAiRoutes(&ctx);
   Shutdown shutdown(ioc, server, ctx, o.drain_timeout);

@@ -222,6 +222,7 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<voi
     return InvalidArgument("'kv_transfer_params': this instance has no KV transfer (serve it with --role prefill "
                            "or --role decode)");
   }
+  if (request.remote_kv) RETURN_IF_ERROR(transfer_->CheckSource(*request.remote_kv));
   std::lock_guard lock(mu_);
   if (stop_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
   if (!live_ids_.insert(request.id).second) {

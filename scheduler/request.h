@@ -33,6 +33,10 @@ struct RemoteKvSource {
   std::string handle;
   std::string engine_id;
   std::vector<int32_t> block_ids;  // the prefill's blocks of the prompt's full blocks, in order
+  // The exporter's HMAC over the fields above (kv_transfer_params'
+  // remote_signature; engine/kv_transfer/kv_peer_auth.h), checked before any
+  // connection; "" when the deployment has no internal key.
+  std::string signature;
 };
 
 // Prefill side, the mirror image of RemoteKvSource: where a decode instance
@@ -45,6 +49,7 @@ struct KvExportInfo {
   int32_t port = 0;
   std::string handle;
   std::vector<int32_t> block_ids;
+  std::string signature;  // see RemoteKvSource::signature
 };
 
 struct Request {

@@ -20,10 +20,14 @@ Topologies:
   kv        2 instances + router + redis-server: the instances share a Redis KV tier
             (--kv-offload-remote-url) and publish KV events (--kv-events-config), the router
             routes on them (--routing-logic kv-aware)
-Use it from Python: start(topology, state, tessera, model, serve_args) and stop(procs).
+`up --internal-key` gives every role (router included) `--internal-api-key-file` with a key
+generated into --state (mode 0600), as the manifests mount the Secret tessera-internal-key
+(docs/architecture.md, "Threat model"); loopback topologies run without it too.
+Use it from Python: start(topology, state, tessera, model, serve_args, internal_key=True) and stop(procs).
 """
 import argparse
 import json
+import secrets
 import os
 import shlex
 import signal
@@ -61,12 +65,22 @@ def spawn(name, state, cmd, **endpoints):
     return dict({"name": name, "pid": proc.pid, "cmd": cmd, "log": log.name}, **endpoints)
 
 
-def serve_process(tessera, name, state, extra, grpc=True):
+def internal_key_file(state):
+    """The deployment credential for every role: a fresh key in `state`, readable by this user only
+    (the manifests' Secret tessera-internal-key)."""
+    path = os.path.join(state, "internal.key")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+def serve_process(tessera, name, state, extra, grpc=True, key_file=None):
     """One `tessera serve` with the manifests' config file, on loopback ports of its own."""
     http = free_port()
     grpc_port = free_port() if grpc else -1
     cmd = [tessera, "serve", "--config", SERVE_TOML, "--host", "127.0.0.1", "--port", str(http),
-           "--grpc-port", str(grpc_port)] + extra
+           "--grpc-port", str(grpc_port)] + (["--internal-api-key-file", key_file] if key_file else []) + extra
     return spawn(name, state, cmd, http=f"http://127.0.0.1:{http}",
                  grpc=f"127.0.0.1:{grpc_port}" if grpc else None)
 
@@ -76,7 +90,7 @@ def engine_args(args):
 
 
 def topology_unified(args, state):
-    return [serve_process(args.tessera, "unified", state, engine_args(args))]
+    return [serve_process(args.tessera, "unified", state, engine_args(args), key_file=args.key_file)]
 
 
 def router_process(args, state, decode, prefill=(), extra=()):
@@ -88,7 +102,7 @@ def router_process(args, state, decode, prefill=(), extra=()):
            "--router-dns-interval", "1"]
     if prefill:
         cmd += ["--prefill-instances", names(prefill)]
-    return serve_process(args.tessera, "router", state, cmd + list(extra), grpc=False)
+    return serve_process(args.tessera, "router", state, cmd + list(extra), grpc=False, key_file=args.key_file)
 
 
 def topology_pd(args, state):
@@ -97,7 +111,8 @@ def topology_pd(args, state):
     procs = []
     for role in ("prefill", "decode"):
         procs.append(serve_process(args.tessera, role, state, ["--role", role, "--kv-transfer-port", str(free_port()),
-                                                               "--kv-ucx-tls", "tcp,self"] + engine_args(args)))
+                                                               "--kv-ucx-tls", "tcp,self"] + engine_args(args),
+                                   key_file=args.key_file))
     return procs + [router_process(args, state, decode=[procs[1]], prefill=[procs[0]], extra=args.router_args)]
 
 
@@ -113,7 +128,8 @@ def topology_kv(args, state):
                   "replay_endpoint": f"tcp://*:{free_port()}"}
         procs.append(serve_process(args.tessera, f"instance{i}", state,
                                    ["--kv-offload-remote-url", f"redis://127.0.0.1:{redis_port}",
-                                    "--kv-events-config", json.dumps(events)] + engine_args(args)))
+                                    "--kv-events-config", json.dumps(events)] + engine_args(args),
+                                   key_file=args.key_file))
     return procs + [router_process(args, state, decode=procs[1:], extra=["--routing-logic", "kv-aware"] +
                                    list(args.router_args))]
 
@@ -178,7 +194,7 @@ def ready(p):
     return get(p["http"] + "/ready")[0] == 200
 
 
-def start(topology, state, tessera, model=None, serve_args=(), router_args=()):
+def start(topology, state, tessera, model=None, serve_args=(), router_args=(), internal_key=False):
     """Starts `topology` with logs and state.json in `state`; returns {"topology", "endpoints",
     "processes"} once every process is ready. Raises TopologyError (after stopping what it
     started) when one exits or is not ready in time."""
@@ -188,7 +204,8 @@ def start(topology, state, tessera, model=None, serve_args=(), router_args=()):
     if old and any(alive(p["pid"]) for p in old["processes"]):
         raise TopologyError(f"topology.py: {state} already runs a topology; `down` it first")
     args = argparse.Namespace(tessera=tessera, model=model, serve_args=list(serve_args),
-                              router_args=list(router_args))
+                              router_args=list(router_args),
+                              key_file=internal_key_file(state) if internal_key else None)
     procs = TOPOLOGIES[topology](args, state)
     with open(os.path.join(state, "state.json"), "w") as f:
         json.dump({"topology": topology, "processes": procs}, f, indent=1)
@@ -227,7 +244,8 @@ def down(state):
 
 def cmd_up(args):
     try:
-        up = start(args.topology, args.state, args.tessera, args.model, args.serve_args, shlex.split(args.router_args))
+        up = start(args.topology, args.state, args.tessera, args.model, args.serve_args, shlex.split(args.router_args),
+                   internal_key=args.internal_key)
     except TopologyError as e:
         raise SystemExit(str(e))
     print(json.dumps({k: up[k] for k in ("topology", "entry", "endpoints")}))
@@ -266,6 +284,8 @@ def main():
     up.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     up.add_argument("--model", help="checkpoint (the manifests mount it at /models/model)")
     up.add_argument("--router-args", default="", help="more flags for the router (pd, kv), one string")
+    up.add_argument("--internal-key", action="store_true",
+                    help="every role gets --internal-api-key-file with a key generated into --state")
     sub.add_parser("status")
     sub.add_parser("down")
     argv = sys.argv[1:]

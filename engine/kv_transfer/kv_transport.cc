@@ -66,13 +66,20 @@ Status FromGrpc(const grpc::Status& s, const std::string& peer) {
   }
 }
 
+// Every control-plane call carries the deployment's token (kv_peer_auth.h).
+void Authenticate(const KvPeerAuth& auth, grpc::ClientContext* ctx) {
+  if (auth.enabled()) ctx->AddMetadata("authorization", "Bearer " + auth.token);
+}
+
 // The decode's acknowledgement: the peer frees `handle`'s pinned blocks now.
 // Best effort, bounded by 2 s: without it the peer's pin timeout frees them.
-void SendRelease(pb::KvTransfer::Stub* stub, const std::string& handle, const std::string& peer) {
+void SendRelease(pb::KvTransfer::Stub* stub, const std::string& handle, const std::string& peer,
+                 const KvPeerAuth& auth) {
   pb::ReleaseTransferRequest rel;
   rel.set_handle(handle);
   pb::ReleaseTransferResponse rr;
   grpc::ClientContext ctx;
+  Authenticate(auth, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::Status s = stub->ReleaseTransfer(&ctx, rel, &rr);
   if (!s.ok()) {
@@ -106,8 +113,9 @@ class KvTransport::Service final : public pb::KvTransfer::Service {
  public:
   explicit Service(KvTransport* t) : t_(t) {}
 
-  grpc::Status OpenTransfer(grpc::ServerContext*, const pb::OpenTransferRequest* req,
+  grpc::Status OpenTransfer(grpc::ServerContext* ctx, const pb::OpenTransferRequest* req,
                             pb::OpenTransferResponse* resp) override {
+    if (grpc::Status a = Admit(ctx); !a.ok()) return a;
     if (Status s = CheckProtoLayout(t_->layout_, req->layout()); !s.ok()) return ToGrpc(s);
     if (req->model_fingerprint() != t_->fingerprint_) {
       return ToGrpc(FailedPrecondition("kv transfer: the instances serve different models (fingerprint " +
@@ -162,8 +170,9 @@ class KvTransport::Service final : public pb::KvTransfer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ReleaseTransfer(grpc::ServerContext*, const pb::ReleaseTransferRequest* req,
+  grpc::Status ReleaseTransfer(grpc::ServerContext* ctx, const pb::ReleaseTransferRequest* req,
                                pb::ReleaseTransferResponse* resp) override {
+    if (grpc::Status a = Admit(ctx); !a.ok()) return a;
     std::lock_guard lock(t_->mu_);
     const bool known = t_->exports_.count(req->handle()) != 0;
     if (known) t_->EndExport(req->handle());
@@ -172,6 +181,22 @@ class KvTransport::Service final : public pb::KvTransfer::Service {
   }
 
  private:
+  // With an internal key, a call without the deployment's token is refused
+  // before anything is looked up (an unknown caller learns nothing, not even
+  // whether a handle exists). Without one the control plane listens on
+  // loopback only (the flags refuse anything else).
+  grpc::Status Admit(grpc::ServerContext* ctx) const {
+    if (!t_->auth_.enabled()) return grpc::Status::OK;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const std::string_view auth = it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+    if (!KvTokenMatches(t_->auth_, auth)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "kv transfer: the call needs this deployment's credential (--internal-api-key-file)");
+    }
+    return grpc::Status::OK;
+  }
+
   KvTransport* t_;
 };
 
@@ -193,13 +218,14 @@ StatusOr<std::unique_ptr<KvTransport>> KvTransport::Create(const KvTransportOpti
   }
   auto t = std::unique_ptr<KvTransport>(new KvTransport());
   t->options_ = options;
+  t->auth_ = KvPeerAuth::FromInternalKey(options.internal_key);
   t->cache_ = cache;
   t->layout_ = layout;
   t->fingerprint_ = std::move(fingerprint);
   t->block_bytes_ = static_cast<uint64_t>(layout.block_size) * layout.num_kv_heads * layout.head_dim *
                     DTypeSize(layout.dtype);
   t->impl_ = std::make_unique<Impl>();
-  ASSIGN_OR_RETURN(t->impl_->ucx, UcxAgent::Create({options.ucx_tls}));
+  ASSIGN_OR_RETURN(t->impl_->ucx, UcxAgent::Create({options.ucx_tls, options.host}));
   const uint64_t region = t->block_bytes_ * static_cast<uint64_t>(cache->num_blocks());
   for (int32_t l = 0; l < layout.num_layers; ++l) {
     const KvLayerView v = cache->layer(l);
@@ -292,7 +318,7 @@ int64_t KvTransport::num_exports() const {
 
 void KvTransport::Release(const std::string& host, int port, const std::string& handle) {
   const std::string peer = host + ":" + std::to_string(port);
-  SendRelease(pb::KvTransfer::NewStub(impl_->ChannelTo(peer)).get(), handle, peer);
+  SendRelease(pb::KvTransfer::NewStub(impl_->ChannelTo(peer)).get(), handle, peer, auth_);
 }
 
 StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
@@ -320,6 +346,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + options_.pull_timeout);
+    Authenticate(auth_, &ctx);
     grpc::Status s = stub->OpenTransfer(&ctx, req, &resp);
     if (!s.ok()) return FromGrpc(s, peer);
   }
@@ -329,8 +356,9 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
     pb::KvTransfer::Stub* stub;
     const std::string& handle;
     const std::string& peer;
-    ~Ack() { SendRelease(stub, handle, peer); }
-  } ack{stub.get(), spec.handle, peer};
+    const KvPeerAuth& auth;
+    ~Ack() { SendRelease(stub, handle, peer, auth); }
+  } ack{stub.get(), spec.handle, peer, auth_};
   if (options_.before_read) options_.before_read(spec.handle);
   const int32_t layers = layout_.num_layers;
   if (resp.k_regions_size() != layers || resp.v_regions_size() != layers || resp.block_bytes() != block_bytes_ ||

@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_transfer/kv_layout.h"
+#include "engine/kv_transfer/kv_peer_auth.h"
 
 namespace tessera {
 
@@ -39,6 +40,10 @@ struct KvTransportOptions {
   std::string host = "127.0.0.1";  // control-plane address to bind and to advertise
   int port = 0;                    // 0: any free port
   std::string ucx_tls;             // UCX transports, e.g. "sm,self" or "tcp,self"; empty: UCX default
+  // The deployment's internal key ("" : none, a one-host deployment); the
+  // control-plane token and the kv_transfer_params signatures derive from it
+  // (kv_peer_auth.h).
+  std::string internal_key;
   std::chrono::milliseconds pin_timeout{60000};   // exported blocks are freed after this without an ack
   std::chrono::milliseconds pull_timeout{10000};  // one Pull, handshake to ack
   // Fault injection for tests (hidden flag): "corrupt" flips a byte of the
@@ -94,6 +99,14 @@ class KvTransport {
   std::vector<std::string> TakeReleased();
   int64_t num_exports() const;
 
+  // Prefill: the "remote_signature" of an export ("" without an internal key).
+  std::string SignExport(const KvSourceFields& source) const { return SignKvSource(auth_, source); }
+  // Decode: may this instance connect to `source` at all (CheckKvSource)?
+  // Called before a pull or release is queued; the transport trusts its callers.
+  Status CheckSource(const KvSourceFields& source, std::string_view signature) const {
+    return CheckKvSource(auth_, source, signature);
+  }
+
   // Decode: reads spec.remote_blocks into spec.local_blocks, then acknowledges.
   StatusOr<KvPullStats> Pull(const KvPullSpec& spec);
   // Decode: acknowledges a handle it will not pull (its blocks are all cached
@@ -116,6 +129,7 @@ class KvTransport {
   uint64_t BlockChecksum(int32_t block) const;  // all layers, K then V
 
   KvTransportOptions options_;
+  KvPeerAuth auth_;  // derived from options_.internal_key
   KvCache* cache_ = nullptr;
   KvLayout layout_;
   std::string fingerprint_;

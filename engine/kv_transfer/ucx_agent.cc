@@ -1,6 +1,12 @@
 #include "engine/kv_transfer/ucx_agent.h"
 
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <poll.h>
+#include <sys/socket.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <ucp/api/ucp.h>
 
@@ -11,7 +17,50 @@ Status UcxError(const std::string& what, ucs_status_t s) {
   return Status(StatusCode::kUnavailable, "ucx: " + what + ": " + ucs_status_string(s));
 }
 
+bool SameAddress(const sockaddr* a, const sockaddr* b) {
+  if (a == nullptr || b == nullptr || a->sa_family != b->sa_family) return false;
+  if (a->sa_family == AF_INET) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in*>(a)->sin_addr,
+                       &reinterpret_cast<const sockaddr_in*>(b)->sin_addr, sizeof(in_addr)) == 0;
+  }
+  if (a->sa_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
 }  // namespace
+
+StatusOr<std::string> InterfaceOfHost(const std::string& host) {
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") return std::string();
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(h.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
+    return NotFound("ucx: cannot resolve --host " + host);
+  }
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) {
+    freeaddrinfo(res);
+    return Status(StatusCode::kUnavailable, "ucx: cannot list the network interfaces");
+  }
+  std::string name;
+  for (addrinfo* a = res; a != nullptr && name.empty(); a = a->ai_next) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (SameAddress(a->ai_addr, i->ifa_addr)) {
+        name = i->ifa_name;
+        break;
+      }
+    }
+  }
+  freeifaddrs(ifs);
+  freeaddrinfo(res);
+  if (name.empty()) return NotFound("ucx: no network interface of this machine holds --host " + host);
+  return name;
+}
 
 StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxAgentOptions& options) {
   auto agent = std::unique_ptr<UcxAgent>(new UcxAgent());
@@ -30,6 +79,18 @@ StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxAgentOptions& opti
     if (s != UCS_OK) {
       ucp_config_release(config);
       return InvalidArgument("ucx: transports '" + options.tls + "': " + ucs_status_string(s));
+    }
+  }
+  // Listeners bind only the configured address (docs/architecture.md, "Threat model").
+  if (const char* env = std::getenv("UCX_NET_DEVICES"); env == nullptr || *env == '\0') {
+    StatusOr<std::string> dev = InterfaceOfHost(options.host);
+    if (!dev.ok()) {
+      ucp_config_release(config);
+      return dev.status();
+    }
+    if (!dev->empty() && (s = ucp_config_modify(config, "NET_DEVICES", dev->c_str())) != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("network device " + *dev, s);
     }
   }
   ucp_params_t params{};

@@ -32,7 +32,16 @@ namespace tessera {
 
 struct UcxAgentOptions {
   std::string tls;  // UCX_TLS for this process's context; empty: UCX's own default
+  // The instance's --host: UCX's network transports (TCP listens on every
+  // interface otherwise) use only the interface holding this address, unless
+  // it is a wildcard (0.0.0.0, ::, "") or $UCX_NET_DEVICES chooses devices.
+  std::string host;
 };
+
+// The network interface holding `host`'s address (a literal or a name that
+// resolves), e.g. "lo" for 127.0.0.1; "" for a wildcard host. NOT_FOUND when no
+// interface of this machine has it.
+StatusOr<std::string> InterfaceOfHost(const std::string& host);
 
 // One contiguous local region registered for remote reads.
 struct UcxRegion {

@@ -121,9 +121,14 @@ void TransferConnector::AfterStep(KvCache& /*cache*/) {
     info.port = transport_->port();
     info.handle = e.request_id;
     info.block_ids = std::move(blocks);
+    info.signature = transport_->SignExport({info.host, info.port, info.handle, info.engine_id, &info.block_ids});
     final_info_[e.request_id] = std::move(info);
   }
   pending_.exports.clear();
+}
+
+Status TransferConnector::CheckSource(const RemoteKvSource& s) const {
+  return transport_->CheckSource({s.host, s.port, s.handle, s.engine_id, &s.block_ids}, s.signature);
 }
 
 void TransferConnector::OnFinalOutput(const std::string& request_id, RequestOutput* out) {

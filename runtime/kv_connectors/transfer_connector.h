@@ -75,6 +75,10 @@ class TransferConnector final : public KvConnector, public KvConnectorWorker {
   ~TransferConnector() override;  // stops the puller before the transport
 
   const KvTransport* transport() const { return transport_.get(); }
+  // Whether this instance may connect to `source` (KvTransport::CheckSource):
+  // checked when a request is submitted, so a refused source is never pulled
+  // from or released to. Any thread.
+  Status CheckSource(const RemoteKvSource& source) const;
   Pending TakePending();
 
   // KvConnector (scheduler half).

@@ -41,6 +41,9 @@ struct GrpcServerOptions {
   // Non-empty: every Tessera RPC needs "authorization: Bearer <one of these>"
   // (health checks do not).
   std::vector<std::string> api_keys;
+  // --internal-api-key-file's key ("" : none): with one, only calls that
+  // present it may carry kv_transfer_params (docs/architecture.md, "Threat model").
+  std::string internal_api_key;
   int max_receive_message_bytes = 16 << 20;
   // 0: gRPC's default. Caps gRPC's callback threads (ResourceQuota).
   int max_threads = 0;

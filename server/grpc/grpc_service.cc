@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "server/grpc/convert.h"
+#include "server/openai/kv_transfer_params.h"
 #include "server/serving/serving_engine.h"
 
 namespace tessera {
@@ -226,17 +227,34 @@ grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_gener
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::AdmitGenerate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& request,
+                                        ServingEngine** engine) const {
+  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, engine);
+  if (!admitted.ok() || !request.has_kv_transfer_params()) return admitted;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  const std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  const KvTransferCaller caller{.internal_key_configured = !internal_keys_.empty(),
+                                .internal = !internal_keys_.empty() && grpc_api::CheckBearer(auth, internal_keys_)};
+  KvTransferRequest asks;  // the field is there: what it asks is refused as a whole
+  asks.do_remote_decode = true;
+  if (auto e = CheckKvTransferCaller(asks, caller)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e->message);
+  }
+  return admitted;
+}
+
 grpc::ServerUnaryReactor* GrpcService::Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
                                                 v1::GenerateResponse* response) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine);
+  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine);
   return StartGenerate(new UnaryCall(response), engine, admitted, *request);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc::CallbackServerContext* ctx,
                                                                            const v1::GenerateRequest* request) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine);
+  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine);
   return StartGenerate(new StreamCall(), engine, admitted, *request);
 }
 

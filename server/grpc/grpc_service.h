@@ -18,8 +18,11 @@ namespace tessera {
 
 class GrpcService final : public v1::Tessera::CallbackService {
  public:
-  GrpcService(ServingEngineProvider provider, std::vector<std::string> api_keys, const std::atomic<bool>* draining)
-      : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining) {}
+  GrpcService(ServingEngineProvider provider, std::vector<std::string> api_keys, std::string internal_api_key,
+              const std::atomic<bool>* draining)
+      : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining) {
+    if (!internal_api_key.empty()) internal_keys_.push_back(std::move(internal_api_key));
+  }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
@@ -39,9 +42,15 @@ class GrpcService final : public v1::Tessera::CallbackService {
   // OK with the engine, or UNAUTHENTICATED / UNAVAILABLE. `for_generate`:
   // also refuse while draining.
   grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const;
+  // Admit, then: with an internal key configured, a request carrying
+  // kv_transfer_params must have presented that key (INVALID_ARGUMENT naming
+  // the field otherwise), as on HTTP.
+  grpc::Status AdmitGenerate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& request,
+                             ServingEngine** engine) const;
 
   ServingEngineProvider provider_;
   std::vector<std::string> api_keys_;
+  std::vector<std::string> internal_keys_;  // zero or one
   const std::atomic<bool>* draining_;  // owned by GrpcServer
 };
 

@@ -213,6 +213,17 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
 // The handlers run on a front-end worker; a job lives on its connection's
 // strand from Submit on.
+// kv_transfer_params only from the internal key's holder (docs/architecture.md, "Threat model").
+std::optional<ApiError> CheckKvCaller(const ServeContext& ctx, const HttpExchange& ex, const KvTransferRequest& kv) {
+  const auto auth = ex.request().find(http::field::authorization);
+  const std::string_view value = auth == ex.request().end()
+                                     ? std::string_view()
+                                     : std::string_view(auth->value().data(), auth->value().size());
+  return CheckKvTransferCaller(kv, {.internal_key_configured = !ctx.internal_api_keys.empty(),
+                                    .internal = !ctx.internal_api_keys.empty() &&
+                                                ApiKeyMatches(value, ctx.internal_api_keys)});
+}
+
 void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<GenerationJob> job,
                     std::vector<GenerateInput> inputs) {
   ex->Post([job = std::move(job), inputs = std::move(inputs)]() mutable { job->Submit(std::move(inputs)); });
@@ -227,6 +238,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
   if (auto err = openai::PrepareCompletion(openai::RequestModelOf(*engine), ex->request().body(), &prepared)) {
     return ex->Send(ErrorResponse(*err));
   }
+  if (auto err = CheckKvCaller(*ctx, *ex, prepared.request.kv_transfer)) return ex->Send(ErrorResponse(*err));
   const openai::CompletionRequest& req = prepared.request;
   std::vector<GenerateInput>& inputs = prepared.inputs;
   std::vector<openai::PromptEcho> echoes;
@@ -266,6 +278,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   if (auto err = openai::PrepareChat(model, ex->request().body(), &prepared)) {
     return ex->Send(ErrorResponse(*err));
   }
+  if (auto err = CheckKvCaller(*ctx, *ex, prepared.request.kv_transfer)) return ex->Send(ErrorResponse(*err));
   const openai::ChatRequest& req = prepared.request;
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, /*chat=*/true, req.stream);
   openai::ChatOptions opts;

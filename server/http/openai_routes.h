@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -39,6 +40,9 @@ struct ServeContext {
   std::string served_model_name;           // known before the model loads
   std::chrono::seconds request_timeout{0};  // 0: none
   std::string role = "unified";             // --role, reported by /server_info
+  // --internal-api-key-file's key (empty: none); the only credential that may
+  // carry kv_transfer_params (docs/architecture.md, "Threat model").
+  std::vector<std::string> internal_api_keys;
   // The KV event publisher's endpoints as bound ("" : no events), for /server_info.
   std::string kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic;
   // Prometheus text appended to /metrics (e.g. the KV event publisher's); may be empty.

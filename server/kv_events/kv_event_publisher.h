@@ -28,6 +28,7 @@
 
 #include "common/status.h"
 #include "scheduler/kv_cache_events.h"
+#include "server/kv_events/kv_event_auth.h"
 #include "server/kv_events/kv_event_codec.h"
 #include "server/kv_events/kv_events_config.h"
 
@@ -38,11 +39,25 @@ namespace tessera::kv_events {
 // binds). Subscribers can connect only to a bound one.
 bool PublisherBinds(const std::string& endpoint);
 
+// The endpoint with a wildcard host (tcp://*:N) narrowed to `host` (the
+// instance's --host) unless that is itself a wildcard (0.0.0.0, ::): every
+// listener binds only the configured address.
+std::string NarrowEndpoint(const std::string& endpoint, const std::string& host);
+
+// Whether events sent on `endpoint` (as narrowed) may leave this machine:
+// tcp:// to or on anything but a loopback address.
+bool EndpointLeavesHost(const std::string& endpoint);
+
 struct KvEventPublisherOptions {
   KvEventsConfig config;
   std::optional<int64_t> data_parallel_rank = 0;
   std::string medium = "GPU";  // vLLM's name for the primary (device) pool
   int flush_interval_ms = 10;
+  // The instance's --host: a wildcard endpoint binds it (NarrowEndpoint).
+  std::string host = "127.0.0.1";
+  // Set with an internal key: both sockets are CURVE servers admitting only
+  // the deployment's subscribers (kv_event_auth.h).
+  std::optional<KvEventCurveKeys> curve;
 };
 
 struct KvEventPublisherStats {
@@ -50,6 +65,7 @@ struct KvEventPublisherStats {
   int64_t events_published = 0;
   int64_t events_dropped = 0;  // lost to a full queue
   int64_t replays_served = 0;
+  int64_t subscribers_refused = 0;  // CURVE clients without the deployment's key
 };
 
 class KvEventPublisher final : public KvCacheEventSink {
@@ -76,6 +92,7 @@ class KvEventPublisher final : public KvCacheEventSink {
   void Run();
 
   KvEventPublisherOptions options_;
+  void AnswerReplays();
   std::unique_ptr<Sockets> sockets_;
   std::string endpoint_, replay_endpoint_;  // the publisher thread's after Start
 

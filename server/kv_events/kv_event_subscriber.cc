@@ -78,6 +78,7 @@ struct KvEventSubscriber::Impl {
     dealer.set(zmq::sockopt::linger, 0);
     dealer.set(zmq::sockopt::rcvtimeo, options.replay_timeout_ms);
     try {
+      if (options.curve) MakeCurveClient(dealer, *options.curve);
       dealer.connect(src.config.replay_endpoint);
       const std::string start = SeqBytes(src.last_seq + 1);
       std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(), zmq::buffer(start)};
@@ -154,6 +155,7 @@ struct KvEventSubscriber::Impl {
       try {
         src.sub = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
         src.sub->set(zmq::sockopt::linger, 0);
+        if (options.curve) MakeCurveClient(*src.sub, *options.curve);
         src.sub->set(zmq::sockopt::subscribe, options.topic);
         src.sub->connect(s.endpoint);
       } catch (const zmq::error_t& e) {

@@ -19,11 +19,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "server/kv_events/kv_event_auth.h"
 #include "server/kv_events/kv_prefix_index.h"
 
 namespace tessera::kv_events {
@@ -38,6 +40,9 @@ struct KvEventSubscriberOptions {
   std::string topic;  // subscription prefix ("" : everything)
   int poll_interval_ms = 20;
   int replay_timeout_ms = 1000;
+  // Set with an internal key: SUB and replay sockets are CURVE clients with
+  // the deployment's keys (instances with the key accept nothing else).
+  std::optional<KvEventCurveKeys> curve = std::nullopt;
 };
 
 struct KvEventSubscriberStats {

@@ -52,6 +52,10 @@ std::optional<ApiError> ParseKvTransferValue(const Json& p, KvTransferRequest* o
   if (auto e = str("remote_host", &src.host)) return e;
   if (auto e = str("remote_request_id", &src.handle)) return e;
   if (auto f = p.find("remote_engine_id"); f != p.end() && f->is_string()) src.engine_id = f->get<std::string>();
+  if (auto f = p.find("remote_signature"); f != p.end() && !f->is_null()) {
+    if (!f->is_string()) return FieldError("remote_signature", "a string");
+    src.signature = f->get<std::string>();
+  }
   auto port = p.find("remote_port");
   if (port == p.end() || !port->is_number_integer() || port->get<int64_t>() < 1 || port->get<int64_t>() > 65535) {
     return FieldError("remote_port", "an integer port in [1, 65535]");
@@ -71,10 +75,20 @@ std::optional<ApiError> ParseKvTransferValue(const Json& p, KvTransferRequest* o
 }
 
 Json KvTransferParamsJson(const KvExportInfo& info) {
-  return {{"do_remote_prefill", true},     {"do_remote_decode", false},
-          {"remote_engine_id", info.engine_id}, {"remote_block_ids", info.block_ids},
-          {"remote_host", info.host},      {"remote_port", info.port},
-          {"remote_request_id", info.handle}};
+  Json out = {{"do_remote_prefill", true},     {"do_remote_decode", false},
+              {"remote_engine_id", info.engine_id}, {"remote_block_ids", info.block_ids},
+              {"remote_host", info.host},      {"remote_port", info.port},
+              {"remote_request_id", info.handle}};
+  if (!info.signature.empty()) out["remote_signature"] = info.signature;
+  return out;
+}
+
+std::optional<ApiError> CheckKvTransferCaller(const KvTransferRequest& kv, const KvTransferCaller& caller) {
+  if (!kv.do_remote_decode && !kv.remote) return std::nullopt;
+  if (!caller.internal_key_configured || caller.internal) return std::nullopt;
+  return BadRequest("'kv_transfer_params' is accepted only from this deployment's router (a request authenticated "
+                    "with the --internal-api-key-file credential)",
+                    "kv_transfer_params", "kv_transfer_not_allowed");
 }
 
 }  // namespace tessera

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<KvRouter>> KvRouter::Create(const KvRouterOptions& opti
   if (options.logic != RoutingLogic::kKvAware) return r;
   r->index_ = std::make_unique<kv_events::KvPrefixIndex>();
   kv_events::KvEventSubscriberOptions so;  // topic "": one SUB socket per instance, everything it sends
+  if (!options.internal_api_key.empty()) so.curve = kv_events::KvEventCurveKeys::FromInternalKey(options.internal_api_key);
   ASSIGN_OR_RETURN(r->subscriber_, kv_events::KvEventSubscriber::Start(so, r->index_.get()));
   r->thread_ = std::thread([p = r.get()] { p->Loop(); });
   return r;

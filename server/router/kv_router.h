@@ -88,6 +88,9 @@ struct KvRouterOptions {
   // An instance unhealthy this long leaves the index (a shorter outage, e.g.
   // one failed poll under load, keeps its subscription and entries).
   std::chrono::milliseconds drop_after{1000};
+  // The deployment's internal key ("" : none): the event subscriptions then
+  // use the CURVE keys derived from it (server/kv_events/kv_event_auth.h).
+  std::string internal_api_key;
 };
 
 struct RouteDecision {

@@ -45,6 +45,7 @@ int RunRouter(const RouterServeOptions& o) {
   kro.logic = *ParseRoutingLogic(o.flags.routing_logic);  // validated with the flags (cli/)
   kro.peer_fetch_min_tokens = o.flags.kv_peer_fetch_min_tokens;
   kro.tick = std::min(kro.tick, ro.poll_interval);
+  kro.internal_api_key = o.internal_api_key;
   auto kv_router = KvRouter::Create(kro, registry->get());
   if (!kv_router.ok()) {
     spdlog::error("{}", kv_router.status().ToString());

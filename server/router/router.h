@@ -40,6 +40,9 @@ struct RouterServeOptions {
   int64_t idle_timeout_s = 60;
   int64_t drain_timeout_s = 30;
   int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
+  // --internal-api-key-file's key ("" : none), read by the command: the KV
+  // event subscriptions authenticate with keys derived from it.
+  std::string internal_api_key;
   RouterFlags flags;
 };
 

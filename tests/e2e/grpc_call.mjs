@@ -6,7 +6,10 @@
 //
 // CALLS.json: [{"target": "127.0.0.1:PORT", "method": "Generate" |
 // "GenerateStream" | "Tokenize" | "ListModels" | "Health", "request": {...},
-// "cancel_after": N (streams: cancel after N messages)}, ...], run in turn.
+// "cancel_after": N (streams: cancel after N messages), "metadata": {key:
+// value} (optional), "service": "kv" (optional: tessera.kv.v1.KvTransfer, the
+// KV transfer control plane, methods OpenTransfer | ReleaseTransfer)}, ...],
+// run in turn.
 // Each output line: {"code": gRPC status code (0 OK), "details", "response"
 // (unary) or "messages" (stream)}. Bounded: 60 s per call.
 import fs from 'node:fs';
@@ -20,15 +23,15 @@ const require = createRequire(path.join(path.resolve(npmDir), 'node_modules/'));
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const def = protoLoader.loadSync(['proto/tessera.proto', 'proto/health.proto'], {
+const def = protoLoader.loadSync(['proto/tessera.proto', 'proto/health.proto', 'proto/kv.proto'], {
   includeDirs: [repo], keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
 });
 const pkg = grpc.loadPackageDefinition(def);
 const clients = new Map();
-function client(target, health) {
-  const key = `${health ? 'h' : 't'}${target}`;
+function client(target, health, kv) {
+  const key = `${health ? 'h' : kv ? 'k' : 't'}${target}`;
   if (!clients.has(key)) {
-    const Ctor = health ? pkg.grpc.health.v1.Health : pkg.tessera.v1.Tessera;
+    const Ctor = health ? pkg.grpc.health.v1.Health : kv ? pkg.tessera.kv.v1.KvTransfer : pkg.tessera.v1.Tessera;
     clients.set(key, new Ctor(target, grpc.credentials.createInsecure()));
   }
   return clients.get(key);
@@ -37,11 +40,17 @@ const opts = () => ({ deadline: new Date(Date.now() + 60_000) });
 // Bytes fields as arrays of numbers (JSON has no Buffer).
 const plain = (v) => JSON.parse(JSON.stringify(v, (k, x) => (x && x.type === 'Buffer' ? x.data : x)));
 
+function metadata(c) {
+  const md = new grpc.Metadata();
+  for (const [k, v] of Object.entries(c.metadata ?? {})) md.set(k, v);
+  return md;
+}
+
 function run(c) {
   return new Promise((resolve) => {
     if (c.method === 'GenerateStream') {
       const messages = [];
-      const call = client(c.target).GenerateStream(c.request, new grpc.Metadata(), opts());
+      const call = client(c.target).GenerateStream(c.request, metadata(c), opts());
       call.on('data', (m) => {
         messages.push(plain(m));
         if (c.cancel_after && messages.length >= c.cancel_after) call.cancel();
@@ -51,7 +60,7 @@ function run(c) {
       return;
     }
     const health = c.method === 'Health';
-    client(c.target, health)[health ? 'Check' : c.method](c.request, new grpc.Metadata(), opts(), (err, resp) =>
+    client(c.target, health, c.service === 'kv')[health ? 'Check' : c.method](c.request, metadata(c), opts(), (err, resp) =>
       resolve(err ? { code: err.code, details: err.details } : { code: 0, details: '', response: plain(resp) }));
   });
 }

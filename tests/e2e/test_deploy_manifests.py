@@ -11,7 +11,11 @@ rendered objects:
     `tessera serve --check-config=flags` accepts, so manifests cannot drift from the binary
     ($(VAR) references substituted as Kubernetes would, from env the pod declares or LWS injects);
   - disaggregated: the router's instance names are headless Services over the prefill and decode
-    pools; multi-node: group size == --nnodes == the ranks of -tp x -dp;
+    pools; every role reads --internal-api-key-file from the same Secret; NetworkPolicies match
+    the threat model (docs/architecture.md): clients reach only the router's HTTP port, the router
+    the instances' HTTP ports, decodes the prefills' KV control plane and UCX range (the pods'
+    UCX_TCP_PORT_RANGE), and nothing else reaches the KV ports; multi-node: group size ==
+    --nnodes == the ranks of -tp x -dp;
   - Services, PDBs, HPAs, ScaledObjects, ServiceMonitors and InferencePools point at what exists;
   - the Grafana dashboard, the alerts and the endpoint picker name only metrics that a running
     tiny server (MoE, speculative decoding on) exports.
@@ -166,6 +170,24 @@ def mounted_config(objs, tmpl, container, path, workdir):
     raise AssertionError(f"{path} is not under any volumeMount")
 
 
+TEST_INTERNAL_KEY = "manifest-test-internal-key-0123456789"
+
+
+def mounted_secret(tmpl, container, path, workdir):
+    """A stand-in for the Secret file a container sees at `path` (which must be under a Secret
+    volume's mount): a test key, written locally."""
+    for m in container.get("volumeMounts", []):
+        mp = m["mountPath"].rstrip("/") + "/"
+        if path.startswith(mp):
+            vol = next(v for v in tmpl["spec"]["volumes"] if v["name"] == m["name"])
+            assert "secret" in vol, f"{path}: volume {m['name']} is not a Secret"
+            out = os.path.join(workdir, f"secret-{vol['secret']['secretName']}")
+            with open(out, "w") as f:
+                f.write(TEST_INTERNAL_KEY + "\n")
+            return out, vol["secret"]["secretName"]
+    raise AssertionError(f"{path} is not under any volumeMount")
+
+
 def arg_value(args, flag):
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
@@ -212,6 +234,10 @@ def check_tessera_args(objs, tessera, workdir):
                 local, text = mounted_config(objs, tmpl, c, cfg, workdir)
                 settings = tomllib.loads(text)
                 args = [local if a == cfg else a.replace("=" + cfg, "=" + local) for a in args]
+            key = arg_value(args, "--internal-api-key-file")
+            if key:
+                local, _ = mounted_secret(tmpl, c, key, workdir)
+                args = [local if a == key else a for a in args]
             p = subprocess.run([tessera] + args + ["--check-config=flags"], capture_output=True,
                                timeout=LOAD_TIMEOUT_S, env=dict(os.environ, TESSERA_API_KEY=""))
             assert p.returncode == 0, (f"{o['metadata']['name']}: `tessera {' '.join(args)}` refused: "
@@ -326,6 +352,75 @@ def check_disaggregated(objs):
                        for pdb in find(objs, "PodDisruptionBudget")), f"no PDB of its own for {dep['metadata']['name']}"
             pools.add(dep["metadata"]["name"])
     assert len(pools) == 2, f"prefill and decode pools are not separate Deployments: {pools}"
+    check_internal_key(objs)
+    check_network_policies(objs)
+
+
+def check_internal_key(objs):
+    """Every role of the topology reads --internal-api-key-file from one and the same Secret."""
+    secrets = set()
+    for o, tmpl in pod_specs(objs):
+        c = next(c for c in tmpl["spec"]["containers"] if is_tessera(c))
+        path = arg_value(c["args"], "--internal-api-key-file")
+        assert path, f"{o['metadata']['name']}: no --internal-api-key-file"
+        secrets.add(mounted_secret(tmpl, c, path, tempfile.gettempdir())[1])
+    assert len(secrets) == 1, f"the roles read different Secrets: {secrets}"
+
+
+def allowed_sources(objs, pod_labels, port):
+    """What the NetworkPolicies selecting a pod let reach `port`: "any" (no policy, or a rule
+    without `from`), else the pod label sets of the peers allowed (namespaceSelector peers
+    reduced to their pod labels)."""
+    policies = [p for p in find(objs, "NetworkPolicy")
+                if matches(p["spec"]["podSelector"].get("matchLabels", {}), pod_labels)
+                and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])]
+    if not policies:
+        return "any"
+    out = []
+    for p in policies:
+        for rule in p["spec"].get("ingress", []):
+            ports = rule.get("ports")
+            if ports is not None and not any(pp.get("port") == port or
+                                              (isinstance(pp.get("port"), int) and pp.get("endPort") and
+                                               pp["port"] <= port <= pp["endPort"]) for pp in ports):
+                continue
+            if "from" not in rule:
+                return "any"
+            out += [peer.get("podSelector", {}).get("matchLabels", {}) for peer in rule["from"]]
+    return out
+
+
+def check_network_policies(objs):
+    """The threat model's reachability (docs/architecture.md, "Threat model") holds on the rendered
+    objects: each pool's ports are open to exactly the roles that call them."""
+    def pod(role_name):
+        d = find(objs, "Deployment", role_name)[0]
+        return d, d["spec"]["template"]["metadata"]["labels"], next(
+            c for c in d["spec"]["template"]["spec"]["containers"] if is_tessera(c))
+    router, router_l, _ = pod("tessera")
+    _, prefill_l, prefill_c = pod("tessera-prefill")
+    _, decode_l, decode_c = pod("tessera-decode")
+    assert allowed_sources(objs, router_l, 8000) == "any", "clients cannot reach the router's HTTP port"
+
+    def only(labels, port, callers, what):
+        got = allowed_sources(objs, labels, port)
+        assert got != "any", f"{what}: port {port} is open to anyone"
+        allowed = [g for g in got if g.get("app.kubernetes.io/name") != "prometheus"]
+        for g in allowed:
+            assert any(matches(g, c) for c in callers), f"{what}: port {port} is open to {g}"
+        for c in callers:
+            assert any(matches(g, c) for g in allowed), f"{what}: port {port} is closed to {c}"
+    for labels, c, name in ((prefill_l, prefill_c, "prefill"), (decode_l, decode_c, "decode")):
+        only(labels, 8000, [router_l], f"{name} HTTP")
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        lo, hi = (int(x) for x in env["UCX_TCP_PORT_RANGE"].split("-"))
+        peers = [decode_l] if name == "prefill" else [prefill_l]
+        only(labels, lo, peers, f"{name} UCX")
+        only(labels, hi, peers, f"{name} UCX")
+    kv = int(arg_value(prefill_c["args"], "--kv-transfer-port"))
+    only(prefill_l, kv, [decode_l], "prefill KV control plane")
+    got = allowed_sources(objs, decode_l, int(arg_value(decode_c["args"], "--kv-transfer-port")))
+    assert got != "any" and not got, f"decode KV control plane: open to {got} (nothing pulls from a decode here)"
 
 
 def check_multi_node(objs):
@@ -574,7 +669,24 @@ def main():
                 assert "not headless" in str(e), e
             else:
                 raise AssertionError("a ClusterIP Service for a pool passed")
-        res.run("disaggregated check can fail", disaggregated_can_fail)
+            for mutate, words in (
+                    (lambda o: find(o, "NetworkPolicy", "tessera-prefill")[0]["spec"]["ingress"][1]["from"].append(
+                        {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "server"}}}),
+                     "open to"),
+                    (lambda o: find(o, "NetworkPolicy", "tessera-decode")[0]["spec"]["ingress"][0].pop("from"),
+                     "open to anyone"),
+                    (lambda o: o.remove(find(o, "NetworkPolicy", "tessera-prefill")[0]), "open to anyone"),
+                    (lambda o: find(o, "Deployment", "tessera-decode")[0]["spec"]["template"]["spec"]["containers"][0]
+                     ["args"].remove("--internal-api-key-file"), "--internal-api-key-file")):
+                objs = copy.deepcopy(rendered["overlays/disaggregated"])
+                mutate(objs)
+                try:
+                    check_disaggregated(objs)
+                except AssertionError as e:
+                    assert words in str(e), e
+                else:
+                    raise AssertionError(f"a broken policy or key wiring passed ({words})")
+        res.run("disaggregated check can fail (headless, NetworkPolicies, internal key)", disaggregated_can_fail)
         res.run("multi-node: LeaderWorkerSet group wired to --nnodes/--node-rank/--leader-addr",
                 lambda: check_multi_node(rendered["overlays/multi-node"]))
 

@@ -171,11 +171,18 @@ TEST(ServeOptionsTest, RouterRoleTakesOnlyRouterOptions) {
   EXPECT_FALSE(o->grpc.has_value());
 }
 
+// As the command hands them over: the key read from --internal-api-key-file.
+StatusOr<ServeOptions> WithKey(std::vector<std::string> args, const std::string& key = "deployment-key-0123456789") {
+  ServeFlags f = Parse(std::move(args));
+  f.internal_api_key = key;
+  return ServeOptionsFromFlags(f);
+}
+
 TEST(ServeOptionsTest, DisaggregatedRolesAndPeerFetchRunKvTransfer) {
   for (const std::string role : {"prefill", "decode"}) {
-    StatusOr<ServeOptions> o = FromArgs({"--role", role, "--host", "10.0.0.1", "--kv-transfer-port", "7000",
-                                         "--kv-ucx-tls", "tcp,self", "--kv-pin-timeout", "2.5",
-                                         "--kv-pull-timeout", "0.25"});
+    StatusOr<ServeOptions> o = WithKey({"--role", role, "--host", "10.0.0.1", "--kv-transfer-port", "7000",
+                                        "--kv-ucx-tls", "tcp,self", "--kv-pin-timeout", "2.5",
+                                        "--kv-pull-timeout", "0.25"});
     ASSERT_TRUE(o.ok()) << role << ": " << o.status().ToString();
     EXPECT_EQ(o->role, role);
     ASSERT_TRUE(o->serving.loop.kv_transfer.has_value()) << role;
@@ -185,10 +192,58 @@ TEST(ServeOptionsTest, DisaggregatedRolesAndPeerFetchRunKvTransfer) {
     EXPECT_EQ(kt.ucx_tls, "tcp,self");
     EXPECT_EQ(kt.pin_timeout, std::chrono::milliseconds(2500));
     EXPECT_EQ(kt.pull_timeout, std::chrono::milliseconds(250));
+    EXPECT_EQ(kt.internal_key, "deployment-key-0123456789");
   }
   StatusOr<ServeOptions> o = FromArgs({"--kv-peer-fetch"});
   ASSERT_TRUE(o.ok());
   EXPECT_TRUE(o->serving.loop.kv_transfer.has_value());
+}
+
+TEST(ServeOptionsTest, TheInternalKeyIsAnApiKeyAndKeysEverything) {
+  StatusOr<ServeOptions> o = WithKey({"--api-key", "client", "--kv-events-config",
+                                      R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"})"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->internal_api_key, "deployment-key-0123456789");
+  EXPECT_EQ(o->http.api_keys, (std::vector<std::string>{"client", "deployment-key-0123456789"}));
+  ASSERT_TRUE(o->grpc.has_value());
+  EXPECT_EQ(o->grpc->api_keys, o->http.api_keys);
+  EXPECT_EQ(o->grpc->internal_api_key, "deployment-key-0123456789");
+  ASSERT_TRUE(o->kv_events.has_value() && o->kv_events->curve.has_value());
+  EXPECT_EQ(o->kv_events->host, "127.0.0.1");
+  // Alone, the internal key still closes the API to anonymous callers.
+  o = WithKey({});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->http.api_keys, std::vector<std::string>{"deployment-key-0123456789"});
+  o = WithKey({"--role", "router"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->router.internal_api_key, "deployment-key-0123456789");
+  o = FromArgs({});
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o->http.api_keys.empty());
+  EXPECT_FALSE(o->grpc->internal_api_key.size());
+}
+
+TEST(ServeOptionsTest, WithoutTheInternalKeyKvAndEventsStayOnLoopback) {
+  EXPECT_EQ(Refusal({"--role", "decode", "--host", "0.0.0.0"}),
+            "serve: --role decode on --host 0.0.0.0 needs --internal-api-key-file: without it the KV transfer "
+            "control plane and kv_transfer_params are unauthenticated, so they are served on loopback only");
+  EXPECT_EQ(Refusal({"--kv-peer-fetch", "--host", "10.0.0.1"}).rfind("serve: --kv-peer-fetch on --host 10.0.0.1 "
+                                                                     "needs --internal-api-key-file", 0),
+            0u);
+  const std::string events = R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557"})";
+  EXPECT_EQ(Refusal({"--host", "0.0.0.0", "--kv-events-config", events}),
+            "serve: --kv-events-config endpoint tcp://*:5557 (with --host 0.0.0.0) leaves this machine and needs "
+            "--internal-api-key-file: KV events carry prompt token ids, so without it they are sent on loopback or "
+            "ipc:// only");
+  EXPECT_NE(Refusal({"--kv-events-config", R"({"enable_kv_cache_events": true, "publisher": "zmq",
+                                               "endpoint": "tcp://10.0.0.5:5557"})"}),
+            "");
+  // Loopback, or the key: accepted.
+  EXPECT_EQ(Refusal({"--role", "prefill", "--host", "127.0.0.1"}), "");
+  EXPECT_EQ(Refusal({"--role", "decode", "--host", "::1"}), "");
+  EXPECT_EQ(Refusal({"--kv-events-config", events}), "");
+  EXPECT_EQ(Refusal({"--role", "router", "--host", "0.0.0.0"}), "");
+  EXPECT_TRUE(WithKey({"--role", "decode", "--host", "0.0.0.0", "--kv-events-config", events}).ok());
 }
 
 TEST(ServeOptionsTest, KvTiers) {

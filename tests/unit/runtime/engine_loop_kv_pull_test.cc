@@ -142,7 +142,7 @@ class EngineLoopKvPullTest : public ::testing::Test {
     Request d = Greedy(id, prompt, max_tokens);
     if (c.kv_export) {
       d.remote_kv = RemoteKvSource{c.kv_export->host, c.kv_export->port, c.kv_export->handle,
-                                   c.kv_export->engine_id, c.kv_export->block_ids};
+                                   c.kv_export->engine_id, c.kv_export->block_ids, c.kv_export->signature};
     }
     return d;
   }
@@ -322,7 +322,7 @@ TEST_F(EngineLoopKvPullTest, FrozenPeerFallsBackToRecomputeAndStopIsBounded) {
   ASSERT_TRUE(decode);
   ASSERT_TRUE(decode->Start().ok());
   Request r = Greedy("f", prompt, 6);
-  r.remote_kv = RemoteKvSource{"127.0.0.1", peer1.port(), "frozen", "e", {0, 1}};
+  r.remote_kv = RemoteKvSource{"127.0.0.1", peer1.port(), "frozen", "e", {0, 1}, ""};
   auto s = decode->Submit(r);
   ASSERT_TRUE(s.ok());
   const Collected got = Drain(**s);

@@ -2,6 +2,7 @@
 // UCX shared memory and TCP on loopback: bytes arrive exactly, and every bad
 // request is refused before anything is written.
 #include "engine/kv_transfer/kv_transport.h"
+#include "engine/kv_transfer/ucx_agent.h"
 
 #include <atomic>
 #include <cstring>
@@ -27,10 +28,11 @@ struct Side {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<KvTransport> transport;
   Side(const ModelConfig& c, const std::string& tls, const std::string& fingerprint = "model-a",
-       int32_t block_size = 4, const std::string& fault = "") {
+       int32_t block_size = 4, const std::string& fault = "", const std::string& internal_key = "") {
     cache = KvCache::Create(c, backend.get(), 8, block_size).value();
     KvTransportOptions o;
     o.ucx_tls = tls;
+    o.internal_key = internal_key;
     o.fault = fault;
     o.pin_timeout = std::chrono::milliseconds(60000);
     auto t = KvTransport::Create(o, cache.get(), MakeKvLayout(c, DType::kF32, block_size), fingerprint);
@@ -79,6 +81,65 @@ TEST(KvTransportReleaseTest, ReleaseWithoutPullUnpinsAtOnce) {
   EXPECT_EQ(prefill.transport->TakeReleased(), std::vector<std::string>{"req-1"});
   decode.transport->Release("127.0.0.1", prefill.transport->port(), "req-1");  // unknown now: a no-op
   EXPECT_TRUE(prefill.transport->TakeReleased().empty());
+}
+
+TEST(KvTransportAuthTest, ControlPlaneRefusesCallersWithoutTheDeploymentKey) {
+  const std::string key = "deployment-key-0123456789";
+  Side prefill(TinyConfig(), "tcp,self", "model-a", 4, "", key);
+  Side stranger(TinyConfig(), "tcp,self");                                   // no key
+  Side other(TinyConfig(), "tcp,self", "model-a", 4, "", "another-key-0123456789");  // another deployment
+  Side decode(TinyConfig(), "tcp,self", "model-a", 4, "", key);
+  ASSERT_TRUE(prefill.transport && stranger.transport && other.transport && decode.transport);
+  Fill(prefill, 3, 100);
+  prefill.transport->Export("req-1", {3}, {{1, 0}});
+  for (Side* caller : {&stranger, &other}) {
+    // Neither a release (someone else's transfer) nor an open gets through.
+    caller->transport->Release("127.0.0.1", prefill.transport->port(), "req-1");
+    EXPECT_EQ(prefill.transport->num_exports(), 1);
+    StatusOr<KvPullStats> st = caller->transport->Pull(Spec(prefill, "req-1", {3}, {0}));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.status().message().find("--internal-api-key-file"), std::string::npos) << st.status().ToString();
+    EXPECT_EQ(prefill.transport->num_exports(), 1);
+  }
+  StatusOr<KvPullStats> ok = decode.transport->Pull(Spec(prefill, "req-1", {3}, {0}));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(std::memcmp(decode.K(1, 0), prefill.K(1, 3), kBlockFloats * sizeof(float)), 0);
+  EXPECT_EQ(prefill.transport->num_exports(), 0);  // acknowledged with the token
+}
+
+TEST(KvTransportAuthTest, ExportsAreSignedAndOnlySignedSourcesPass) {
+  const std::string key = "deployment-key-0123456789";
+  Side prefill(TinyConfig(), "tcp,self", "model-a", 4, "", key);
+  Side keyless(TinyConfig(), "tcp,self");
+  ASSERT_TRUE(prefill.transport && keyless.transport);
+  const std::vector<int32_t> blocks = {3, 5};
+  const KvSourceFields src{"10.0.0.7", 5600, "req-1", "abcd", &blocks};
+  const std::string sig = prefill.transport->SignExport(src);
+  EXPECT_EQ(sig.size(), 64u);
+  EXPECT_TRUE(prefill.transport->CheckSource(src, sig).ok());
+  const std::vector<int32_t> other_blocks = {3, 6};
+  for (const KvSourceFields& forged : {KvSourceFields{"10.0.0.8", 5600, "req-1", "abcd", &blocks},
+                                       KvSourceFields{"10.0.0.7", 5601, "req-1", "abcd", &blocks},
+                                       KvSourceFields{"10.0.0.7", 5600, "req-2", "abcd", &blocks},
+                                       KvSourceFields{"10.0.0.7", 5600, "req-1", "abcd", &other_blocks}}) {
+    Status s = prefill.transport->CheckSource(forged, sig);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("remote_signature"), std::string::npos) << s.ToString();
+  }
+  EXPECT_FALSE(prefill.transport->CheckSource(src, "").ok());
+  // Without a key: no signatures, and only loopback peers.
+  EXPECT_EQ(keyless.transport->SignExport(src), "");
+  Status remote = keyless.transport->CheckSource(src, "");
+  EXPECT_FALSE(remote.ok());
+  EXPECT_NE(remote.message().find("remote_host"), std::string::npos) << remote.ToString();
+  EXPECT_TRUE(keyless.transport->CheckSource({"127.0.0.1", 5600, "req-1", "abcd", &blocks}, "").ok());
+}
+
+TEST(UcxAgentTest, InterfaceOfHost) {
+  EXPECT_EQ(InterfaceOfHost("0.0.0.0").value(), "");
+  EXPECT_EQ(InterfaceOfHost("").value(), "");
+  EXPECT_EQ(InterfaceOfHost("127.0.0.1").value(), "lo");
+  EXPECT_FALSE(InterfaceOfHost("192.0.2.254").ok());  // TEST-NET-1: held by no interface here
 }
 
 TEST_P(KvTransportTest, PullsExportedBlocksExactlyAndReleases) {

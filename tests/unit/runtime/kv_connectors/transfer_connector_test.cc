@@ -78,7 +78,7 @@ std::vector<int32_t> RemoteBlocks(const TransferConnector::Pull& p) {
 
 Request Remote(const std::string& id, int prompt_len, std::vector<int32_t> remote_blocks) {
   Request r = Req(id, prompt_len, 2);
-  r.remote_kv = RemoteKvSource{"127.0.0.1", 1234, "h-" + id, "e", std::move(remote_blocks)};
+  r.remote_kv = RemoteKvSource{"127.0.0.1", 1234, "h-" + id, "e", std::move(remote_blocks), ""};
   return r;
 }
 

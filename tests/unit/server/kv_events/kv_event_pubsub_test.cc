@@ -9,6 +9,7 @@
 
 #include "server/kv_events/kv_event_publisher.h"
 #include "server/kv_events/kv_event_subscriber.h"
+#include "tests/unit/server/kv_events/kv_events_test_util.h"
 
 namespace tessera::kv_events {
 namespace {
@@ -24,30 +25,6 @@ std::shared_ptr<KvEventPublisher> StartPublisher(bool replay) {
   auto p = KvEventPublisher::Start(o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? *p : nullptr;
-}
-
-bool WaitFor(const std::function<bool()>& cond) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return cond();
-}
-
-int64_t MatchedOf(const KvPrefixIndex& idx, std::span<const BlockHash> chain, const std::string& name) {
-  for (const auto& m : idx.Match(chain)) {
-    if (m.instance == name) return m.matched_blocks;
-  }
-  return -1;
-}
-
-std::vector<BlockHash> Chain(int32_t first_token, int n_blocks) {
-  std::vector<int32_t> tokens;
-  for (int i = 0; i < n_blocks * 4; ++i) tokens.push_back(first_token + i);
-  std::vector<BlockHash> chain;
-  ExtendBlockHashes(tokens, 4, {}, &chain);
-  return chain;
 }
 
 void Store(KvEventPublisher& p, std::span<const BlockHash> chain) {

@@ -1,0 +1,71 @@
+#include "common/internal_key.h"
+
+#include <arpa/inet.h>
+
+#include <fstream>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+namespace tessera {
+namespace {
+
+std::string Hmac(std::string_view key, std::string_view message) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+       message.size(), out, &len);
+  return std::string(reinterpret_cast<const char*>(out), len);
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadInternalKeyFile(const std::string& path, std::string_view flag) {
+  const std::string f(flag);
+  std::ifstream in(path);
+  if (!in) return NotFound(f + " " + path + ": cannot be read");
+  std::string line;
+  std::getline(in, line);
+  const size_t b = line.find_first_not_of(" \t\r\n");
+  const size_t e = line.find_last_not_of(" \t\r\n");
+  line = b == std::string::npos ? std::string() : line.substr(b, e - b + 1);
+  if (line.size() < 16) {
+    return InvalidArgument(f + " " + path + ": the key (its first line) must be at least 16 characters, e.g. "
+                           "`openssl rand -hex 32`");
+  }
+  return line;
+}
+
+std::string DeriveInternalKey(std::string_view key, std::string_view purpose) {
+  return Hmac(key, "tessera/" + std::string(purpose));
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view message) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::string mac = Hmac(key, message);
+  std::string hex;
+  hex.reserve(mac.size() * 2);
+  for (unsigned char c : mac) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+bool IsLoopbackHost(std::string_view host) {
+  if (host == "localhost") return true;
+  std::string h(host);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  in_addr v4{};
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+}  // namespace tessera
