@@ -46,6 +46,10 @@ CRAWL = "16kbit"   # ~40 s for one pull: only the pull timeout ends it
 HTTP_TIMEOUT = 30  # every request must end within this, faults included
 
 
+INTERNAL_KEY = "netfaults-" + "7a3c" * 8
+INTERNAL = {"Authorization": f"Bearer {INTERNAL_KEY}"}
+
+
 class Cluster:
     def __init__(self, link, uni, prefill, decode):
         self.link, self.uni, self.p, self.d = link, uni, prefill, decode
@@ -61,7 +65,8 @@ class Cluster:
 
     def complete(self, srv, prompt, timeout=HTTP_TIMEOUT, **extra):
         body = dict(dict(prompt=prompt, temperature=0, max_tokens=8, return_token_ids=True), **extra)
-        status, _, parsed = request(srv.port, "POST", "/v1/completions", body, timeout=timeout, host=srv.host)
+        status, _, parsed = request(srv.port, "POST", "/v1/completions", body, timeout=timeout, host=srv.host,
+                                    headers=None if srv is self.uni else INTERNAL)
         assert status == 200, (status, parsed)
         return parsed
 
@@ -203,7 +208,12 @@ def main():
         model = synth_model(args.tessera, workdir, "m")
         base = ["--model", model, "--threads", "1", "--kv-cache-mb", "16", "--max-model-len", "2048",
                 "--served-model-name", "m"]
-        kv = ["--kv-ucx-tls", "tcp"]
+        # Instances on a non-loopback --host take part in PD only with the deployment credential
+        # (docs/architecture.md, "Threat model"); every call to them carries it.
+        keyfile = os.path.join(workdir, "internal.key")
+        with open(keyfile, "w") as f:
+            f.write(INTERNAL_KEY + "\n")
+        kv = ["--kv-ucx-tls", "tcp", "--internal-api-key-file", keyfile]
         uni = Server(args.tessera, base, workdir, "unified")
         p = Server(args.tessera, base + kv + ["--role", "prefill", "--kv-pin-timeout", str(PIN_TIMEOUT_S)],
                    workdir, "prefill", host=link.addr("a"), netns=link.ns("a"))
