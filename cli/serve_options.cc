@@ -18,6 +18,8 @@ RouterServeOptions RouterFromFlags(const ServeFlags& f) {
           .idle_timeout_s = f.idle_timeout_s,
           .drain_timeout_s = f.drain_timeout_s,
           .grpc_port = f.grpc_port,
+          .max_pending_requests = f.max_pending_requests,
+          .internal_api_key_file = {},  // tessera-router only for now: serve takes it with the instances' side
           .flags = f.router};
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace tessera {
 
 // The router's settings; their command-line flags are cli/router_flags.h's.
@@ -29,6 +31,7 @@ struct RouterFlags {
   int max_migrations = 3;           // decode replacements per choice before the request fails
   std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
   int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
+  int router_workers = 256;  // threads running proxied requests (ProxyPool); more requests queue
 };
 
 struct RouterServeOptions {
@@ -40,8 +43,18 @@ struct RouterServeOptions {
   int64_t idle_timeout_s = 60;
   int64_t drain_timeout_s = 30;
   int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
+  int64_t max_pending_requests = 1024;  // requests held (parsing, queued, running); beyond: 429
+  // One line, the router's credential on instances (Authorization: Bearer on
+  // every call it makes to them); empty: none.
+  std::string internal_api_key_file;
   RouterFlags flags;
 };
+
+// The key of --internal-api-key-file: its first line, trailing blanks
+// dropped; INVALID_ARGUMENT naming the flag when the file cannot be read, the
+// line is empty, or it holds a byte that cannot go in a header (spaces,
+// control characters, non-ASCII).
+StatusOr<std::string> ReadInternalApiKey(const std::string& path);
 
 // Serves until SIGINT/SIGTERM (then drains); the process exit code.
 int RunRouter(const RouterServeOptions& options);

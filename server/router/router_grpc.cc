@@ -128,7 +128,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
       std::lock_guard lock(mu_);
       if (auto it = stubs_.find(inst.address); it != stubs_.end()) return it->second;
     }
-    HttpCallOptions o;
+    HttpCallOptions o = ctx_.registry->CallOptions();
     o.connect_timeout = std::chrono::milliseconds(1000);
     o.idle_timeout = std::chrono::milliseconds(2000);
     HttpCallResult r;
@@ -180,11 +180,12 @@ class RouterGrpcService final : public v1::Tessera::Service {
     return std::nullopt;
   }
 
+  // The upstream call carries the router's own credential, never the
+  // client's metadata (its key is for the router alone).
   std::unique_ptr<grpc::ClientContext> UpstreamContext(grpc::ServerContext* sctx) const {
     auto c = grpc::ClientContext::FromServerContext(*sctx);
-    for (const auto& [k, v] : sctx->client_metadata()) {
-      if (k == "authorization") c->AddMetadata(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
-    }
+    const std::string key = ctx_.registry->CallOptions().bearer;
+    if (!key.empty()) c->AddMetadata("authorization", "Bearer " + key);
     return c;
   }
 

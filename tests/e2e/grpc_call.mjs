@@ -6,7 +6,8 @@
 //
 // CALLS.json: [{"target": "127.0.0.1:PORT", "method": "Generate" |
 // "GenerateStream" | "Tokenize" | "ListModels" | "Health", "request": {...},
-// "cancel_after": N (streams: cancel after N messages)}, ...], run in turn.
+// "cancel_after": N (streams: cancel after N messages), "metadata": {"k": "v"}
+// (optional, sent with the call)}, ...], run in turn.
 // Each output line: {"code": gRPC status code (0 OK), "details", "response"
 // (unary) or "messages" (stream)}. Bounded: 60 s per call.
 import fs from 'node:fs';
@@ -37,11 +38,17 @@ const opts = () => ({ deadline: new Date(Date.now() + 60_000) });
 // Bytes fields as arrays of numbers (JSON has no Buffer).
 const plain = (v) => JSON.parse(JSON.stringify(v, (k, x) => (x && x.type === 'Buffer' ? x.data : x)));
 
+function metadata(c) {
+  const md = new grpc.Metadata();
+  for (const [k, v] of Object.entries(c.metadata ?? {})) md.add(k, v);
+  return md;
+}
+
 function run(c) {
   return new Promise((resolve) => {
     if (c.method === 'GenerateStream') {
       const messages = [];
-      const call = client(c.target).GenerateStream(c.request, new grpc.Metadata(), opts());
+      const call = client(c.target).GenerateStream(c.request, metadata(c), opts());
       call.on('data', (m) => {
         messages.push(plain(m));
         if (c.cancel_after && messages.length >= c.cancel_after) call.cancel();
@@ -51,7 +58,7 @@ function run(c) {
       return;
     }
     const health = c.method === 'Health';
-    client(c.target, health)[health ? 'Check' : c.method](c.request, new grpc.Metadata(), opts(), (err, resp) =>
+    client(c.target, health)[health ? 'Check' : c.method](c.request, metadata(c), opts(), (err, resp) =>
       resolve(err ? { code: err.code, details: err.details } : { code: 0, details: '', response: plain(resp) }));
   });
 }

@@ -122,7 +122,7 @@ def kv_idle(port, within=20.0):
         m.get("tessera:kv_cache_usage_perc")))
 
 
-def big_json_group(res, port):
+def big_json_group(res, port, who="instance"):
     """Bodies whose shape, not size, is the attack. Each is refused quickly with
     a 400 naming the limit, while /health keeps answering within 100 ms."""
     many_keys = "{" + ",".join(f'"k{i}":{i}' for i in range(150_000)) + ',"prompt":"x"}'
@@ -156,14 +156,14 @@ def big_json_group(res, port):
             assert took < 5, f"refusing two such bodies took {took:.1f} s"
             worst = probe.check()
             print(f"  refused in {took * 1000:.0f} ms; worst /health {worst * 1000:.1f} ms", flush=True)
-        res.run(f"big JSON: {label} -> 400 naming the limit, /health p95 < 100 ms, max < 500 ms", attack)
+        res.run(f"{who}: big JSON: {label} -> 400 naming the limit, /health p95 < 100 ms, max < 500 ms", attack)
 
     def duplicate_keys():
         status, err = post_bytes(port, "/v1/completions",
                                  b'{"model":"%s","prompt":"x","max_tokens":1,"max_tokens":2}' % NAME.encode())
         e = error_check(status, err, 400)
         assert "max_tokens" in e["message"] and "uplicate" in e["message"], e
-    res.run("duplicate keys -> 400 naming the key", duplicate_keys)
+    res.run(f"{who}: duplicate keys -> 400 naming the key", duplicate_keys)
 
     def huge_numbers():
         # Past a double's range the body is not valid JSON for us; within it, the field's range check names it.
@@ -178,7 +178,7 @@ def big_json_group(res, port):
             body = b'{"model":"%s","prompt":"x","max_tokens":%s}' % (NAME.encode(), raw)
             status, err = post_bytes(port, "/v1/completions", body)
             error_check(status, err, 400, param="max_tokens")
-    res.run("huge numbers (1e400, 5000 digits, 1e300) -> 400 (naming the field where parsed)", huge_numbers)
+    res.run(f"{who}: huge numbers (1e400, 5000 digits, 1e300) -> 400 (naming the field where parsed)", huge_numbers)
 
 
 def disconnect_group(res, port):
@@ -428,6 +428,215 @@ def protocol_group(res, port):
 
 
 
+def raw_exchange(port, data, timeout=5):
+    """Sends raw bytes; returns (status, whether the server closed the connection after its answer)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        status = int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1 ") else None
+        closed = False
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                buf += chunk
+        except socket.timeout:
+            pass
+        return status, closed, buf
+
+
+def framing_group(res, port, who):
+    """RFC 9112 sections 6.1/6.3: ambiguous body framing is a 400 and the
+    connection closes, so nothing smuggled in a body is ever served."""
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    cases = [
+        (b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n" % len(smuggled), smuggled),
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", chunked),
+        (b"Transfer-Encoding: gzip, chunked\r\n", chunked),
+        (b"Transfer-Encoding: identity\r\n", smuggled),
+        (b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(body), len(body)), body),
+        (b"Content-Length: %d, %d\r\n" % (len(body), len(body)), body),
+    ]
+
+    def conflicts():
+        for headers, payload in cases:
+            head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers
+            status, closed, out = raw_exchange(port, head + b"\r\n" + payload)
+            assert status == 400, (headers, out[:300])
+            assert closed, f"connection left open after {headers!r}"
+            assert out.count(b"HTTP/1.1 ") == 1, f"a smuggled request was answered: {out[:600]!r}"
+        # The unambiguous framing of the same body is served.
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        status, _, out = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+                                      chunked, timeout=30)
+        assert status == 200, out[:500]
+    res.run(f"{who}: Transfer-Encoding other than chunked, with Content-Length, or duplicate Content-Length -> 400 "
+            "and close", conflicts)
+
+
+ROUTER_MAX_PENDING = 64
+ROUTER_WORKERS = 16
+
+
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def router_checks(res, tessera, model, workdir):
+    """The router in front of one unified instance takes the same hostile
+    clients: bodies refused by the bounded parser on its front-end workers
+    while /health and a running stream answer, RFC 9112 framing, and a bounded
+    number of held requests on a bounded number of threads (429 beyond)."""
+    inst = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-model-len", "4096",
+                            "--kv-cache-mb", "64"], workdir, "router-instance")
+    router = None
+    try:
+        res.server = inst
+        if not res.run("router pair: instance ready", inst.wait_ready):
+            return
+        router = Server(tessera, ["--role", "router", "--decode-instances", f"127.0.0.1:{inst.port}",
+                                  "--max-pending-requests", str(ROUTER_MAX_PENDING),
+                                  "--router-workers", str(ROUTER_WORKERS), "--router-poll-interval", "0.1"],
+                        workdir, "router")
+        res.server = router
+        if not res.run("router pair: router ready", router.wait_ready):
+            return
+        port = router.port
+
+        def many_keys_while_streaming():
+            many = ("{" + ",".join(f'"k{i}":{i}' for i in range(200_000)) + ',"prompt":"x"}').encode()
+            arrivals = []  # monotonic time of each stream event
+            out = {}
+            enough = threading.Event()  # the stream has shown what it must: the client leaves
+
+            def streamer():
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                try:
+                    conn.request("POST", "/v1/completions", body=json.dumps({
+                        "model": NAME, "prompt": PROMPT, "max_tokens": 4000, "ignore_eos": True,
+                        "stream": True}).encode(), headers={"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    out["status"] = resp.status
+                    for line in resp:
+                        if line.startswith(b"data: [DONE]") or enough.is_set():
+                            break
+                        if line.startswith(b"data:"):
+                            arrivals.append(time.monotonic())
+                finally:
+                    conn.close()
+            st = threading.Thread(target=streamer)
+            st.start()
+            t0 = time.monotonic()
+            while len(arrivals) < 5 and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+            took = [None] * 4
+            answers = [None] * 4
+            with HealthProbe(port) as probe:
+                attack_start = time.monotonic()
+
+                def one(i):
+                    t1 = time.monotonic()
+                    answers[i] = post_bytes(port, "/v1/completions", many)
+                    took[i] = time.monotonic() - t1
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                attack_end = time.monotonic()
+            t0 = time.monotonic()
+            while not (arrivals and arrivals[-1] > attack_end) and st.is_alive() and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+            enough.set()
+            st.join(60)
+            for (status, err), dt in zip(answers, took):
+                e = error_check(status, err, 400)
+                assert "keys" in e["message"], e
+                assert dt < 1.0, f"a 200k-key body took {dt:.2f} s to refuse"
+            probe.check()
+            assert out.get("status") == 200, out
+            during = [t for t in arrivals if attack_start <= t <= attack_end]
+            assert arrivals and arrivals[-1] > attack_end, "the stream ended before the attack did: nothing shown"
+            gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b >= attack_start and a <= attack_end]
+            assert during and max(gaps) < 1.0, f"stream stalled {max(gaps or [0]):.2f} s during the attack"
+            print(f"  refused in {max(took) * 1000:.0f} ms at most; {len(during)} stream events meanwhile, "
+                  f"longest gap {max(gaps) * 1000:.0f} ms", flush=True)
+        res.run("router: four 200k-key bodies -> 400 within 1 s each, /health and a running stream answer",
+                many_keys_while_streaming)
+
+        def burst():
+            base = threads_of(router.pid)
+            body = json.dumps({"model": NAME, "prompt": PROMPT, "max_tokens": 48, "ignore_eos": True}).encode()
+            n = 300
+            barrier = threading.Barrier(n)
+            out = [None] * n
+            peak = [base]
+            stop = threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak[0] = max(peak[0], threads_of(router.pid))
+                    time.sleep(0.005)
+
+            def one(i):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                try:
+                    conn.connect()
+                    barrier.wait(30)
+                    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    out[i] = (resp.status, resp.getheader("Retry-After"), json.loads(resp.read()))
+                except Exception as e:  # noqa: BLE001 - a lost request is the failure reported below
+                    out[i] = (None, None, repr(e))
+                finally:
+                    conn.close()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(180)
+            stop.set()
+            sampler.join(5)
+            lost = [o for o in out if o is None or o[0] not in (200, 429)]
+            assert not lost, f"{len(lost)} requests lost or failed: {lost[:3]}"
+            ok = [o for o in out if o[0] == 200]
+            busy = [o for o in out if o[0] == 429]
+            for _, _, b in ok:
+                assert b["usage"]["completion_tokens"] == 48 and b["choices"][0]["finish_reason"] == "length", b
+            for _, retry, b in busy:
+                assert retry is not None and int(retry) >= 1, "429 without Retry-After"
+                error_check(429, b, 429)
+            assert busy, "no request was refused: the burst never exceeded --max-pending-requests"
+            assert len(ok) >= ROUTER_MAX_PENDING, f"only {len(ok)} served"
+            assert peak[0] <= base + ROUTER_WORKERS + 2, \
+                f"router threads went from {base} to {peak[0]} (workers {ROUTER_WORKERS})"
+            print(f"  {len(ok)} served, {len(busy)} got 429; router threads {base} -> peak {peak[0]}", flush=True)
+        res.run(f"router: 300 concurrent requests -> threads bounded (--router-workers {ROUTER_WORKERS}), beyond "
+                f"--max-pending-requests {ROUTER_MAX_PENDING} 429 + Retry-After, none lost", burst)
+
+        big_json_group(res, port, who="router")
+        framing_group(res, port, "router")
+    finally:
+        if router is not None:
+            router.stop()
+        inst.stop()
+
+
 def max_tokens_null_checks(res, tessera, model, workdir, max_len=80):
     srv = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-model-len", str(max_len)],
                  workdir, "short-context")
@@ -550,10 +759,12 @@ def main():
                 template_kwargs_group(res, port)
                 unenforced_group(res, port)
                 protocol_group(res, port)
+                framing_group(res, port, "instance")
                 close_wait_group(res, port)
                 disconnect_group(res, port)
         finally:
             srv.stop()
+        router_checks(res, tessera, model, workdir)
         max_tokens_null_checks(res, tessera, model, workdir)
         drain_checks(res, tessera, model, workdir)
     finally:
