@@ -10,8 +10,13 @@ nesting, huge numbers, duplicate keys, a whole-vocabulary logit_bias) while
 every phase (queued, prefill, decode, mid-SSE) with KV usage back to idle and
 a prefill abort that frees the engine within ~0.5 s; chat_template_kwargs that
 try to replace the conversation; constraints the server does not enforce;
-Content-Type; GET /v1/models/{id}; max_tokens null; connections the client
-closes (no CLOSE-WAIT left behind); drain at --drain-timeout 0 and at T.
+Content-Type; GET /v1/models/{id}; RFC 9112 body framing (Transfer-Encoding
+/ Content-Length conflicts -> 400 and close); max_tokens null; connections the
+client closes (no CLOSE-WAIT left behind); drain at --drain-timeout 0 and at T.
+Then a router in front of one unified instance takes the same: 200k-key
+bodies refused within 1 s while /health and a running stream answer, a burst
+of 300 concurrent requests on bounded threads (429 + Retry-After past
+--max-pending-requests, none lost), the big-JSON group and the framing checks.
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
@@ -579,7 +584,7 @@ def router_checks(res, tessera, model, workdir):
 
         def burst():
             base = threads_of(router.pid)
-            body = json.dumps({"model": NAME, "prompt": PROMPT, "max_tokens": 48, "ignore_eos": True}).encode()
+            body = json.dumps({"model": NAME, "prompt": PROMPT, "max_tokens": 16, "ignore_eos": True}).encode()
             n = 300
             barrier = threading.Barrier(n)
             out = [None] * n
@@ -617,7 +622,7 @@ def router_checks(res, tessera, model, workdir):
             ok = [o for o in out if o[0] == 200]
             busy = [o for o in out if o[0] == 429]
             for _, _, b in ok:
-                assert b["usage"]["completion_tokens"] == 48 and b["choices"][0]["finish_reason"] == "length", b
+                assert b["usage"]["completion_tokens"] == 16 and b["choices"][0]["finish_reason"] == "length", b
             for _, retry, b in busy:
                 assert retry is not None and int(retry) >= 1, "429 without Retry-After"
                 error_check(429, b, 429)

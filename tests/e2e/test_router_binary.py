@@ -143,6 +143,9 @@ def main():
 
         def keys():
             body = {"model": "m", "prompt": PROMPT, "max_tokens": 2}
+            # /server_info names the instance's endpoints: behind the key.
+            assert request(uni.port, "GET", "/server_info")[0] == 401
+            assert request(uni.port, "GET", "/server_info", headers=AS_ROUTER)[0] == 200
             # Each key is for its own hop: the client's is not the instance's and the other way round.
             assert request(router.port, "POST", "/v1/completions", body)[0] == 401
             assert request(router.port, "POST", "/v1/completions", body, headers=AS_ROUTER)[0] == 401
@@ -151,9 +154,7 @@ def main():
                                                 headers=AS_CLIENT)
             assert st == 200 and done and events, (st, events)
             assert request(router.port, "GET", "/v1/models", headers=AS_CLIENT)[0] == 200
-            # /server_info names the instance's endpoints: behind the key; the router reads it with its own.
-            assert request(uni.port, "GET", "/server_info")[0] == 401
-            assert request(uni.port, "GET", "/server_info", headers=AS_ROUTER)[0] == 200
+            # The router reads /server_info with its own key (kv-aware learns the block size there).
             deadline = time.time() + 10
             while f"kv-aware: {addr}: block size" not in router.log_tail(200):
                 assert time.time() < deadline, "the router never read the instance's /server_info"
