@@ -203,6 +203,7 @@ int RunRouter(const RouterServeOptions& o) {
     go.host = o.host;
     go.port = o.grpc_port;
     go.api_keys = o.api_keys;
+    go.admission = &pool;
     go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_body_bytes, 1u << 30));
     auto g = RouterGrpcServer::Start(go, &pctx);
     if (!g.ok()) {

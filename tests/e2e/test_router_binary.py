@@ -21,9 +21,11 @@ test_disaggregation.py's, through `tessera serve --role router`).
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +188,41 @@ def main():
             m = get_metrics(router.port)
             assert any(k.startswith("tessera:router_") for k in m), sorted(m)[:20]
         res.run("/health, /ready and the router's /metrics", probes)
+
+        def held_requests_bounded():
+            # A second router holding at most one request: the instance is frozen so the first
+            # request stays held (blocked on its /tokenize call); meanwhile both fronts refuse.
+            tight = Server(shim, ["--decode-instances", addr, "--internal-api-key-file", key_file,
+                                  "--max-pending-requests", "1"], workdir, "router-tight", grpc=True)
+            servers.append(tight)
+            tight.wait_ready(timeout=30)
+            with open(tight.port_file) as f:
+                tport = json.load(f)["grpc"]
+            body = {"model": "m", "prompt": "held", "max_tokens": 2}
+            first = {}
+            os.kill(uni.pid, signal.SIGSTOP)
+            try:
+                t = threading.Thread(target=lambda: first.update(r=request(tight.port, "POST", "/v1/completions", body,
+                                                                            timeout=60)))
+                t.start()
+                deadline = time.time() + 10
+                while get_metrics(tight.port).get("tessera:router_num_requests_running", 0) < 1:
+                    assert time.time() < deadline, "the first request never started"
+                    time.sleep(0.02)
+                st, headers, err = request(tight.port, "POST", "/v1/completions", body)
+                assert st == 429 and headers.get("retry-after") == "1", (st, headers, err)
+                assert "--max-pending-requests" in err["error"]["message"], err
+                req = {"token_ids": {"ids": PROMPT}, "params": {"max_tokens": 2}}
+                (g,) = grpc_calls(workdir, [{"target": f"127.0.0.1:{tport}", "method": "Generate", "request": req}])
+                assert g["code"] == 8, g  # RESOURCE_EXHAUSTED
+                assert get_metrics(tight.port)["tessera:router_requests_rejected_total"] == 2
+            finally:
+                os.kill(uni.pid, signal.SIGCONT)
+            t.join(60)
+            # Not lost: answered once the instance is back (503 if the router's poll marked it down meanwhile).
+            assert first.get("r") and first["r"][0] in (200, 503), first
+        res.run("--max-pending-requests 1: a second request gets 429 + Retry-After over HTTP and RESOURCE_EXHAUSTED "
+                "over gRPC while the first is held; the first is answered", held_requests_bounded)
         res.run("SIGTERM -> drains and exits 0", lambda: (router.terminate_and_wait() == 0 or (_ for _ in ()).throw(
             AssertionError(f"exit {router.proc.returncode}"))))
     finally:
