@@ -16,7 +16,9 @@ client closes (no CLOSE-WAIT left behind); drain at --drain-timeout 0 and at T.
 Then a router in front of one unified instance takes the same: 200k-key
 bodies refused within 1 s while /health and a running stream answer, a burst
 of 300 concurrent requests on bounded threads (429 + Retry-After past
---max-pending-requests, none lost), the big-JSON group and the framing checks.
+--max-pending-requests, none lost), the big-JSON, unenforced-constraint,
+CLOSE-WAIT and framing groups. Not through the router (yet): the disconnect,
+template-kwargs, protocol and drain groups.
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
@@ -306,7 +308,7 @@ def close_wait_count(port):
     return n
 
 
-def close_wait_group(res, port):
+def close_wait_group(res, port, who="instance"):
     def polling_client():
         for _ in range(300):  # a poller that opens, asks, and closes, many times over
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -326,7 +328,7 @@ def close_wait_group(res, port):
             time.sleep(0.05)
         n = close_wait_count(port)
         assert n == 0, f"{n} sockets still in CLOSE-WAIT 2 s after their clients closed them"
-    res.run("400 client-closed connections -> none left in CLOSE-WAIT after 2 s", polling_client)
+    res.run(f"{who}: 400 client-closed connections -> none left in CLOSE-WAIT after 2 s", polling_client)
 
 
 def template_kwargs_group(res, port):
@@ -354,7 +356,7 @@ def template_kwargs_group(res, port):
     res.run("/tokenize chat_template_kwargs.messages -> 400", tokenize_too)
 
 
-def unenforced_group(res, port):
+def unenforced_group(res, port, who="instance"):
     msgs = [{"role": "user", "content": "hi"}]
     fields = {"allowed_token_ids": [1, 2], "bad_words": ["x"], "functions": [{"name": "f"}]}
     for field, value in fields.items():
@@ -363,7 +365,7 @@ def unenforced_group(res, port):
             error_check(status, body, 400, param=field)
             status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, **{field: value})
             error_check(status, body, 400, param=field)
-        res.run(f"{field} -> 400 on chat and completions (not enforced)", chat_refused)
+        res.run(f"{who}: {field} -> 400 on chat and completions (not enforced)", chat_refused)
 
     # Structured outputs are enforced (tests/e2e/test_structured_outputs.py checks the outputs).
     enforced = {"guided_regex": "[a-z]+", "guided_json": {"type": "object"}, "guided_choice": ["a", "b"],
@@ -374,7 +376,7 @@ def unenforced_group(res, port):
             assert status == 200, (field, status, body)
             status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, **{field: value})
             assert status == 200, (field, status, body)
-        res.run(f"{field} -> 200 on chat and completions (enforced)", accepted)
+        res.run(f"{who}: {field} -> 200 on chat and completions (enforced)", accepted)
 
     def response_format():
         for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
@@ -385,7 +387,7 @@ def unenforced_group(res, port):
             assert status == 200, (rf, status, body)
         status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, response_format={"type": "yaml"})
         error_check(status, body, 400, param="response_format.type")
-    res.run("response_format text/json_object/json_schema -> 200; unknown type -> 400", response_format)
+    res.run(f"{who}: response_format text/json_object/json_schema -> 200; unknown type -> 400", response_format)
 
     def bad_tool_schemas():
         bad = [("not an object", "params", "tools[0].function.parameters"),
@@ -403,7 +405,7 @@ def unenforced_group(res, port):
             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
         status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, tools=good)
         assert status == 200, (status, body)
-    res.run("tools with invalid parameter schemas -> 400 naming the schema field; a valid one -> 200",
+    res.run(f"{who}: tools with invalid parameter schemas -> 400 naming the schema field; a valid one -> 200",
             bad_tool_schemas)
 
 
@@ -635,6 +637,8 @@ def router_checks(res, tessera, model, workdir):
                 f"--max-pending-requests {ROUTER_MAX_PENDING} 429 + Retry-After, none lost", burst)
 
         big_json_group(res, port, who="router")
+        unenforced_group(res, port, who="router")
+        close_wait_group(res, port, who="router")
         framing_group(res, port, "router")
     finally:
         if router is not None:
