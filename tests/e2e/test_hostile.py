@@ -17,8 +17,9 @@ Then a router in front of one unified instance takes the same: 200k-key
 bodies refused within 1 s while /health and a running stream answer, a burst
 of 300 concurrent requests on bounded threads (429 + Retry-After past
 --max-pending-requests, none lost), the big-JSON, unenforced-constraint,
-CLOSE-WAIT and framing groups. Not through the router (yet): the disconnect,
-template-kwargs, protocol and drain groups.
+CLOSE-WAIT and framing groups, and a client leaving mid-stream (the instance
+behind frees its blocks). Not through the router (yet): the other disconnect
+phases, the template-kwargs, protocol and drain groups.
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
@@ -635,6 +636,27 @@ def router_checks(res, tessera, model, workdir):
             print(f"  {len(ok)} served, {len(busy)} got 429; router threads {base} -> peak {peak[0]}", flush=True)
         res.run(f"router: 300 concurrent requests -> threads bounded (--router-workers {ROUTER_WORKERS}), beyond "
                 f"--max-pending-requests {ROUTER_MAX_PENDING} 429 + Retry-After, none lost", burst)
+
+        def disconnect_mid_stream():
+            # The client leaves after 3 events: the router drops its upstream call, so the
+            # instance aborts the request and frees its blocks (no orphan behind the router).
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/v1/completions", body=json.dumps({
+                "model": NAME, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True,
+                "stream": True}).encode(), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200, resp.status
+            seen = 0
+            for line in resp:
+                if line.startswith(b"data:"):
+                    seen += 1
+                    if seen == 3:
+                        break
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            took = kv_idle(inst.port, within=10)
+            print(f"  instance idle {took * 1000:.0f} ms after the client left", flush=True)
+        res.run("router: a client that leaves mid-stream -> the instance aborts it, KV idle", disconnect_mid_stream)
 
         big_json_group(res, port, who="router")
         unenforced_group(res, port, who="router")
