@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/internal_key.h"
 #include "server/router/kv_router.h"
 
 namespace tessera {
@@ -43,6 +44,11 @@ void AddRouterFlags(CLI::App* cmd, RouterFlags* f) {
                   "chosen one and both run KV transfer (--kv-peer-fetch), the chosen one pulls them (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--router-workers", f->router_workers,
+                  "router: threads that run proxied requests (each one's calls to instances); more requests wait "
+                  "for a free one, up to --max-pending-requests")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
 }
 
 void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* o) {
@@ -64,6 +70,13 @@ void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* o) {
   cmd->add_option("--idle-timeout", o->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-pending-requests", o->max_pending_requests,
+                  "requests running or queued; beyond it new ones get 429 with Retry-After")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--internal-api-key-file", o->internal_api_key_file,
+                  "file whose first line is the deployment's internal key: sent as 'Authorization: Bearer KEY' on "
+                  "every call to an instance (a client's own key is never passed on)");
   AddRouterFlags(cmd, &o->flags);
 }
 
@@ -77,6 +90,9 @@ Status ValidateRouterServeOptions(const RouterServeOptions& o) {
                            "; they need different ports");
   }
   if (auto rl = ParseRoutingLogic(o.flags.routing_logic); !rl.ok()) return rl.status();
+  if (!o.internal_api_key_file.empty()) {
+    if (StatusOr<std::string> key = ReadInternalKeyFile(o.internal_api_key_file); !key.ok()) return key.status();
+  }
   return Status::Ok();
 }
 

@@ -14,18 +14,21 @@ namespace tessera {
 
 // --prefill-instances, --decode-instances, --instances-file,
 // --prefill-threshold, --router-poll-interval, --router-dns-interval,
-// --max-migrations, --routing-logic, --kv-peer-fetch-min-tokens.
+// --max-migrations, --routing-logic, --kv-peer-fetch-min-tokens, --router-workers.
 void AddRouterFlags(CLI::App* cmd, RouterFlags* flags);
 
 // tessera-router's whole command line: --host, --port, --grpc-port,
-// --port-file, --api-key, --drain-timeout, --max-body-bytes, --idle-timeout
-// (as `tessera serve` words them) and AddRouterFlags. Defaults are
+// --port-file, --api-key, --drain-timeout, --max-body-bytes, --idle-timeout,
+// --max-pending-requests (as `tessera serve` words them),
+// --internal-api-key-file (the router's credential on instances) and
+// AddRouterFlags. Defaults are
 // `options`' values on entry.
 void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* options);
 
 // What tessera-router checks before binding, as `tessera serve` checks the
 // same flags: no empty --api-key or --host, distinct HTTP and gRPC ports, a
-// known --routing-logic. INVALID_ARGUMENT naming the flag.
+// known --routing-logic, a readable --internal-api-key-file. INVALID_ARGUMENT
+// naming the flag.
 Status ValidateRouterServeOptions(const RouterServeOptions& options);
 
 }  // namespace tessera

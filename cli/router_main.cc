@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/router_flags.h"
+#include "common/internal_key.h"
 #include "server/router/router.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
   if (tessera::Status s = tessera::ValidateRouterServeOptions(options); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
+  }
+  if (!options.internal_api_key_file.empty()) {  // readable: checked above
+    options.internal_api_key = tessera::ReadInternalKeyFile(options.internal_api_key_file).value();
   }
   return tessera::RunRouter(options);
 }

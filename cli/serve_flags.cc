@@ -114,6 +114,9 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   if (f.role != "router" && (f.router.routing_logic != "load")) {
     return InvalidArgument("serve: --routing-logic needs --role router");
   }
+  if (f.role != "router" && f.router.router_workers != RouterFlags().router_workers) {
+    return InvalidArgument("serve: --router-workers needs --role router");
+  }
   if (f.kv_peer_fetch && f.role != "unified") {
     return InvalidArgument("serve: --kv-peer-fetch is for --role unified (prefill and decode instances always run "
                            "KV transfer)");

@@ -18,6 +18,7 @@ RouterServeOptions RouterFromFlags(const ServeFlags& f) {
           .idle_timeout_s = f.idle_timeout_s,
           .drain_timeout_s = f.drain_timeout_s,
           .grpc_port = f.grpc_port,
+          .max_pending_requests = f.max_pending_requests,
           .internal_api_key = f.internal_api_key,
           .flags = f.router};
 }

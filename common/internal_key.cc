@@ -30,6 +30,11 @@ StatusOr<std::string> ReadInternalKeyFile(const std::string& path, std::string_v
   const size_t b = line.find_first_not_of(" \t\r\n");
   const size_t e = line.find_last_not_of(" \t\r\n");
   line = b == std::string::npos ? std::string() : line.substr(b, e - b + 1);
+  for (char c : line) {
+    if (c < 0x21 || c > 0x7e) {  // it travels in Authorization headers and gRPC metadata
+      return InvalidArgument(f + " " + path + ": the key must be printable ASCII without spaces");
+    }
+  }
   if (line.size() < 16) {
     return InvalidArgument(f + " " + path + ": the key (its first line) must be at least 16 characters, e.g. "
                            "`openssl rand -hex 32`");

@@ -81,6 +81,34 @@ bool IsJsonContentType(std::string_view v) {
          lower.compare(lower.size() - 5, 5, "+json") == 0;
 }
 
+std::optional<std::string> MessageFramingError(const http::fields& headers, unsigned version) {
+  int te_fields = 0, cl_fields = 0;
+  std::string_view te;
+  for (const auto& f : headers) {
+    if (f.name() == http::field::transfer_encoding) {
+      ++te_fields;
+      te = Trim(std::string_view(f.value().data(), f.value().size()));
+    } else if (f.name() == http::field::content_length) {
+      ++cl_fields;
+      const std::string_view v = Trim(std::string_view(f.value().data(), f.value().size()));
+      if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos) {
+        return "Content-Length must be one decimal number";
+      }
+    }
+  }
+  if (cl_fields > 1) return "more than one Content-Length";
+  if (te_fields == 0) return std::nullopt;
+  if (version < 11) return "Transfer-Encoding in an HTTP/1.0 request";
+  if (te_fields > 1) return "more than one Transfer-Encoding";
+  if (te.size() != 7 || !std::equal(te.begin(), te.end(), "chunked", [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) == b;
+      })) {
+    return "Transfer-Encoding must be exactly 'chunked'";
+  }
+  if (cl_fields > 0) return "Transfer-Encoding together with Content-Length";
+  return std::nullopt;
+}
+
 // Constant time in the key bytes: every key is scanned in full, the token is
 // read as if zero-padded to the key's length, and a length mismatch is folded
 // into the difference instead of returning early. Only the key lengths (fixed
@@ -214,11 +242,24 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   }
 
  private:
+  // The head first: its framing is checked before any body byte is read.
   void DoRead() {
     parser_.emplace();
     parser_->body_limit(core_->options.body_limit);
     parser_->header_limit(core_->options.header_limit);
     stream_.expires_after(core_->options.idle_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&HttpSession::OnReadHeader, shared_from_this()));
+  }
+
+  void OnReadHeader(beast::error_code ec, std::size_t n) {
+    if (ec) return OnRead(ec, n);
+    if (std::optional<std::string> why = MessageFramingError(parser_->get(), parser_->get().version())) {
+      // RFC 9112 section 6.3: an ambiguous body length is a 400 and the
+      // connection is closed (the request-smuggling class).
+      return SendLocal(BadRequest("malformed HTTP request: " + *why, "", "bad_request"));
+    }
+    if (parser_->is_done()) return OnRead(ec, n);
     http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::OnRead, shared_from_this()));
   }
 

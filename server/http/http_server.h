@@ -15,12 +15,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/fields.hpp>
 
 #include "common/status.h"
 #include "server/http/responses.h"
@@ -145,6 +147,13 @@ std::string PercentDecode(std::string_view s);
 
 // Whether a Content-Type header value names JSON (see RouteOptions::json_body).
 bool IsJsonContentType(std::string_view content_type);
+
+// Why a request head's body framing is refused (RFC 9112 sections 6.1 and
+// 6.3: every ambiguity is a 400, the request-smuggling class), or nullopt:
+// Transfer-Encoding other than exactly one `chunked`, or with Content-Length,
+// or in HTTP/1.0; more than one Content-Length (even equal ones) or one that
+// is not a single decimal number. `version` is 10 or 11.
+std::optional<std::string> MessageFramingError(const boost::beast::http::fields& headers, unsigned version);
 
 // Constant-time check of an Authorization header value against `keys`.
 // Exposed for tests.

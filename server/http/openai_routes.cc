@@ -183,8 +183,11 @@ void RegisterOpenAiRoutes(ServeContext* ctx) {
   s->Handle(http::verb::get, "/metrics", [ctx](std::shared_ptr<HttpExchange> ex) { HandleMetrics(ctx, ex); },
             probe);
   s->Handle(http::verb::get, "/v1/models", [ctx](std::shared_ptr<HttpExchange> ex) { HandleModels(ctx, ex); });
+  // Not public: it names the KV event and transfer endpoints (the router
+  // sends its --internal-api-key-file credential).
   s->Handle(http::verb::get, "/server_info",
-            [ctx](std::shared_ptr<HttpExchange> ex) { HandleServerInfo(ctx, ex); }, probe);
+            [ctx](std::shared_ptr<HttpExchange> ex) { HandleServerInfo(ctx, ex); },
+            RouteOptions{.serve_while_draining = true});
   s->HandlePrefix(http::verb::get, "/v1/models/", [ctx](std::shared_ptr<HttpExchange> ex) {
     HandleModel(ctx, ex, PercentDecode(ex->path().substr(std::string_view("/v1/models/").size())));
   });

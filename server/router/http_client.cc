@@ -77,6 +77,7 @@ Status HttpCall(const std::string& host, int port, const std::string& method, co
     if (err != 0) return Unavailable("connect to " + peer + ": " + std::strerror(err));
   }
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: " + peer + "\r\nConnection: close\r\n";
+  if (!options.bearer.empty()) req += "Authorization: Bearer " + options.bearer + "\r\n";
   if (!body.empty() || method == "POST") {
     req += "Content-Type: " + options.content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }

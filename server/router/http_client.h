@@ -18,6 +18,9 @@ struct HttpCallOptions {
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds idle_timeout{30000};  // no byte for this long: the peer counts as dead
   std::string content_type = "application/json";
+  // Sent as `Authorization: Bearer <bearer>` when not empty: the router's own
+  // credential (--internal-api-key-file), never a client's.
+  std::string bearer;
 };
 
 struct HttpCallResult {

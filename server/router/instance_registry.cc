@@ -38,6 +38,12 @@ double SumMetric(const std::string& text, const std::string& name) {
 
 }  // namespace
 
+HttpCallOptions InstanceRegistry::CallOptions() const {
+  HttpCallOptions o;
+  o.bearer = options_.upstream_key;  // set before the poller starts, read-only afterwards
+  return o;
+}
+
 StatusOr<std::unique_ptr<InstanceRegistry>> InstanceRegistry::Create(const Options& options) {
   auto r = std::unique_ptr<InstanceRegistry>(new InstanceRegistry());
   r->options_ = options;
@@ -141,7 +147,7 @@ void InstanceRegistry::PollLoop() {
     }
     lock.unlock();
     for (const Instance& in : due) {
-      HttpCallOptions o;
+      HttpCallOptions o = CallOptions();
       o.connect_timeout = std::chrono::milliseconds(500);
       o.idle_timeout = std::chrono::milliseconds(1000);
       HttpCallResult res;

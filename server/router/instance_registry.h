@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/router/http_client.h"
 #include "server/router/instance_resolver.h"
 
 namespace tessera {
@@ -50,6 +51,8 @@ class InstanceRegistry {
     std::string file;
     std::chrono::milliseconds poll_interval{500};
     std::chrono::milliseconds dns_interval{5000};  // re-resolution of names (headless Services)
+    // The router's credential on instances (--internal-api-key-file); empty: none.
+    std::string upstream_key;
   };
   static StatusOr<std::unique_ptr<InstanceRegistry>> Create(const Options& options);
   ~InstanceRegistry();
@@ -63,6 +66,9 @@ class InstanceRegistry {
   std::vector<InstanceSnapshot> Snapshot() const;
   // Some instance of `role` is healthy and has answered a poll (the router's /ready).
   bool AnyHealthy(InstanceRole role) const;
+  // Options for a call to an instance: the router's own credential set (never
+  // a client's), the rest defaults. Every call the router makes starts here.
+  HttpCallOptions CallOptions() const;
 
  private:
   struct Instance {

@@ -126,7 +126,7 @@ void KvRouter::Tick() {
   for (const std::string& a : to_remove) subscriber_->RemoveSource(a);
 
   for (const InstanceRef& ref : to_learn) {
-    HttpCallOptions o;
+    HttpCallOptions o = registry_->CallOptions();
     o.connect_timeout = std::chrono::milliseconds(500);
     o.idle_timeout = std::chrono::milliseconds(1000);
     HttpCallResult r;
@@ -363,7 +363,7 @@ Json KvRouter::PeerExport(const RouteDecision& d, std::span<const int32_t> promp
             {"kv_transfer_params", {{"do_remote_decode", true}}}};
   if (!model.is_null()) b["model"] = model;
   if (!cache_salt.empty()) b["cache_salt"] = cache_salt;
-  HttpCallOptions o;
+  HttpCallOptions o = registry_->CallOptions();
   o.idle_timeout = std::chrono::milliseconds(30000);
   HttpCallResult r;
   registry_->AddOutstanding(d.peer->address, d.peer_tokens);

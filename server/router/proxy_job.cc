@@ -75,14 +75,13 @@ enum class LegOutcome { kDone, kAnswered, kFailed, kClientAnswered };
 
 class Proxy {
  public:
-  Proxy(const ProxyContext& ctx, std::shared_ptr<HttpExchange> ex, bool chat)
-      : ctx_(ctx), ex_(std::move(ex)), chat_(chat) {
+  Proxy(const ProxyContext& ctx, std::shared_ptr<HttpExchange> ex, bool chat, Json body)
+      : ctx_(ctx), ex_(std::move(ex)), chat_(chat), body_(std::move(body)) {
     id_ = (chat_ ? "chatcmpl-" : "cmpl-") + RandomHex(32);
     created_ = static_cast<int64_t>(std::time(nullptr));
   }
 
   void Run() {
-    body_ = Json::parse(ex_->request().body(), nullptr, /*allow_exceptions=*/false);
     if (!body_.is_object()) return SendError(HttpStatus::bad_request, "the request body must be a JSON object");
     if (auto it = body_.find("kv_transfer_params"); it != body_.end() && !it->is_null()) {
       return SendError(HttpStatus::bad_request, "'kv_transfer_params' is set by the router; remove it");
@@ -266,7 +265,7 @@ class Proxy {
     ctx_.registry->AddOutstanding(inst.address, estimate);
     const std::string path = chat_ ? "/v1/chat/completions" : "/v1/completions";
     HttpCallResult r;
-    HttpCallOptions o;
+    HttpCallOptions o = ctx_.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
     std::string pending, upstream_body;
     bool done_seen = false, upstream_error = false;
@@ -393,7 +392,7 @@ class Proxy {
     std::string pending;
     bool done_seen = false, upstream_error = false;
     HttpCallResult r;
-    HttpCallOptions o;
+    HttpCallOptions o = ctx_.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
     int status = 0;
     std::string error_body;
@@ -635,7 +634,7 @@ bool TokenizeUpstream(const ProxyContext& ctx, const Json& tokenize_body, std::v
     if (!inst) inst = ctx.registry->Pick(InstanceRole::kPrefill);
     if (!inst) break;
     HttpCallResult r;
-    Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tokenize_body.dump(), {}, &r);
+    Status s = HttpCall(inst->host, inst->port, "POST", "/tokenize", tokenize_body.dump(), ctx.registry->CallOptions(), &r);
     if (!s.ok() || r.status >= 500 || r.status == 429) {
       ctx.registry->MarkFailed(inst->address);
       continue;
@@ -712,7 +711,7 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     const Json b = PrefillBody(body, prompt);
     const int64_t tokens = static_cast<int64_t>(prompt.size());
     ctx.registry->AddOutstanding(p->address, tokens);
-    HttpCallOptions o;
+    HttpCallOptions o = ctx.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
     HttpCallResult r;
     const auto t0 = std::chrono::steady_clock::now();
@@ -737,8 +736,8 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
   return nullptr;
 }
 
-void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat) {
-  Proxy(ctx, ex, chat).Run();
+void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat, Json body) {
+  Proxy(ctx, ex, chat, std::move(body)).Run();
 }
 
 }  // namespace tessera

@@ -1,8 +1,8 @@
 // ProxyJob: one client request through the router — tokenize, prefill (or
 // not), decode with stream relay, decode migration on failure — answering the
 // client in its own API's format (completions or chat, streamed or not).
-// Runs on its own thread (blocking calls to instances); writes to the client
-// through HttpExchange, which is thread-safe.
+// Runs on a ProxyPool worker (blocking calls to instances); writes to the
+// client through HttpExchange, which is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,10 @@ struct ProxyContext {
   KvRouter* kv_router = nullptr;  // --routing-logic (always set by the router)
 };
 
-// Blocks until the client is answered (or gone).
-void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat);
+// Blocks until the client is answered (or gone). `body`: the request body,
+// already parsed by the bounded parser on a front-end worker.
+void RunProxyJob(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, bool chat,
+                 nlohmann::ordered_json body);
 
 // Steps shared with the router's gRPC front (router_grpc.h), over OpenAI
 // request bodies (`chat`: a /v1/chat/completions body). Blocking; thread-safe.

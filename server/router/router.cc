@@ -1,21 +1,29 @@
 #include "server/router/router.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "server/http/http_server.h"
+#include "server/openai/json_body.h"
 #include "server/router/http_client.h"
 #include "server/router/instance_registry.h"
 #include "server/router/kv_router.h"
 #include "server/router/proxy_job.h"
+#include "server/router/proxy_pool.h"
 #include "server/router/router_grpc.h"
 #include "server/router/router_metrics.h"
 
@@ -24,8 +32,28 @@ namespace tessera {
 namespace net = boost::asio;
 namespace http = boost::beast::http;
 
+namespace {
+
+// As an instance's front end (cli/serve_run.cc): two io threads frame and
+// write; two front-end workers, at a lower priority, parse bodies.
+constexpr int kIoThreads = 2;
+constexpr int kFrontEndThreads = 2;
+constexpr int kFrontEndNice = 5;
+
+HttpResponse TooManyRequests(int64_t max_pending) {
+  HttpResponse res = ErrorResponse({ApiStatus::kTooManyRequests,
+                                    "the router holds " + std::to_string(max_pending) +
+                                        " requests (--max-pending-requests); retry later",
+                                    "server_error", "", "too_many_requests"});
+  res.set(http::field::retry_after, "1");
+  return res;
+}
+
+}  // namespace
+
 int RunRouter(const RouterServeOptions& o) {
   InstanceRegistry::Options ro;
+  ro.upstream_key = o.internal_api_key;
   ro.prefill = o.flags.prefill_instances;
   ro.decode = o.flags.decode_instances;
   ro.file = o.flags.instances_file;
@@ -53,7 +81,11 @@ int RunRouter(const RouterServeOptions& o) {
   }
   ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
 
-  net::io_context ioc{2};
+  net::io_context ioc{kIoThreads};
+  // Body parsing runs here, never on the io threads.
+  net::io_context front_end{kFrontEndThreads};
+  auto front_end_guard = net::make_work_guard(front_end);
+  ProxyPool pool({.max_pending = o.max_pending_requests, .workers = o.flags.router_workers});
   HttpServerOptions ho;
   ho.host = o.host;
   ho.port = o.port;
@@ -61,17 +93,24 @@ int RunRouter(const RouterServeOptions& o) {
   ho.idle_timeout = std::chrono::seconds(o.idle_timeout_s);
   ho.api_keys = o.api_keys;
   HttpServer server(ioc, ho);
-  std::atomic<int64_t> jobs{0};
+  // A client request: a place among --max-pending-requests (else 429 at
+  // once, on the io thread), the body through the bounded parser on a
+  // front-end worker (a refused body is answered there), then a ProxyPool
+  // worker for the calls to instances.
   auto proxy = [&](bool chat, const char* route) {
     return [&, chat, route](std::shared_ptr<HttpExchange> ex) {
       metrics.Request(route);
-      ++jobs;
-      // Blocking calls to instances: one thread per request (a router serves
-      // tens to hundreds of concurrent streams, each mostly waiting).
-      std::thread([&, ex = std::move(ex), chat] {
-        RunProxyJob(pctx, ex, chat);
-        --jobs;
-      }).detach();
+      ProxyPool::Slot slot = pool.TryAcquire();
+      if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests));
+      net::post(front_end, [&, chat, ex = std::move(ex), slot = std::move(slot)]() mutable {
+        nlohmann::ordered_json body;
+        if (std::optional<ApiError> e = openai::ParseJsonBounded(ex->request().body(), {}, &body)) {
+          return ex->Send(ErrorResponse(*e));
+        }
+        pool.Submit(std::move(slot), [&pctx, chat, ex = std::move(ex), body = std::move(body)]() mutable {
+          RunProxyJob(pctx, ex, chat, std::move(body));
+        });
+      });
     };
   };
   RouteOptions json_route;
@@ -99,15 +138,28 @@ int RunRouter(const RouterServeOptions& o) {
       body += "tessera:router_instance_healthy{instance=\"" + s.ref.address + "\",role=\"" +
               InstanceRoleName(s.role) + "\"} " + (s.healthy ? "1" : "0") + "\n";
     }
+    const int64_t running = pool.running();
+    body += "# HELP tessera:router_num_requests_running Proxied requests on a router worker.\n"
+            "# TYPE tessera:router_num_requests_running gauge\n"
+            "tessera:router_num_requests_running " + std::to_string(running) + "\n"
+            "# HELP tessera:router_num_requests_waiting Requests held by the router but not on a worker yet "
+            "(being parsed or queued).\n"
+            "# TYPE tessera:router_num_requests_waiting gauge\n"
+            "tessera:router_num_requests_waiting " + std::to_string(std::max<int64_t>(0, pool.pending() - running)) +
+            "\n# HELP tessera:router_requests_rejected_total Requests answered 429 past --max-pending-requests.\n"
+            "# TYPE tessera:router_requests_rejected_total counter\n"
+            "tessera:router_requests_rejected_total " + std::to_string(pool.rejected()) + "\n";
     res.body() = std::move(body);
     ex->Send(std::move(res));
   }, open);
   server.Handle(http::verb::get, "/v1/models", [&](std::shared_ptr<HttpExchange> ex) {
-    ++jobs;
-    std::thread([&, ex = std::move(ex)] {
+    ProxyPool::Slot slot = pool.TryAcquire();
+    if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests));
+    pool.Submit(std::move(slot), [&, ex = std::move(ex)] {
       std::optional<InstanceRef> inst = (*registry)->Pick(InstanceRole::kDecode);
       HttpCallResult r;
-      if (inst && HttpCall(inst->host, inst->port, "GET", "/v1/models", "", {}, &r).ok() && r.status == 200) {
+      if (inst && HttpCall(inst->host, inst->port, "GET", "/v1/models", "", (*registry)->CallOptions(), &r).ok() &&
+          r.status == 200) {
         HttpResponse res{HttpStatus::ok, 11};
         res.set(http::field::content_type, "application/json");
         res.body() = r.body;
@@ -116,8 +168,7 @@ int RunRouter(const RouterServeOptions& o) {
         ex->Send(JsonResponse(HttpStatus::service_unavailable,
                               {{"error", {{"message", "no decode instance answered"}, {"type", "server_error"}}}}));
       }
-      --jobs;
-    }).detach();
+    });
   });
 
   if (Status s = server.Listen(); !s.ok()) {
@@ -130,6 +181,7 @@ int RunRouter(const RouterServeOptions& o) {
     go.host = o.host;
     go.port = o.grpc_port;
     go.api_keys = o.api_keys;
+    go.admission = &pool;
     go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_body_bytes, 1u << 30));
     auto g = RouterGrpcServer::Start(go, &pctx);
     if (!g.ok()) {
@@ -153,7 +205,7 @@ int RunRouter(const RouterServeOptions& o) {
   net::steady_timer timer(ioc);
   std::chrono::steady_clock::time_point deadline;
   std::function<void()> poll = [&] {
-    if ((jobs.load() == 0 && server.in_flight() == 0) || std::chrono::steady_clock::now() >= deadline) {
+    if ((pool.pending() == 0 && server.in_flight() == 0) || std::chrono::steady_clock::now() >= deadline) {
       server.StopAccepting();
       ioc.stop();
       return;
@@ -169,14 +221,24 @@ int RunRouter(const RouterServeOptions& o) {
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
     poll();
   });
-  std::vector<std::thread> io;
-  for (int i = 0; i < 2; ++i) io.emplace_back([&ioc] { ioc.run(); });
+  std::vector<std::thread> io, parsers;
+  for (int i = 0; i < kFrontEndThreads; ++i) {
+    parsers.emplace_back([&front_end] {
+      // Linux: PRIO_PROCESS with a thread id renices that thread only.
+      if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kFrontEndNice) != 0) {
+        spdlog::debug("router: could not lower a front-end worker's priority");
+      }
+      front_end.run();
+    });
+  }
+  for (int i = 0; i < kIoThreads; ++i) io.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io) t.join();
   if (grpc) grpc->Shutdown(std::chrono::seconds(o.drain_timeout_s));
   server.MarkStopped();
   spdlog::info("serve: router stopped");
   spdlog::default_logger()->flush();
-  // Detached proxy threads may still hold references to the locals above.
+  // Proxy workers past the drain deadline may still hold references to the
+  // locals above: exit without unwinding them.
   std::_Exit(0);
 }
 

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace tessera {
 
 // The router's settings; their command-line flags are cli/router_flags.h's.
@@ -29,6 +31,7 @@ struct RouterFlags {
   int max_migrations = 3;           // decode replacements per choice before the request fails
   std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
   int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
+  int router_workers = 256;  // threads running proxied requests (ProxyPool); more requests queue
 };
 
 struct RouterServeOptions {
@@ -40,8 +43,12 @@ struct RouterServeOptions {
   int64_t idle_timeout_s = 60;
   int64_t drain_timeout_s = 30;
   int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
-  // --internal-api-key-file's key ("" : none), read by the command: the KV
-  // event subscriptions authenticate with keys derived from it.
+  int64_t max_pending_requests = 1024;  // requests held (parsing, queued, running); beyond: 429
+  // --internal-api-key-file: the path (tessera-router's flag) and the key read
+  // from it by the command ("" : none). The key is the router's credential on
+  // instances (Authorization: Bearer on every call it makes to them, never the
+  // client's key) and seeds the KV event subscriptions' CURVE keys.
+  std::string internal_api_key_file;
   std::string internal_api_key;
   RouterFlags flags;
 };

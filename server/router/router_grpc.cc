@@ -56,8 +56,9 @@ bool Structured(const v1::SamplingParams& p) {
 
 class RouterGrpcService final : public v1::Tessera::Service {
  public:
-  RouterGrpcService(const ProxyContext* ctx, std::vector<std::string> api_keys, const std::atomic<bool>* draining)
-      : ctx_(*ctx), api_keys_(std::move(api_keys)), draining_(draining) {}
+  RouterGrpcService(const ProxyContext* ctx, std::vector<std::string> api_keys, const std::atomic<bool>* draining,
+                    ProxyPool* admission)
+      : ctx_(*ctx), api_keys_(std::move(api_keys)), draining_(draining), admission_(admission) {}
 
   grpc::Status Generate(grpc::ServerContext* sctx, const v1::GenerateRequest* request,
                         v1::GenerateResponse* response) override {
@@ -128,7 +129,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
       std::lock_guard lock(mu_);
       if (auto it = stubs_.find(inst.address); it != stubs_.end()) return it->second;
     }
-    HttpCallOptions o;
+    HttpCallOptions o = ctx_.registry->CallOptions();
     o.connect_timeout = std::chrono::milliseconds(1000);
     o.idle_timeout = std::chrono::milliseconds(2000);
     HttpCallResult r;
@@ -180,11 +181,12 @@ class RouterGrpcService final : public v1::Tessera::Service {
     return std::nullopt;
   }
 
+  // The upstream call carries the router's own credential, never the
+  // client's metadata (its key is for the router alone).
   std::unique_ptr<grpc::ClientContext> UpstreamContext(grpc::ServerContext* sctx) const {
     auto c = grpc::ClientContext::FromServerContext(*sctx);
-    for (const auto& [k, v] : sctx->client_metadata()) {
-      if (k == "authorization") c->AddMetadata(std::string(k.data(), k.size()), std::string(v.data(), v.size()));
-    }
+    const std::string key = ctx_.registry->CallOptions().bearer;
+    if (!key.empty()) c->AddMetadata("authorization", "Bearer " + key);
     return c;
   }
 
@@ -210,6 +212,12 @@ class RouterGrpcService final : public v1::Tessera::Service {
                    grpc::ServerWriter<v1::GenerateResponse>* writer, v1::GenerateResponse* response) {
     if (grpc::Status s = Admit(sctx); !s.ok()) return s;
     if (draining_->load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is draining");
+    // Held for the whole call, like an HTTP request's place.
+    const ProxyPool::Slot slot = admission_ ? admission_->TryAcquire() : nullptr;
+    if (admission_ && !slot) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the router holds its --max-pending-requests requests; retry later");
+    }
     bool chat = false;
     StatusOr<std::string> text = grpc_api::GenerateRequestToJson(request, &chat);
     if (!text.ok()) return grpc_api::ToGrpc(text.status());
@@ -408,6 +416,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
   const ProxyContext& ctx_;
   const std::vector<std::string> api_keys_;
   const std::atomic<bool>* draining_;
+  ProxyPool* const admission_;
   std::mutex mu_;  // guards stubs_
   std::map<std::string, std::shared_ptr<v1::Tessera::Stub>> stubs_;  // by decode HTTP address
 };
@@ -419,7 +428,7 @@ StatusOr<std::unique_ptr<RouterGrpcServer>> RouterGrpcServer::Start(const Router
   }
   std::unique_ptr<RouterGrpcServer> server(new RouterGrpcServer());
   server->ctx_ = ctx;
-  server->service_ = std::make_unique<RouterGrpcService>(ctx, options.api_keys, &server->draining_);
+  server->service_ = std::make_unique<RouterGrpcService>(ctx, options.api_keys, &server->draining_, options.admission);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   const bool ipv6 = options.host.find(':') != std::string::npos && options.host.front() != '[';

@@ -18,7 +18,8 @@
 // must serve gRPC (--grpc-port) for the router's gRPC front to use them.
 //
 // Threading: gRPC's synchronous server, one of its threads per call (each
-// mostly waiting on an instance). Thread-safe.
+// mostly waiting on an instance); generation calls are bounded by the
+// router's --max-pending-requests (RouterGrpcOptions::admission). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -30,6 +31,7 @@
 
 #include "common/status.h"
 #include "server/router/proxy_job.h"
+#include "server/router/proxy_pool.h"
 
 namespace grpc {
 class Server;
@@ -42,6 +44,9 @@ struct RouterGrpcOptions {
   int port = 0;  // 0: any free port
   std::vector<std::string> api_keys;  // non-empty: "authorization: Bearer <key>" on every Tessera call
   int max_receive_message_bytes = 16 << 20;
+  // Generate and GenerateStream take a place here (shared with the HTTP
+  // front) or fail with RESOURCE_EXHAUSTED; null: unbounded. Outlives the server.
+  ProxyPool* admission = nullptr;
 };
 
 class RouterGrpcService;

@@ -10,8 +10,16 @@ nesting, huge numbers, duplicate keys, a whole-vocabulary logit_bias) while
 every phase (queued, prefill, decode, mid-SSE) with KV usage back to idle and
 a prefill abort that frees the engine within ~0.5 s; chat_template_kwargs that
 try to replace the conversation; constraints the server does not enforce;
-Content-Type; GET /v1/models/{id}; max_tokens null; connections the client
-closes (no CLOSE-WAIT left behind); drain at --drain-timeout 0 and at T.
+Content-Type; GET /v1/models/{id}; RFC 9112 body framing (Transfer-Encoding
+/ Content-Length conflicts -> 400 and close); max_tokens null; connections the
+client closes (no CLOSE-WAIT left behind); drain at --drain-timeout 0 and at T.
+Then a router in front of one unified instance takes the same: 200k-key
+bodies refused within 1 s while /health and a running stream answer, a burst
+of 300 concurrent requests on bounded threads (429 + Retry-After past
+--max-pending-requests, none lost), the big-JSON, unenforced-constraint,
+CLOSE-WAIT and framing groups, and a client leaving mid-stream (the instance
+behind frees its blocks). Not through the router (yet): the other disconnect
+phases, the template-kwargs, protocol and drain groups.
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
@@ -122,7 +130,7 @@ def kv_idle(port, within=20.0):
         m.get("tessera:kv_cache_usage_perc")))
 
 
-def big_json_group(res, port):
+def big_json_group(res, port, who="instance"):
     """Bodies whose shape, not size, is the attack. Each is refused quickly with
     a 400 naming the limit, while /health keeps answering within 100 ms."""
     many_keys = "{" + ",".join(f'"k{i}":{i}' for i in range(150_000)) + ',"prompt":"x"}'
@@ -156,14 +164,14 @@ def big_json_group(res, port):
             assert took < 5, f"refusing two such bodies took {took:.1f} s"
             worst = probe.check()
             print(f"  refused in {took * 1000:.0f} ms; worst /health {worst * 1000:.1f} ms", flush=True)
-        res.run(f"big JSON: {label} -> 400 naming the limit, /health p95 < 100 ms, max < 500 ms", attack)
+        res.run(f"{who}: big JSON: {label} -> 400 naming the limit, /health p95 < 100 ms, max < 500 ms", attack)
 
     def duplicate_keys():
         status, err = post_bytes(port, "/v1/completions",
                                  b'{"model":"%s","prompt":"x","max_tokens":1,"max_tokens":2}' % NAME.encode())
         e = error_check(status, err, 400)
         assert "max_tokens" in e["message"] and "uplicate" in e["message"], e
-    res.run("duplicate keys -> 400 naming the key", duplicate_keys)
+    res.run(f"{who}: duplicate keys -> 400 naming the key", duplicate_keys)
 
     def huge_numbers():
         # Past a double's range the body is not valid JSON for us; within it, the field's range check names it.
@@ -178,7 +186,7 @@ def big_json_group(res, port):
             body = b'{"model":"%s","prompt":"x","max_tokens":%s}' % (NAME.encode(), raw)
             status, err = post_bytes(port, "/v1/completions", body)
             error_check(status, err, 400, param="max_tokens")
-    res.run("huge numbers (1e400, 5000 digits, 1e300) -> 400 (naming the field where parsed)", huge_numbers)
+    res.run(f"{who}: huge numbers (1e400, 5000 digits, 1e300) -> 400 (naming the field where parsed)", huge_numbers)
 
 
 def disconnect_group(res, port):
@@ -301,7 +309,7 @@ def close_wait_count(port):
     return n
 
 
-def close_wait_group(res, port):
+def close_wait_group(res, port, who="instance"):
     def polling_client():
         for _ in range(300):  # a poller that opens, asks, and closes, many times over
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -321,7 +329,7 @@ def close_wait_group(res, port):
             time.sleep(0.05)
         n = close_wait_count(port)
         assert n == 0, f"{n} sockets still in CLOSE-WAIT 2 s after their clients closed them"
-    res.run("400 client-closed connections -> none left in CLOSE-WAIT after 2 s", polling_client)
+    res.run(f"{who}: 400 client-closed connections -> none left in CLOSE-WAIT after 2 s", polling_client)
 
 
 def template_kwargs_group(res, port):
@@ -349,7 +357,7 @@ def template_kwargs_group(res, port):
     res.run("/tokenize chat_template_kwargs.messages -> 400", tokenize_too)
 
 
-def unenforced_group(res, port):
+def unenforced_group(res, port, who="instance"):
     msgs = [{"role": "user", "content": "hi"}]
     fields = {"allowed_token_ids": [1, 2], "bad_words": ["x"], "functions": [{"name": "f"}]}
     for field, value in fields.items():
@@ -358,7 +366,7 @@ def unenforced_group(res, port):
             error_check(status, body, 400, param=field)
             status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, **{field: value})
             error_check(status, body, 400, param=field)
-        res.run(f"{field} -> 400 on chat and completions (not enforced)", chat_refused)
+        res.run(f"{who}: {field} -> 400 on chat and completions (not enforced)", chat_refused)
 
     # Structured outputs are enforced (tests/e2e/test_structured_outputs.py checks the outputs).
     enforced = {"guided_regex": "[a-z]+", "guided_json": {"type": "object"}, "guided_choice": ["a", "b"],
@@ -369,7 +377,7 @@ def unenforced_group(res, port):
             assert status == 200, (field, status, body)
             status, _, body = complete(port, model=NAME, prompt="x", max_tokens=1, **{field: value})
             assert status == 200, (field, status, body)
-        res.run(f"{field} -> 200 on chat and completions (enforced)", accepted)
+        res.run(f"{who}: {field} -> 200 on chat and completions (enforced)", accepted)
 
     def response_format():
         for rf in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}},
@@ -380,7 +388,7 @@ def unenforced_group(res, port):
             assert status == 200, (rf, status, body)
         status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, response_format={"type": "yaml"})
         error_check(status, body, 400, param="response_format.type")
-    res.run("response_format text/json_object/json_schema -> 200; unknown type -> 400", response_format)
+    res.run(f"{who}: response_format text/json_object/json_schema -> 200; unknown type -> 400", response_format)
 
     def bad_tool_schemas():
         bad = [("not an object", "params", "tools[0].function.parameters"),
@@ -398,7 +406,7 @@ def unenforced_group(res, port):
             "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
         status, _, body = chat(port, model=NAME, messages=msgs, max_tokens=1, tools=good)
         assert status == 200, (status, body)
-    res.run("tools with invalid parameter schemas -> 400 naming the schema field; a valid one -> 200",
+    res.run(f"{who}: tools with invalid parameter schemas -> 400 naming the schema field; a valid one -> 200",
             bad_tool_schemas)
 
 
@@ -426,6 +434,238 @@ def protocol_group(res, port):
         error_check(status, body, 404, param="model", code="model_not_found")
     res.run("GET /v1/models/{id} -> the model; unknown -> 404 model_not_found", model_route)
 
+
+
+def raw_exchange(port, data, timeout=5):
+    """Sends raw bytes; returns (status, whether the server closed the connection after its answer)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        status = int(buf.split(b" ", 2)[1]) if buf.startswith(b"HTTP/1.1 ") else None
+        closed = False
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                buf += chunk
+        except socket.timeout:
+            pass
+        return status, closed, buf
+
+
+def framing_group(res, port, who):
+    """RFC 9112 sections 6.1/6.3: ambiguous body framing is a 400 and the
+    connection closes, so nothing smuggled in a body is ever served."""
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    body = json.dumps({"model": NAME, "prompt": "x", "max_tokens": 1}).encode()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    cases = [
+        (b"Transfer-Encoding: gzip\r\nContent-Length: %d\r\n" % len(smuggled), smuggled),
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", chunked),
+        (b"Transfer-Encoding: gzip, chunked\r\n", chunked),
+        (b"Transfer-Encoding: identity\r\n", smuggled),
+        (b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(body), len(body)), body),
+        (b"Content-Length: %d, %d\r\n" % (len(body), len(body)), body),
+    ]
+
+    def conflicts():
+        for headers, payload in cases:
+            head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers
+            status, closed, out = raw_exchange(port, head + b"\r\n" + payload)
+            assert status == 400, (headers, out[:300])
+            assert closed, f"connection left open after {headers!r}"
+            assert out.count(b"HTTP/1.1 ") == 1, f"a smuggled request was answered: {out[:600]!r}"
+        # The unambiguous framing of the same body is served.
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        status, _, out = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+                                      chunked, timeout=30)
+        assert status == 200, out[:500]
+    res.run(f"{who}: Transfer-Encoding other than chunked, with Content-Length, or duplicate Content-Length -> 400 "
+            "and close", conflicts)
+
+
+ROUTER_MAX_PENDING = 64
+ROUTER_WORKERS = 16
+
+
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def router_checks(res, tessera, model, workdir):
+    """The router in front of one unified instance takes the same hostile
+    clients: bodies refused by the bounded parser on its front-end workers
+    while /health and a running stream answer, RFC 9112 framing, and a bounded
+    number of held requests on a bounded number of threads (429 beyond)."""
+    inst = Server(tessera, ["--model", model, "--served-model-name", NAME, "--max-model-len", "4096",
+                            "--kv-cache-mb", "64"], workdir, "router-instance")
+    router = None
+    try:
+        res.server = inst
+        if not res.run("router pair: instance ready", inst.wait_ready):
+            return
+        router = Server(tessera, ["--role", "router", "--decode-instances", f"127.0.0.1:{inst.port}",
+                                  "--max-pending-requests", str(ROUTER_MAX_PENDING),
+                                  "--router-workers", str(ROUTER_WORKERS), "--router-poll-interval", "0.1"],
+                        workdir, "router")
+        res.server = router
+        if not res.run("router pair: router ready", router.wait_ready):
+            return
+        port = router.port
+
+        def many_keys_while_streaming():
+            many = ("{" + ",".join(f'"k{i}":{i}' for i in range(200_000)) + ',"prompt":"x"}').encode()
+            arrivals = []  # monotonic time of each stream event
+            out = {}
+            enough = threading.Event()  # the stream has shown what it must: the client leaves
+
+            def streamer():
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                try:
+                    conn.request("POST", "/v1/completions", body=json.dumps({
+                        "model": NAME, "prompt": PROMPT, "max_tokens": 4000, "ignore_eos": True,
+                        "stream": True}).encode(), headers={"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    out["status"] = resp.status
+                    for line in resp:
+                        if line.startswith(b"data: [DONE]") or enough.is_set():
+                            break
+                        if line.startswith(b"data:"):
+                            arrivals.append(time.monotonic())
+                finally:
+                    conn.close()
+            st = threading.Thread(target=streamer)
+            st.start()
+            t0 = time.monotonic()
+            while len(arrivals) < 5 and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+            took = [None] * 4
+            answers = [None] * 4
+            with HealthProbe(port) as probe:
+                attack_start = time.monotonic()
+
+                def one(i):
+                    t1 = time.monotonic()
+                    answers[i] = post_bytes(port, "/v1/completions", many)
+                    took[i] = time.monotonic() - t1
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+                attack_end = time.monotonic()
+            t0 = time.monotonic()
+            while not (arrivals and arrivals[-1] > attack_end) and st.is_alive() and time.monotonic() - t0 < 10:
+                time.sleep(0.01)
+            enough.set()
+            st.join(60)
+            for (status, err), dt in zip(answers, took):
+                e = error_check(status, err, 400)
+                assert "keys" in e["message"], e
+                assert dt < 1.0, f"a 200k-key body took {dt:.2f} s to refuse"
+            probe.check()
+            assert out.get("status") == 200, out
+            during = [t for t in arrivals if attack_start <= t <= attack_end]
+            assert arrivals and arrivals[-1] > attack_end, "the stream ended before the attack did: nothing shown"
+            gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b >= attack_start and a <= attack_end]
+            assert during and max(gaps) < 1.0, f"stream stalled {max(gaps or [0]):.2f} s during the attack"
+            print(f"  refused in {max(took) * 1000:.0f} ms at most; {len(during)} stream events meanwhile, "
+                  f"longest gap {max(gaps) * 1000:.0f} ms", flush=True)
+        res.run("router: four 200k-key bodies -> 400 within 1 s each, /health and a running stream answer",
+                many_keys_while_streaming)
+
+        def burst():
+            base = threads_of(router.pid)
+            body = json.dumps({"model": NAME, "prompt": PROMPT, "max_tokens": 16, "ignore_eos": True}).encode()
+            n = 300
+            barrier = threading.Barrier(n)
+            out = [None] * n
+            peak = [base]
+            stop = threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak[0] = max(peak[0], threads_of(router.pid))
+                    time.sleep(0.005)
+
+            def one(i):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+                try:
+                    conn.connect()
+                    barrier.wait(30)
+                    conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+                    resp = conn.getresponse()
+                    out[i] = (resp.status, resp.getheader("Retry-After"), json.loads(resp.read()))
+                except Exception as e:  # noqa: BLE001 - a lost request is the failure reported below
+                    out[i] = (None, None, repr(e))
+                finally:
+                    conn.close()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(180)
+            stop.set()
+            sampler.join(5)
+            lost = [o for o in out if o is None or o[0] not in (200, 429)]
+            assert not lost, f"{len(lost)} requests lost or failed: {lost[:3]}"
+            ok = [o for o in out if o[0] == 200]
+            busy = [o for o in out if o[0] == 429]
+            for _, _, b in ok:
+                assert b["usage"]["completion_tokens"] == 16 and b["choices"][0]["finish_reason"] == "length", b
+            for _, retry, b in busy:
+                assert retry is not None and int(retry) >= 1, "429 without Retry-After"
+                error_check(429, b, 429)
+            assert busy, "no request was refused: the burst never exceeded --max-pending-requests"
+            assert len(ok) >= ROUTER_MAX_PENDING, f"only {len(ok)} served"
+            assert peak[0] <= base + ROUTER_WORKERS + 2, \
+                f"router threads went from {base} to {peak[0]} (workers {ROUTER_WORKERS})"
+            print(f"  {len(ok)} served, {len(busy)} got 429; router threads {base} -> peak {peak[0]}", flush=True)
+        res.run(f"router: 300 concurrent requests -> threads bounded (--router-workers {ROUTER_WORKERS}), beyond "
+                f"--max-pending-requests {ROUTER_MAX_PENDING} 429 + Retry-After, none lost", burst)
+
+        def disconnect_mid_stream():
+            # The client leaves after 3 events: the router drops its upstream call, so the
+            # instance aborts the request and frees its blocks (no orphan behind the router).
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/v1/completions", body=json.dumps({
+                "model": NAME, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True,
+                "stream": True}).encode(), headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200, resp.status
+            seen = 0
+            for line in resp:
+                if line.startswith(b"data:"):
+                    seen += 1
+                    if seen == 3:
+                        break
+            conn.sock.shutdown(socket.SHUT_RDWR)
+            conn.close()
+            took = kv_idle(inst.port, within=10)
+            print(f"  instance idle {took * 1000:.0f} ms after the client left", flush=True)
+        res.run("router: a client that leaves mid-stream -> the instance aborts it, KV idle", disconnect_mid_stream)
+
+        big_json_group(res, port, who="router")
+        unenforced_group(res, port, who="router")
+        close_wait_group(res, port, who="router")
+        framing_group(res, port, "router")
+    finally:
+        if router is not None:
+            router.stop()
+        inst.stop()
 
 
 def max_tokens_null_checks(res, tessera, model, workdir, max_len=80):
@@ -550,10 +790,12 @@ def main():
                 template_kwargs_group(res, port)
                 unenforced_group(res, port)
                 protocol_group(res, port)
+                framing_group(res, port, "instance")
                 close_wait_group(res, port)
                 disconnect_group(res, port)
         finally:
             srv.stop()
+        router_checks(res, tessera, model, workdir)
         max_tokens_null_checks(res, tessera, model, workdir)
         drain_checks(res, tessera, model, workdir)
     finally:

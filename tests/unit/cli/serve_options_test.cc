@@ -151,7 +151,7 @@ TEST(ServeOptionsTest, RouterRoleTakesOnlyRouterOptions) {
       FromArgs({"--role", "router", "--host", "0.0.0.0", "--port", "9000", "--grpc-port", "9001", "--port-file",
                 "/tmp/r.json", "--api-key", "k", "--max-body-bytes", "2048", "--idle-timeout", "9",
                 "--drain-timeout", "4", "--prefill-instances", "a:1", "--decode-instances", "b:2",
-                "--routing-logic", "kv-aware"});
+                "--routing-logic", "kv-aware", "--max-pending-requests", "7", "--router-workers", "3"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_EQ(o->role, "router");
   const RouterServeOptions& r = o->router;
@@ -166,6 +166,8 @@ TEST(ServeOptionsTest, RouterRoleTakesOnlyRouterOptions) {
   EXPECT_EQ(r.flags.prefill_instances, std::vector<std::string>{"a:1"});
   EXPECT_EQ(r.flags.decode_instances, std::vector<std::string>{"b:2"});
   EXPECT_EQ(r.flags.routing_logic, "kv-aware");
+  EXPECT_EQ(r.max_pending_requests, 7);
+  EXPECT_EQ(r.flags.router_workers, 3);
   // Nothing of an instance is set up for the router.
   EXPECT_EQ(o->http.port, HttpServerOptions().port);
   EXPECT_FALSE(o->grpc.has_value());
@@ -293,6 +295,7 @@ TEST(ServeOptionsTest, RefusedCombinationsNameTheFlag) {
   EXPECT_EQ(Refusal({"--prefill-instances", "a:1"}),
             "serve: --prefill-instances, --decode-instances and --instances-file need --role router");
   EXPECT_EQ(Refusal({"--routing-logic", "round-robin"}), "serve: --routing-logic needs --role router");
+  EXPECT_EQ(Refusal({"--router-workers", "8"}), "serve: --router-workers needs --role router");
   EXPECT_EQ(Refusal({"--role", "prefill", "--kv-peer-fetch"}),
             "serve: --kv-peer-fetch is for --role unified (prefill and decode instances always run KV transfer)");
   EXPECT_EQ(Refusal({"--device", "cuda", "--kv-peer-fetch"}),

@@ -26,6 +26,18 @@ TEST(InternalKey, ReadsTheFirstLineTrimmedAndRefusesShortKeys) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("--internal-api-key-file"), std::string::npos);
   EXPECT_FALSE(ReadInternalKeyFile("/nonexistent/tessera.key").ok());
+  // What cannot go in an Authorization header is refused naming the flag.
+  for (const std::string& bad : {std::string("two words 0123456789\n"), std::string("tab\tinside0123456789"),
+                                 std::string("caf\xc3\xa9-0123456789abcdef"), std::string("a\x01z0123456789abcdef")}) {
+    const std::string p = WriteTemp("tessera-key-bad", bad);
+    StatusOr<std::string> k = ReadInternalKeyFile(p);
+    ASSERT_FALSE(k.ok()) << bad;
+    EXPECT_NE(k.status().message().find("--internal-api-key-file"), std::string::npos);
+    std::remove(p.c_str());
+  }
+  const std::string crlf = WriteTemp("tessera-key-crlf", "0123456789abcdef0123\r\nsecond line\n");
+  EXPECT_EQ(ReadInternalKeyFile(crlf).value(), "0123456789abcdef0123");
+  std::remove(crlf.c_str());
   std::remove(ok.c_str());
   std::remove(shorty.c_str());
 }

@@ -414,6 +414,68 @@ TEST_F(HttpServerTest, ApiKeysGuardNonPublicRoutes) {
   EXPECT_EQ(request("/nowhere", "Authorization: Bearer sk-first\r\n").result_int(), 404);
 }
 
+// RFC 9112 sections 6.1 and 6.3: a body length that two parsers could read
+// differently is a 400 and the connection closes, so a request smuggled in
+// the body is never served.
+TEST_F(HttpServerTest, AmbiguousBodyFramingIs400AndCloses) {
+  auto hits = std::make_shared<std::atomic<int>>(0);
+  StartServer({}, [hits](HttpServer& s) {
+    s.Handle(http::verb::post, "/echo", [hits](std::shared_ptr<HttpExchange> ex) {
+      ++*hits;
+      HttpResponse res{HttpStatus::ok, 11};
+      res.body() = "got " + ex->request().body();
+      ex->Send(std::move(res));
+    });
+    s.Handle(http::verb::get, "/secret", Reply("secret"));
+  });
+  const std::string smuggled = "GET /secret HTTP/1.1\r\nHost: test\r\n\r\n";
+  const std::string chunked_body = "5\r\nhello\r\n0\r\n\r\n";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"Transfer-Encoding: gzip\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n", smuggled},
+      {"Content-Length: " + std::to_string(smuggled.size()) + "\r\nTransfer-Encoding: gzip\r\n", smuggled},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", chunked_body},
+      {"Transfer-Encoding: gzip, chunked\r\n", chunked_body},
+      {"Transfer-Encoding: chunked, identity\r\n", chunked_body},
+      {"Transfer-Encoding: identity\r\n", smuggled},
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", chunked_body},
+      {"Content-Length: 5\r\nContent-Length: 5\r\n", "hello"},
+      {"Content-Length: 5, 5\r\n", "hello"},
+      {"Content-Length: 5\r\nContent-Length: 6\r\n", "hello!"},
+      {"Content-Length: +5\r\n", "hello"},
+  };
+  for (const auto& [headers, body] : refused) {
+    Client c(port());
+    ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: test\r\n" + headers + "\r\n" + body));
+    auto res = c.Read();
+    ASSERT_TRUE(res.has_value()) << headers;
+    EXPECT_EQ(res->result_int(), 400) << headers;
+    EXPECT_NE(res->body().find("malformed HTTP request"), std::string::npos) << res->body();
+    EXPECT_TRUE(c.WaitClosed()) << headers;
+  }
+  {  // HTTP/1.0 knows no Transfer-Encoding.
+    Client c(port());
+    ASSERT_TRUE(c.Send("POST /echo HTTP/1.0\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked_body));
+    auto res = c.Read();
+    ASSERT_TRUE(res.has_value());
+    EXPECT_EQ(res->result_int(), 400);
+  }
+  EXPECT_EQ(hits->load(), 0);
+  // Unambiguous framings still work, on one keep-alive connection.
+  Client c(port());
+  for (const std::string& te : {std::string("chunked"), std::string("Chunked"), std::string(" chunked ")}) {
+    ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding:" + te + "\r\n\r\n" + chunked_body));
+    auto res = c.Read();
+    ASSERT_TRUE(res.has_value()) << te;
+    EXPECT_EQ(res->result_int(), 200) << te;
+    EXPECT_EQ(res->body(), "got hello");
+  }
+  ASSERT_TRUE(c.Send("POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\nhello"));
+  auto res = c.Read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->body(), "got hello");
+  EXPECT_EQ(hits->load(), 4);
+}
+
 TEST(HttpServerApiKey, MatchesOnlyExactBearerTokens) {
   const std::vector<std::string> keys = {"abc", "longer-key"};
   EXPECT_TRUE(ApiKeyMatches("Bearer abc", keys));
