@@ -19,6 +19,7 @@ RouterServeOptions RouterFromFlags(const ServeFlags& f) {
           .drain_timeout_s = f.drain_timeout_s,
           .grpc_port = f.grpc_port,
           .max_pending_requests = f.max_pending_requests,
+          .internal_api_key_file = f.internal_api_key_file,
           .internal_api_key = f.internal_api_key,
           .flags = f.router};
 }

@@ -54,7 +54,7 @@ std::string Unhex(const std::string& hex) {
 TEST(UcxAgentPeer, DISABLED_Serve) {
   const char* out = std::getenv("TESSERA_UCX_PEER");
   if (out == nullptr) GTEST_SKIP() << "only run as the peer process of the UcxAgent tests";
-  auto agent = UcxAgent::Create({"tcp"});
+  auto agent = UcxAgent::Create({.tls = "tcp", .host = "127.0.0.1"});
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   std::vector<char> buf(kPeerBytes, 'p');
   auto region = (*agent)->Register(buf.data(), buf.size());
@@ -134,7 +134,7 @@ void StartPeer(Peer* peer) {
 TEST(UcxAgentTest, GetEndsAtItsDeadlineWhenThePeerIsFrozen) {
   Peer peer;
   ASSERT_NO_FATAL_FAILURE(StartPeer(&peer));
-  auto agent = UcxAgent::Create({"tcp"});
+  auto agent = UcxAgent::Create({.tls = "tcp", .host = "127.0.0.1"});
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   std::vector<char> local(kPeerBytes, 0);
   // The peer answers: the endpoint is up and the bytes arrive.
@@ -171,7 +171,7 @@ TEST(UcxAgentTest, APeerThatDiesBetweenReadsLeavesNoEndpoint) {
   Peer gone, other;
   ASSERT_NO_FATAL_FAILURE(StartPeer(&gone));
   ASSERT_NO_FATAL_FAILURE(StartPeer(&other));
-  auto agent = UcxAgent::Create({"tcp"});
+  auto agent = UcxAgent::Create({.tls = "tcp", .host = "127.0.0.1"});
   ASSERT_TRUE(agent.ok()) << agent.status().ToString();
   std::vector<char> local(4096, 0);
   auto read = [&](const Peer& peer) {
