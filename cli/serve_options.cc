@@ -132,6 +132,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.drain_timeout = std::chrono::seconds(f.drain_timeout_s);
   o.serving.loop = LoopFromFlags(f, std::move(speculative));
   o.serving.max_in_flight = f.max_pending_requests;
+  o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {
