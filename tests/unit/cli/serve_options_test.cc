@@ -77,6 +77,7 @@ TEST(ServeOptionsTest, Defaults) {
   EXPECT_EQ(l.parallel.timeout, std::chrono::milliseconds(60000));
   EXPECT_EQ(o->serving.max_in_flight, 1024);
   EXPECT_EQ(o->serving.metrics, nullptr);
+  EXPECT_FALSE(o->serving.chat_content_special_tokens);  // client special-token text stays plain text
 
   EXPECT_FALSE(o->kv_events.has_value());
   EXPECT_FALSE(o->tool_parser.has_value());
@@ -209,7 +210,7 @@ TEST(ServeOptionsTest, KvTiers) {
 TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   StatusOr<ServeOptions> o = FromArgs(
       {"--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})",
-       "--tool-call-parser", "hermes",
+       "--tool-call-parser", "hermes", "--chat-template-content-special-tokens",
        "--reasoning-parser", "qwen3", "--kv-events-config",
        R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"})"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -218,6 +219,7 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   EXPECT_EQ(o->serving.loop.speculative->prompt_lookup_max, 4);
   EXPECT_EQ(o->tool_parser, openai::tools::ToolParserKind::kHermes);
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kQwen3);
+  EXPECT_TRUE(o->serving.chat_content_special_tokens);
   ASSERT_TRUE(o->kv_events.has_value());
   EXPECT_EQ(o->kv_events->config.topic, "kv");
   EXPECT_EQ(o->kv_events->medium, "CPU");
