@@ -5,6 +5,8 @@
 //               "add_generation_prompt": bool, "kwargs": {...}}
 // Output line: {"id": any, "ok": true, "text": "..."} or
 //              {"id": any, "ok": false, "error": "..."}
+// With --tokenizer DIR, as the server renders a chat: "ids" too, and the
+// client's special-token text kept as plain text (RenderChatPromptTokens).
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -15,7 +17,9 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "server/serving/input_processor.h"
 #include "text/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -25,6 +29,7 @@ using ojson = nlohmann::ordered_json;
 struct RenderChatArgs {
   std::string tokenizer_config;
   std::string template_file;
+  std::string tokenizer_dir;  // with it: ids, as the server tokenizes a chat
   std::string input;
   std::string output;
   int64_t now = -1;
@@ -50,6 +55,10 @@ Status RunRenderChat(const RenderChatArgs& args) {
     ct = text::ChatTemplate::FromTokenizerConfigFile(args.tokenizer_config);
   }
   if (!ct.ok()) return ct.status();
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  if (!args.tokenizer_dir.empty()) {
+    ASSIGN_OR_RETURN(tokenizer, text::Tokenizer::FromDirectory(args.tokenizer_dir));
+  }
 
   std::ifstream in(args.input, std::ios::binary);
   if (!in) return NotFound(args.input + ": cannot open");
@@ -77,6 +86,20 @@ Status RunRenderChat(const RenderChatArgs& args) {
     text::ChatRenderOptions opts;
     opts.now_unix_seconds = args.now;
     opts.template_name = req.value("template_name", std::string());
+    if (tokenizer) {
+      StatusOr<ChatPrompt> p = RenderChatPromptTokens(
+          *tokenizer, {.chat_template = &*ct, .model_name = "render-chat", .messages = messages, .tools = tools,
+                       .add_generation_prompt = agp, .template_kwargs = kwargs});
+      resp["ok"] = p.ok();
+      if (p.ok()) {
+        resp["text"] = p->text;
+        resp["ids"] = p->ids;
+      } else {
+        resp["error"] = p.status().message();
+      }
+      *out << resp.dump(-1, ' ', false, ojson::error_handler_t::replace) << "\n";
+      continue;
+    }
     StatusOr<std::string> text = ct->Render(messages, tools, agp, kwargs, opts);
     resp["ok"] = text.ok();
     if (text.ok()) resp["text"] = *text;
@@ -99,6 +122,9 @@ void AddRenderChatCommand(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--output", args->output, "JSON lines output (default stdout)");
   cmd->add_option("--now", args->now, "UNIX time for strftime_now (default: the clock)");
+  cmd->add_option("--tokenizer", args->tokenizer_dir,
+                  "directory with tokenizer.json: also output the ids, as the server tokenizes a chat (special-token "
+                  "text in the messages as plain text; --now does not apply)");
   cmd->callback([=] {
     if (args->tokenizer_config.empty() && args->template_file.empty()) {
       spdlog::error("render-chat needs --tokenizer-config or --template-file");

@@ -253,6 +253,9 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "split <think>...</think> off chat output into reasoning_content: qwen3, deepseek_r1 "
                   "(default: off)")
       ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_flag("--chat-template-content-special-tokens", f->chat_template_content_special_tokens,
+                "chat: special-token text in message content, tool results and tool calls becomes the model's "
+                "control tokens, as HF's apply_chat_template + encode does (default: plain text, as OpenAI)");
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");

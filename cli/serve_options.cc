@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "engine/parallel/shard/rank_group.h"
 #include "server/kv_events/kv_events_config.h"
 
@@ -78,10 +80,36 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
   return l;
 }
 
+// Speculative decoding runs on one rank of a unified instance. Refused where
+// no test shows outputs equal to speculation off: through a rank group (a
+// draft model would also run unsharded beside rank 0's shard), and on blocks
+// pulled from a prefill or a peer (PD, --kv-peer-fetch), which bring the
+// target's KV only, never the draft model's (docs/architecture.md,
+// "Parallelism" and "Disaggregation").
+Status CheckSpeculativeCombinations(const ServeFlags& f) {
+  if (f.speculative_config.empty()) return Status::Ok();
+  if (f.role != "unified") {
+    return InvalidArgument("serve: --speculative-config with --role " + f.role +
+                           " is not supported (speculative decoding runs on --role unified instances)");
+  }
+  if (f.kv_peer_fetch) {
+    return InvalidArgument("serve: --speculative-config with --kv-peer-fetch is not supported (fetched blocks carry "
+                           "no draft KV)");
+  }
+  if (f.tensor_parallel_size * f.data_parallel_size > 1) {
+    return InvalidArgument(fmt::format(
+        "serve: --speculative-config with --tensor-parallel-size {} / --data-parallel-size {}{} is not supported "
+        "(speculative decoding runs on one rank)",
+        f.tensor_parallel_size, f.data_parallel_size, f.enable_expert_parallel ? " --enable-expert-parallel" : ""));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   ASSIGN_OR_RETURN(std::optional<SpeculativeConfig> speculative, ValidateServeFlags(f));
+  RETURN_IF_ERROR(CheckSpeculativeCombinations(f));
   ServeOptions o;
   o.role = f.role;
   if (f.role == "router") {
@@ -114,6 +142,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.drain_timeout = std::chrono::seconds(f.drain_timeout_s);
   o.serving.loop = LoopFromFlags(f, std::move(speculative));
   o.serving.max_in_flight = f.max_pending_requests;
+  o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {

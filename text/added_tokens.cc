@@ -49,7 +49,8 @@ int32_t AddedTokenMatcher::Child(int32_t node, uint8_t b) const {
   return (it != ch.end() && it->first == b) ? it->second : -1;
 }
 
-int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t* len) const {
+int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t no_special_before,
+                                     size_t* len) const {
   int32_t node = 0, best = -1;
   for (size_t j = pos; j < text.size(); ++j) {
     node = Child(node, static_cast<uint8_t>(text[j]));
@@ -57,7 +58,7 @@ int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t* 
     if (nodes_[node].token >= 0) {
       const AddedToken& t = tokens_[nodes_[node].token];
       const size_t end = j + 1;
-      bool ok = true;
+      bool ok = !(t.special && end > no_special_before);
       if (t.single_word) {
         if (pos > 0 && IsWordChar(CodePointBefore(text, pos))) ok = false;
         size_t k = end;
@@ -72,7 +73,8 @@ int32_t AddedTokenMatcher::LongestAt(std::string_view text, size_t pos, size_t* 
   return best;
 }
 
-std::vector<AddedTokenMatcher::Piece> AddedTokenMatcher::Split(std::string_view text) const {
+std::vector<AddedTokenMatcher::Piece> AddedTokenMatcher::Split(std::string_view text,
+                                                               std::span<const TextSpan> plain_spans) const {
   std::vector<Piece> out;
   if (tokens_.empty()) {
     out.push_back({text, -1});
@@ -80,6 +82,13 @@ std::vector<AddedTokenMatcher::Piece> AddedTokenMatcher::Split(std::string_view 
   }
   size_t start = 0;  // start of the pending plain text
   size_t i = 0;
+  size_t next_plain = 0;  // first of plain_spans not entirely before i
+  // A special token starting at i must end at or before the next plain span's begin.
+  auto no_special_before = [&] {
+    while (next_plain < plain_spans.size() && plain_spans[next_plain].end <= i) ++next_plain;
+    if (next_plain == plain_spans.size()) return text.size();
+    return plain_spans[next_plain].begin <= i ? i : plain_spans[next_plain].begin;
+  };
   bool strip_next_left = false;  // previous token has rstrip
   auto flush_plain = [&](size_t end, bool strip_right) {
     std::string_view plain = text.substr(start, end - start);
@@ -93,7 +102,7 @@ std::vector<AddedTokenMatcher::Piece> AddedTokenMatcher::Split(std::string_view 
       continue;
     }
     size_t len = 0;
-    const int32_t tok = LongestAt(text, i, &len);
+    const int32_t tok = LongestAt(text, i, no_special_before(), &len);
     if (tok < 0) {
       ++i;
       continue;

@@ -5,12 +5,20 @@
 // not touching word characters). Immutable after construction; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace tessera::text {
+
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+};
 
 struct AddedToken {
   int32_t id = -1;
@@ -33,8 +41,11 @@ class AddedTokenMatcher {
     int32_t token = -1;     // index into tokens() for added-token pieces, else -1
   };
   // Splits `text` into plain pieces and added-token pieces, in order. Plain
-  // pieces may be empty after stripping and are then omitted.
-  std::vector<Piece> Split(std::string_view text) const;
+  // pieces may be empty after stripping and are then omitted. A special token
+  // whose bytes touch one of `plain_spans` (sorted, disjoint) is not
+  // recognized there: that text stays plain, as with HF's
+  // split_special_tokens; non-special added tokens are found everywhere.
+  std::vector<Piece> Split(std::string_view text, std::span<const TextSpan> plain_spans = {}) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
   bool empty() const { return tokens_.empty(); }
@@ -46,7 +57,8 @@ class AddedTokenMatcher {
   };
   int32_t Child(int32_t node, uint8_t b) const;
   // Longest match starting at `pos`: returns token index or -1, sets *len.
-  int32_t LongestAt(std::string_view text, size_t pos, size_t* len) const;
+  // `no_special_before`: special tokens ending after this offset are skipped.
+  int32_t LongestAt(std::string_view text, size_t pos, size_t no_special_before, size_t* len) const;
 
   std::vector<AddedToken> tokens_;
   std::vector<Node> nodes_;

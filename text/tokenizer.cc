@@ -15,16 +15,32 @@ Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+  return Encode(text, add_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens,
+                                       std::span<const TextSpan> plain_spans) const {
   std::string repaired;
+  std::vector<TextSpan> repaired_spans;
   if (!IsValidUtf8(text)) {
-    repaired = RepairUtf8(text);
+    // Repaired piece by piece at the span boundaries, so the spans map onto the repaired text.
+    size_t at = 0;
+    for (const TextSpan& span : plain_spans) {
+      repaired += RepairUtf8(text.substr(at, span.begin - at));
+      const size_t begin = repaired.size();
+      repaired += RepairUtf8(text.substr(span.begin, span.end - span.begin));
+      repaired_spans.push_back({begin, repaired.size()});
+      at = span.end;
+    }
+    repaired += RepairUtf8(text.substr(at));
     text = repaired;
+    plain_spans = repaired_spans;
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
   if (add_special_tokens) ids.insert(ids.end(), template_.prefix.begin(), template_.prefix.end());
   bool first = true;
-  for (const AddedTokenMatcher::Piece& p : raw_matcher_.Split(text)) {
+  for (const AddedTokenMatcher::Piece& p : raw_matcher_.Split(text, plain_spans)) {
     if (p.token >= 0) {
       ids.push_back(raw_matcher_.tokens()[p.token].id);
     } else {

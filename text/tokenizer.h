@@ -60,6 +60,14 @@ class Tokenizer {
 
   // Token ids of `text`; with add_special_tokens, BOS/EOS per the template.
   std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens = true) const;
+  // The same, except that special-token text touching one of `plain_spans`
+  // (byte ranges of `text`, sorted and disjoint) is tokenized as plain text,
+  // as HF's split_special_tokens / llama.cpp's parse_special = false do for a
+  // whole input: how client text inside a rendered chat template stays text
+  // (special_text.h). Spans over text that is not valid UTF-8 are kept
+  // through the U+FFFD repair.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens,
+                              std::span<const TextSpan> plain_spans) const;
   // Text of `ids`; fails on an id outside the vocabulary.
   StatusOr<std::string> Decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
 
@@ -69,6 +77,9 @@ class Tokenizer {
   // One past the largest valid id.
   int32_t vocab_size() const { return vocab_size_; }
   bool IsSpecial(int32_t id) const;
+  // The special added tokens as plain substrings (no lstrip/rstrip/single_word):
+  // finds special-token text in client strings (special_text.h).
+  const AddedTokenMatcher& special_text_matcher() const { return special_text_matcher_; }
   // The raw bytes token `id` adds to decoded text (byte-level and byte-fallback
   // tokens mapped back to bytes, which may be part of a UTF-8 character;
   // SentencePiece's U+2581 as a space), for constrained decoding. nullopt for
@@ -95,7 +106,8 @@ class Tokenizer {
   std::unique_ptr<Decoder> decoder_;
   SpecialTokenTemplate template_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
-  AddedTokenMatcher normalized_matcher_;  // matched after normalization
+  AddedTokenMatcher normalized_matcher_;  // matched after normalization (never special tokens)
+  AddedTokenMatcher special_text_matcher_;
   std::unordered_map<int32_t, AddedToken> added_by_id_;
   std::vector<uint8_t> special_;          // by id
   int32_t vocab_size_ = 0;

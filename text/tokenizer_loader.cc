@@ -82,6 +82,11 @@ Status TokenizerLoader::LoadAddedTokens(const Json& tj, Tokenizer* t) {
   }
   t->raw_matcher_ = AddedTokenMatcher(raw);
   t->normalized_matcher_ = AddedTokenMatcher(normalized);
+  std::vector<AddedToken> special;
+  for (const AddedToken& a : raw) {
+    if (a.special) special.push_back({.id = a.id, .content = a.content, .special = true});
+  }
+  t->special_text_matcher_ = AddedTokenMatcher(special);
   return Status::Ok();
 }
 

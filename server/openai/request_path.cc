@@ -49,6 +49,21 @@ Json TemplateMessages(const RequestModel& model, const Json& messages) {
   return model.chat_template ? tools::MessagesForTemplate(messages, *model.chat_template) : messages;
 }
 
+// What RenderChatPromptTokens renders for a chat or chat /tokenize request.
+ChatPromptInput ChatInput(const RequestModel& model, const Json& messages, const Json& tools,
+                          bool add_generation_prompt, const Json& template_kwargs, bool add_special_tokens,
+                          bool continue_final_message) {
+  return {.chat_template = model.chat_template,
+          .model_name = model.limits.served_model_name,
+          .messages = TemplateMessages(model, messages),
+          .tools = tools,
+          .add_generation_prompt = add_generation_prompt,
+          .continue_final_message = continue_final_message,
+          .template_kwargs = template_kwargs,
+          .add_special_tokens = add_special_tokens,
+          .content_special_tokens = model.chat_content_special_tokens};
+}
+
 // tool_choice "required" / a named function: the grammar of the calls
 // becomes the request's constraint (ToolCallGrammar), so the output always
 // parses into calls.
@@ -86,6 +101,7 @@ RequestModel RequestModelOf(const ServingEngine& engine) {
   m.chat_template = engine.chat_template();
   m.limits = {engine.served_model_name(), engine.limits()};
   m.structured = engine.structured_outputs();
+  m.chat_content_special_tokens = engine.chat_content_special_tokens();
   return m;
 }
 
@@ -101,6 +117,8 @@ std::optional<ApiError> PrepareParsedCompletion(const RequestModel& model, Compl
   p.request = std::move(request);
   CompletionRequest& req = p.request;
   if (auto err = CompileStructuredOutput(req.structured, model.structured, &req.params)) return err;
+  // A raw prompt is the client's own text: special-token text in it is parsed, as vLLM does
+  // (docs/architecture.md, "Validation"); only chat content is kept plain.
   for (PromptInput& prompt : req.prompts) {  // token ids move to the input; text stays (echo)
     std::vector<int32_t> ids =
         prompt.text ? model.tokenizer->Encode(*prompt.text, req.add_special_tokens) : std::move(prompt.token_ids);
@@ -130,27 +148,17 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
                       "send tool_choice \"none\"",
                       "tool_choice");
   }
-  StatusOr<std::string> prompt =
-      RenderChatPrompt(model.chat_template, model.limits.served_model_name, TemplateMessages(model, req.messages),
-                       req.tools, req.add_generation_prompt && !req.continue_final_message, req.template_kwargs);
+  StatusOr<ChatPrompt> prompt = RenderChatPromptTokens(
+      *model.tokenizer, ChatInput(model, req.messages, req.tools, req.add_generation_prompt, req.template_kwargs,
+                                  req.add_special_tokens, req.continue_final_message));
   if (!prompt.ok()) return RenderError(prompt.status());
-  if (req.continue_final_message) {
-    // Cut what the template appended after the final message (end-of-turn tokens).
-    const Json& last = req.messages.back();
-    auto content_it = last.find("content");
-    const std::string content =
-        content_it != last.end() && content_it->is_string() ? content_it->get<std::string>() : std::string();
-    const size_t at = content.empty() ? std::string::npos : prompt->rfind(content);
-    if (at != std::string::npos) prompt->resize(at + content.size());
-  }
-  std::vector<int32_t> ids = model.tokenizer->Encode(*prompt, req.add_special_tokens);
-  if (ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
-  if (auto err = ProcessPrompt(model, std::move(ids), req, "messages", &p.input)) return err;
+  if (prompt->ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
+  if (auto err = ProcessPrompt(model, std::move(prompt->ids), req, "messages", &p.input)) return err;
   p.output.tool_choice = req.tool_choice;
   p.output.tool_parser = model.output.tool_parser;
   p.output.parallel_tool_calls = req.parallel_tool_calls;
   p.output.reasoning_parser = model.output.reasoning_parser;
-  p.output.prompt_opened_think = tools::PromptOpensThink(*prompt);
+  p.output.prompt_opened_think = tools::PromptOpensThink(prompt->text);
   if (req.tool_choice.mode == tools::ToolChoiceMode::kRequired || req.tool_choice.mode == tools::ToolChoiceMode::kNamed) {
     if (auto err = ForceToolCalls(model, p.output, &p.request)) return err;
   }
@@ -171,16 +179,17 @@ std::optional<ApiError> PrepareTokenize(const RequestModel& model, std::string_v
 
 std::optional<ApiError> PrepareParsedTokenize(const RequestModel& model, const TokenizeRequest& request,
                                               std::vector<int32_t>* ids) {
-  std::string text = request.prompt;
   if (request.is_chat) {
-    StatusOr<std::string> rendered =
-        RenderChatPrompt(model.chat_template, model.limits.served_model_name,
-                         TemplateMessages(model, request.messages), request.tools, request.add_generation_prompt,
-                         request.template_kwargs);
-    if (!rendered.ok()) return RenderError(rendered.status());
-    text = std::move(*rendered);
+    StatusOr<ChatPrompt> prompt = RenderChatPromptTokens(
+        *model.tokenizer, ChatInput(model, request.messages, request.tools, request.add_generation_prompt,
+                                    request.template_kwargs, request.add_special_tokens,
+                                    request.continue_final_message));
+    if (!prompt.ok()) return RenderError(prompt.status());
+    *ids = std::move(prompt->ids);
+    return std::nullopt;
   }
-  *ids = model.tokenizer->Encode(text, request.add_special_tokens);
+  // A raw prompt is the client's own text: special-token text in it is parsed (as vLLM does).
+  *ids = model.tokenizer->Encode(request.prompt, request.add_special_tokens);
   return std::nullopt;
 }
 

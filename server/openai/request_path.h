@@ -38,6 +38,9 @@ struct RequestModel {
   // RequestModelOf leaves it off.
   tools::ChatOutputConfig output;
   structured::StructuredOutputs* structured = nullptr;  // null: structured outputs are refused (400)
+  // --chat-template-content-special-tokens: special-token text in chat
+  // messages becomes control tokens (HF's default) instead of plain text.
+  bool chat_content_special_tokens = false;
 };
 
 RequestModel RequestModelOf(const ServingEngine& engine);

@@ -273,6 +273,7 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   }
   engine->created_unix_ = static_cast<int64_t>(std::time(nullptr));
   engine->max_in_flight_ = options.max_in_flight;
+  engine->chat_content_special_tokens_ = options.chat_content_special_tokens;
   return engine;
 }
 

@@ -51,6 +51,8 @@ struct ServingOptions {
   // RESOURCE_EXHAUSTED (HTTP 429, gRPC RESOURCE_EXHAUSTED).
   int64_t max_in_flight = 1024;
   ServingMetrics* metrics = nullptr;  // not owned; may be null
+  // --chat-template-content-special-tokens (input_processor.h, ChatPromptInput).
+  bool chat_content_special_tokens = false;
 };
 
 // One token with its log-probability, as both APIs report it.
@@ -149,6 +151,7 @@ class ServingEngine {
   // (thread-safe; lives as long as the engine).
   structured::StructuredOutputs* structured_outputs() const { return structured_.get(); }
   const std::string& served_model_name() const { return served_model_name_; }
+  bool chat_content_special_tokens() const { return chat_content_special_tokens_; }
   int64_t created_unix() const { return created_unix_; }
   // Text of one token for logprob reports (see LogprobEntry).
   LogprobEntry MakeLogprobEntry(int32_t token_id, float logprob) const;
@@ -190,6 +193,7 @@ class ServingEngine {
   std::string served_model_name_;
   int64_t created_unix_ = 0;
   int64_t max_in_flight_ = 0;
+  bool chat_content_special_tokens_ = false;
   ServingMetrics* metrics_ = nullptr;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> draining_{false};

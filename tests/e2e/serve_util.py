@@ -28,6 +28,15 @@ READY_TIMEOUT = 60   # seconds for a server to load and warm up
 EXIT_TIMEOUT = 15    # seconds for a server to exit after SIGTERM
 HTTP_TIMEOUT = 30    # seconds per HTTP request
 PROMPT = [9707, 11, 1879, 0, 576, 374]  # token ids of "Hello, world! The is"
+# Exit status of a test that could not run (a dependency is missing): ctest reports it
+# skipped (SKIP_RETURN_CODE, tests/CMakeLists.txt), never passed.
+SKIP = 77
+
+
+def skip_test(why):
+    """Says why the whole test cannot run here; main() returns what this returns."""
+    print(f"SKIP: {why}", flush=True)
+    return SKIP
 
 
 class Results:
@@ -36,6 +45,7 @@ class Results:
     def __init__(self):
         self.passed = 0
         self.failed = 0
+        self.skipped = []  # names of checks that could not run here
         self.server = None  # a Server whose log tail is printed when a check fails
         self._last_tail = None
 
@@ -64,10 +74,17 @@ class Results:
         print(f"PASS {name}" + (f" ({dt:.1f}s)" if dt >= 1.0 else ""), flush=True)
         return True
 
+    def skip(self, name, why):
+        """A check that cannot run here (a missing dependency): a SKIP line, and the test
+        exits SKIP unless another check failed, so ctest shows it skipped, not passed."""
+        self.skipped.append(name)
+        print(f"SKIP {name}: {why}", flush=True)
+
     def summary(self, start):
         print(f"({time.time() - start:.1f}s)")
-        print(f"{self.passed} passed, {self.failed} failed", flush=True)
-        return 1 if self.failed else 0
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        print(f"{self.passed} passed, {self.failed} failed{skipped}", flush=True)
+        return 1 if self.failed else SKIP if self.skipped else 0
 
 
 def e2e_args(doc):

@@ -18,7 +18,9 @@ rendered objects:
     --nnodes == the ranks of -tp x -dp;
   - Services, PDBs, HPAs, ScaledObjects, ServiceMonitors and InferencePools point at what exists;
   - the Grafana dashboard, the alerts and the endpoint picker name only metrics that a running
-    tiny server (MoE, speculative decoding on) exports.
+    tiny server (MoE, speculative decoding on) exports; the picker's EndpointPickerConfig
+    validates as llm-d.ai/v1alpha1 (the deprecated group is refused) and the picker gets no flag
+    it refuses.
 Needs kubectl (Debian's kubernetes-client or any kubectl with kustomize), python3-yaml and the
 npm packages of scripts/npm-package.json.
 
@@ -186,6 +188,24 @@ def mounted_secret(tmpl, container, path, workdir):
                 f.write(TEST_INTERNAL_KEY + "\n")
             return out, vol["secret"]["secretName"]
     raise AssertionError(f"{path} is not under any volumeMount")
+
+
+# The llm-d router's endpoint picker (v0.10) and the flags it refuses at start ("configure metrics
+# via engineConfigs in EndpointPickerConfig instead").
+EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker"
+REMOVED_EPP_FLAGS = ("--total-queued-requests-metric", "--total-running-requests-metric",
+                     "--kv-cache-usage-percentage-metric", "--lora-info-metric", "--cache-info-metric")
+
+
+def epp_config(objs, epp):
+    """The EndpointPickerConfig the picker reads: --config-file in the ConfigMap mounted there."""
+    spec = epp["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    path = arg_value(c["args"], "--config-file")
+    mount = next(m for m in c["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/"))
+    vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    cm = find(objs, "ConfigMap", vol["configMap"]["name"])[0]
+    return yaml.safe_load(cm["data"][os.path.relpath(path, mount["mountPath"])])
 
 
 def arg_value(args, flag):
@@ -752,13 +772,38 @@ def main():
         res.run("HPA metric is the adapter's name for an exported metric; KEDA query too", scalers)
 
         def picker():
-            epp = find(rendered["overlays/gateway"], "Deployment", "tessera-epp")[0]
-            args = epp["spec"]["template"]["spec"]["containers"][0]["args"]
-            for flag in ("--total-queued-requests-metric", "--kv-cache-usage-percentage-metric"):
-                value = arg_value(args, flag)
-                assert value, f"EPP has no {flag} (its default is vLLM's name)"
-                assert value in exported, f"{flag}={value} is not exported"
-        res.run("endpoint picker reads exported metric names", picker)
+            gw = rendered["overlays/gateway"]
+            epp = find(gw, "Deployment", "tessera-epp")[0]
+            container = epp["spec"]["template"]["spec"]["containers"][0]
+            args = container["args"]
+            # The llm-d router's picker refuses the older metric-name flags: the names are in its config.
+            for flag in REMOVED_EPP_FLAGS:
+                assert arg_value(args, flag) is None, f"EPP passes {flag}, which the picker refuses"
+            assert container["image"].startswith(EPP_IMAGE + ":"), container["image"]
+            conf = epp_config(gw, epp)
+            rc, out = validate([conf], work, "epp_config")
+            assert rc == 0, out[-2000:]
+            defined = {p.get("name", p["type"]) for p in conf["plugins"]}
+            for prof in conf["schedulingProfiles"]:
+                refs = {p["pluginRef"] for p in prof["plugins"]}
+                assert refs <= defined, f"profile {prof['name']} names undefined plugins {sorted(refs - defined)}"
+            ext = next(p for p in conf["plugins"] if p["type"] == "core-metrics-extractor")["parameters"]
+            engine = next(e for e in ext["engineConfigs"] if e["name"] == ext["defaultEngine"])
+            for key in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec"):
+                assert engine.get(key), f"engine {engine['name']} has no {key} (the picker would read vLLM's name)"
+                names_exported(f"EPP {key}", engine[key])
+        res.run("endpoint picker: llm-d.ai/v1alpha1 config valid, reads exported metric names", picker)
+
+        def picker_refuses_deprecated():
+            conf = epp_config(rendered["overlays/gateway"], find(rendered["overlays/gateway"], "Deployment",
+                                                                   "tessera-epp")[0])
+            old = dict(conf, apiVersion="inference.networking.x-k8s.io/v1alpha1")
+            typo = dict(conf, schedulingProfile=conf["schedulingProfiles"])
+            for bad in (old, typo):
+                rc, out = validate([bad], work, "bad_epp")
+                assert rc == 1 and "INVALID" in out, f"accepted {bad['apiVersion']}: {out[-500:]}"
+        res.run("the validator refuses the deprecated EndpointPickerConfig group and unknown fields",
+                picker_refuses_deprecated)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return res.summary(start)

@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, get_metrics, request, synth_model  # noqa: E402
+from serve_util import Results, Server, get_metrics, request, skip_test, synth_model  # noqa: E402
 
 BENCH_TIMEOUT = 120  # seconds per tessera-bench invocation
 
@@ -34,8 +34,7 @@ def main():
     tessera = os.path.abspath(args.tessera)
     bench = os.path.join(os.path.dirname(tessera), "bench", "tessera-bench")
     if not os.path.exists(bench):
-        print(f"SKIP: {bench} not built (TESSERA_BUILD_BENCH=OFF)")
-        return 0
+        return skip_test(f"{bench} not built (TESSERA_BUILD_BENCH=OFF)")
     res = Results()
     with tempfile.TemporaryDirectory(prefix="tessera-bench-e2e-") as work:
         model = synth_model(tessera, work)

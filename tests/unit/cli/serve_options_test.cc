@@ -77,6 +77,7 @@ TEST(ServeOptionsTest, Defaults) {
   EXPECT_EQ(l.parallel.timeout, std::chrono::milliseconds(60000));
   EXPECT_EQ(o->serving.max_in_flight, 1024);
   EXPECT_EQ(o->serving.metrics, nullptr);
+  EXPECT_FALSE(o->serving.chat_content_special_tokens);  // client special-token text stays plain text
 
   EXPECT_FALSE(o->kv_events.has_value());
   EXPECT_FALSE(o->tool_parser.has_value());
@@ -266,18 +267,16 @@ TEST(ServeOptionsTest, KvTiers) {
 TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   StatusOr<ServeOptions> o = FromArgs(
       {"--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})",
-       "--tensor-parallel-size", "2", "--parallel-timeout", "1.5", "--tool-call-parser", "hermes",
+       "--tool-call-parser", "hermes", "--chat-template-content-special-tokens",
        "--reasoning-parser", "qwen3", "--kv-events-config",
        R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"})"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_TRUE(o->serving.loop.speculative.has_value());
   EXPECT_EQ(o->serving.loop.speculative->num_speculative_tokens, 3);
   EXPECT_EQ(o->serving.loop.speculative->prompt_lookup_max, 4);
-  EXPECT_EQ(o->serving.loop.parallel.tensor_parallel_size, 2);
-  EXPECT_EQ(o->serving.loop.parallel.timeout, std::chrono::milliseconds(1500));
-  EXPECT_EQ(o->serving.loop.parallel.launch.timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o->tool_parser, openai::tools::ToolParserKind::kHermes);
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kQwen3);
+  EXPECT_TRUE(o->serving.chat_content_special_tokens);
   ASSERT_TRUE(o->kv_events.has_value());
   EXPECT_EQ(o->kv_events->config.topic, "kv");
   EXPECT_EQ(o->kv_events->medium, "CPU");
@@ -285,6 +284,38 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   o = FromArgs({"--kv-events-config", R"({"enable_kv_cache_events": false})"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_FALSE(o->kv_events.has_value());
+  o = FromArgs({"--tensor-parallel-size", "2", "--parallel-timeout", "1.5"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->serving.loop.parallel.tensor_parallel_size, 2);
+  EXPECT_EQ(o->serving.loop.parallel.timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(o->serving.loop.parallel.launch.timeout, std::chrono::milliseconds(1500));
+}
+
+// Speculation runs on one rank of a unified instance; every other placement
+// is refused at start, naming the flags (no exactness test covers them).
+TEST(ServeOptionsTest, SpeculationOutsideOneUnifiedRankIsRefused) {
+  const std::string spec = R"({"method": "ngram", "num_speculative_tokens": 2})";
+  const std::string draft = R"({"method": "draft_model", "model": "/d", "num_speculative_tokens": 2})";
+  for (const std::string role : {"prefill", "decode", "router"}) {
+    EXPECT_EQ(Refusal({"--speculative-config", spec, "--role", role}),
+              "serve: --speculative-config with --role " + role +
+                  " is not supported (speculative decoding runs on --role unified instances)");
+  }
+  EXPECT_EQ(Refusal({"--speculative-config", draft, "--role", "decode"}),
+            "serve: --speculative-config with --role decode is not supported (speculative decoding runs on "
+            "--role unified instances)");
+  EXPECT_EQ(Refusal({"--speculative-config", spec, "--kv-peer-fetch"}),
+            "serve: --speculative-config with --kv-peer-fetch is not supported (fetched blocks carry no draft KV)");
+  EXPECT_EQ(Refusal({"--speculative-config", spec, "--tensor-parallel-size", "2"}),
+            "serve: --speculative-config with --tensor-parallel-size 2 / --data-parallel-size 1 is not supported "
+            "(speculative decoding runs on one rank)");
+  EXPECT_EQ(Refusal({"--speculative-config", draft, "--data-parallel-size", "2", "--enable-expert-parallel"}),
+            "serve: --speculative-config with --tensor-parallel-size 1 / --data-parallel-size 2 "
+            "--enable-expert-parallel is not supported (speculative decoding runs on one rank)");
+  // One rank of a unified instance keeps speculation, expert parallel flag or not.
+  EXPECT_EQ(Refusal({"--speculative-config", spec}), "");
+  EXPECT_EQ(Refusal({"--speculative-config", draft}), "");
+  EXPECT_EQ(Refusal({"--speculative-config", spec, "--enable-expert-parallel"}), "");
 }
 
 TEST(ServeOptionsTest, RefusedCombinationsNameTheFlag) {
