@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <strings.h>
@@ -27,13 +28,25 @@ class Fd {
 
 Status Unavailable(const std::string& m) { return Status(StatusCode::kUnavailable, m); }
 
-bool WaitFor(int fd, short events, std::chrono::milliseconds timeout) {
-  pollfd p{fd, events, 0};
-  int r;
-  do {
-    r = poll(&p, 1, static_cast<int>(timeout.count()));
-  } while (r < 0 && errno == EINTR);
-  return r > 0;
+// Waits in slices of at most 250 ms so `abandon` is polled; false on timeout
+// or when abandoned (*abandoned says which).
+bool WaitFor(int fd, short events, std::chrono::milliseconds timeout, const std::function<bool()>& abandon,
+             bool* abandoned) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  constexpr std::chrono::milliseconds kSlice{250};
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int r = poll(&p, 1, static_cast<int>(std::min(left, kSlice).count()));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+    if (abandon && abandon()) {
+      *abandoned = true;
+      return false;
+    }
+  }
 }
 
 }  // namespace
@@ -64,13 +77,16 @@ Status HttpCall(const std::string& host, int port, const std::string& method, co
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) {
     return Unavailable("cannot resolve " + peer);
   }
+  bool abandoned = false;
   Fd fd(socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   int rc = fd.get() < 0 ? -1 : connect(fd.get(), res->ai_addr, res->ai_addrlen);
   freeaddrinfo(res);
   if (fd.get() < 0) return Unavailable("socket: " + std::string(std::strerror(errno)));
   if (rc != 0) {
     if (errno != EINPROGRESS) return Unavailable("connect to " + peer + ": " + std::strerror(errno));
-    if (!WaitFor(fd.get(), POLLOUT, options.connect_timeout)) return Unavailable("connect to " + peer + ": timeout");
+    if (!WaitFor(fd.get(), POLLOUT, options.connect_timeout, options.abandon, &abandoned)) {
+      return Unavailable("connect to " + peer + (abandoned ? ": abandoned" : ": timeout"));
+    }
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -83,7 +99,9 @@ Status HttpCall(const std::string& host, int port, const std::string& method, co
   }
   req += "\r\n" + body;
   for (size_t sent = 0; sent < req.size();) {
-    if (!WaitFor(fd.get(), POLLOUT, options.idle_timeout)) return Unavailable("send to " + peer + ": timeout");
+    if (!WaitFor(fd.get(), POLLOUT, options.idle_timeout, options.abandon, &abandoned)) {
+      return Unavailable("send to " + peer + (abandoned ? ": abandoned" : ": timeout"));
+    }
     const ssize_t n = send(fd.get(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
@@ -163,7 +181,9 @@ Status HttpCall(const std::string& host, int port, const std::string& method, co
   };
   char tmp[16384];
   while (!complete && !stopped) {
-    if (!WaitFor(fd.get(), POLLIN, options.idle_timeout)) return Unavailable("read from " + peer + ": timeout");
+    if (!WaitFor(fd.get(), POLLIN, options.idle_timeout, options.abandon, &abandoned)) {
+      return Unavailable("read from " + peer + (abandoned ? ": abandoned" : ": timeout"));
+    }
     const ssize_t n = recv(fd.get(), tmp, sizeof(tmp), 0);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;

@@ -21,6 +21,12 @@ struct HttpCallOptions {
   // Sent as `Authorization: Bearer <bearer>` when not empty: the router's own
   // credential (--internal-api-key-file), never a client's.
   std::string bearer;
+  // Polled about every 250 ms while the call waits for its peer (connect,
+  // send, read); true ends the call with UNAVAILABLE "abandoned". For a peer
+  // that stops answering without closing (frozen, partitioned), which the
+  // router's health polls notice long before idle_timeout. Called on the
+  // calling thread.
+  std::function<bool()> abandon;
 };
 
 struct HttpCallResult {

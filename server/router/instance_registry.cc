@@ -233,6 +233,14 @@ std::vector<InstanceSnapshot> InstanceRegistry::Snapshot() const {
   return out;
 }
 
+bool InstanceRegistry::Healthy(const std::string& address) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [k, in] : instances_) {
+    if (in.ref.address == address) return in.healthy;
+  }
+  return false;
+}
+
 bool InstanceRegistry::AnyHealthy(InstanceRole role) const {
   std::lock_guard lock(mu_);
   for (const auto& [k, in] : instances_) {

@@ -66,6 +66,8 @@ class InstanceRegistry {
   std::vector<InstanceSnapshot> Snapshot() const;
   // Some instance of `role` is healthy and has answered a poll (the router's /ready).
   bool AnyHealthy(InstanceRole role) const;
+  // The instance at `address` is in rotation (false when unknown).
+  bool Healthy(const std::string& address) const;
   // Options for a call to an instance: the router's own credential set (never
   // a client's), the rest defaults. Every call the router makes starts here.
   HttpCallOptions CallOptions() const;

@@ -712,7 +712,10 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     const int64_t tokens = static_cast<int64_t>(prompt.size());
     ctx.registry->AddOutstanding(p->address, tokens);
     HttpCallOptions o = ctx.registry->CallOptions();
-    o.idle_timeout = std::chrono::milliseconds(120000);
+    o.idle_timeout = std::chrono::milliseconds(120000);  // a long prompt's prefill sends nothing until done
+    // A prefill that stops answering (frozen, partitioned) fails the health polls within about a
+    // second; the call ends then instead of at idle_timeout.
+    o.abandon = [&ctx, p] { return !ctx.registry->Healthy(p->address); };
     HttpCallResult r;
     const auto t0 = std::chrono::steady_clock::now();
     Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);

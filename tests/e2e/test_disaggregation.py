@@ -495,6 +495,28 @@ def main():
         res.run("router killed -9 under load (decode SSE/plain/gRPC, prefill legs): clients see the drop, "
                 "instances abort and end idle, a new router answers the same", router_killed)
 
+        def prefill_frozen():
+            # The prefill that would get the call is frozen (SIGSTOP: no byte, no close). The router's
+            # health polls take it out of rotation within about a second and the call in flight is
+            # abandoned then (not at the leg's 120 s idle timeout): retried on the other prefill.
+            first, second = sorted((p1, p2), key=lambda s: f"127.0.0.1:{s.port}")
+            first.proc.send_signal(signal.SIGSTOP)
+            try:
+                out = {}
+                t0 = time.monotonic()
+                t = threading.Thread(target=lambda: out.setdefault("r", completion_ids(R, LONG2)))
+                t.start()
+                t.join(20)
+                took = time.monotonic() - t0
+                assert out.get("r") == ref["long2"], (out, took)
+            finally:
+                first.proc.send_signal(signal.SIGCONT)
+            healthy = lambda: _labeled(R, "tessera:router_instance_healthy").get(
+                f'tessera:router_instance_healthy{{instance="127.0.0.1:{first.port}",role="prefill"}}') == 1.0
+            wait_until(healthy, 20, "the thawed prefill back in rotation")
+        res.run("prefill frozen holding the request: abandoned when the health polls drop it, retried on the "
+                "other prefill (== unified, well before the leg's idle timeout)", prefill_frozen)
+
         def prefill_killed():
             # Loads are equal, so the router picks the prefill whose address sorts first. It is
             # frozen while the router's call is in flight, then killed: the router retries on the other.
