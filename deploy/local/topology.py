@@ -20,10 +20,10 @@ Topologies:
   kv        2 instances + router + redis-server: the instances share a Redis KV tier
             (--kv-offload-remote-url) and publish KV events (--kv-events-config), the router
             routes on them (--routing-logic kv-aware)
-`up --internal-key` gives every role (router included) `--internal-api-key-file` with a key
-generated into --state (mode 0600), as the manifests mount the Secret tessera-internal-key
-(docs/architecture.md, "Threat model"); loopback topologies run without it too.
-Use it from Python: start(topology, state, tessera, model, serve_args, internal_key=True) and stop(procs).
+In the topologies with a router (pd, kv) every role (router included) gets `--internal-api-key-file`
+with a key generated into --state (mode 0600), as the manifests mount the Secret tessera-internal-key (docs/architecture.md,
+"Threat model"); `up --no-internal-key` leaves it out (loopback topologies run without it too).
+Use it from Python: start(topology, state, tessera, model, serve_args) and stop(procs).
 """
 import argparse
 import json
@@ -194,7 +194,7 @@ def ready(p):
     return get(p["http"] + "/ready")[0] == 200
 
 
-def start(topology, state, tessera, model=None, serve_args=(), router_args=(), internal_key=False):
+def start(topology, state, tessera, model=None, serve_args=(), router_args=(), internal_key=True):
     """Starts `topology` with logs and state.json in `state`; returns {"topology", "endpoints",
     "processes"} once every process is ready. Raises TopologyError (after stopping what it
     started) when one exits or is not ready in time."""
@@ -205,7 +205,8 @@ def start(topology, state, tessera, model=None, serve_args=(), router_args=(), i
         raise TopologyError(f"topology.py: {state} already runs a topology; `down` it first")
     args = argparse.Namespace(tessera=tessera, model=model, serve_args=list(serve_args),
                               router_args=list(router_args),
-                              key_file=internal_key_file(state) if internal_key else None)
+                              # unified has no router: its clients call the instance itself
+                              key_file=internal_key_file(state) if internal_key and topology != "unified" else None)
     procs = TOPOLOGIES[topology](args, state)
     with open(os.path.join(state, "state.json"), "w") as f:
         json.dump({"topology": topology, "processes": procs}, f, indent=1)
@@ -284,8 +285,8 @@ def main():
     up.add_argument("--tessera", default=os.path.join(REPO, "build", "tessera"))
     up.add_argument("--model", help="checkpoint (the manifests mount it at /models/model)")
     up.add_argument("--router-args", default="", help="more flags for the router (pd, kv), one string")
-    up.add_argument("--internal-key", action="store_true",
-                    help="every role gets --internal-api-key-file with a key generated into --state")
+    up.add_argument("--no-internal-key", dest="internal_key", action="store_false",
+                    help="no --internal-api-key-file (by default every role gets one, a key generated into --state)")
     sub.add_parser("status")
     sub.add_parser("down")
     argv = sys.argv[1:]
