@@ -64,6 +64,10 @@ void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* o) {
   cmd->add_option("--idle-timeout", o->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  cmd->add_option("--cache-isolation", o->cache_isolation,
+                  "none, or api-key: each --api-key is its own prefix-cache namespace, carried to the instances as "
+                  "their requests' cache_salt (prefix hits, tiers, KV events, KV-aware routing)")
+      ->capture_default_str();
   AddRouterFlags(cmd, &o->flags);
 }
 
@@ -77,6 +81,13 @@ Status ValidateRouterServeOptions(const RouterServeOptions& o) {
                            "; they need different ports");
   }
   if (auto rl = ParseRoutingLogic(o.flags.routing_logic); !rl.ok()) return rl.status();
+  if (o.cache_isolation != "none" && o.cache_isolation != "api-key") {
+    return InvalidArgument("tessera-router: --cache-isolation must be none or api-key (salt is enforced by the "
+                           "instances), got '" + o.cache_isolation + "'");
+  }
+  if (o.cache_isolation == "api-key" && o.api_keys.empty()) {
+    return InvalidArgument("tessera-router: --cache-isolation api-key needs --api-key (each key is a cache namespace)");
+  }
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "scheduler/block_hash.h"
 #include "server/grpc/convert.h"
 #include "server/serving/serving_engine.h"
 
@@ -174,7 +175,7 @@ class StreamCall final : public GenerateCall<true> {
 // Submits `request` on a fresh GenerateCall; returns it already finished on error.
 template <typename Call>
 Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admitted,
-                    const v1::GenerateRequest& request) {
+                    const v1::GenerateRequest& request, const std::string& tenant) {
   if (!admitted.ok()) {
     call->Fail(admitted);
     return call;
@@ -184,6 +185,7 @@ Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admit
     call->Fail(ToGrpc(input.status()));
     return call;
   }
+  input->tenant = tenant;  // --cache-isolation api-key
   const int32_t n = input->request.params.n;
   StatusOr<std::shared_ptr<Generation>> gen = engine->Submit(std::move(input).value(), call->MakeNotify());
   if (!gen.ok()) {
@@ -208,15 +210,18 @@ ServingEngine* GrpcService::ServingEngineIfReady() const {
   return engine;
 }
 
-grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const {
+grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine,
+                                std::string* tenant) const {
   if (!api_keys_.empty()) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-    if (!grpc_api::CheckBearer(auth, api_keys_)) {
+    const int key = grpc_api::BearerKeyIndex(auth, api_keys_);
+    if (key < 0) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           it == md.end() ? "missing 'authorization: Bearer <key>' metadata" : "invalid API key");
     }
+    if (tenant != nullptr) *tenant = ApiKeyTenantId(api_keys_[static_cast<size_t>(key)]);
   }
   *engine = provider_ ? provider_() : nullptr;
   if (*engine == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
@@ -229,15 +234,17 @@ grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_gener
 grpc::ServerUnaryReactor* GrpcService::Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
                                                 v1::GenerateResponse* response) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine);
-  return StartGenerate(new UnaryCall(response), engine, admitted, *request);
+  std::string tenant;
+  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine, &tenant);
+  return StartGenerate(new UnaryCall(response), engine, admitted, *request, tenant);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc::CallbackServerContext* ctx,
                                                                            const v1::GenerateRequest* request) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine);
-  return StartGenerate(new StreamCall(), engine, admitted, *request);
+  std::string tenant;
+  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, &engine, &tenant);
+  return StartGenerate(new StreamCall(), engine, admitted, *request, tenant);
 }
 
 grpc::ServerUnaryReactor* GrpcService::Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,

@@ -38,7 +38,9 @@ class GrpcService final : public v1::Tessera::CallbackService {
  private:
   // OK with the engine, or UNAUTHENTICATED / UNAVAILABLE. `for_generate`:
   // also refuse while draining.
-  grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const;
+  // `tenant` (optional): set to the matched API key's id (ApiKeyTenantId).
+  grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine,
+                     std::string* tenant = nullptr) const;
 
   ServingEngineProvider provider_;
   std::vector<std::string> api_keys_;

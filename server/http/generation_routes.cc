@@ -215,6 +215,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 // strand from Submit on.
 void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<GenerationJob> job,
                     std::vector<GenerateInput> inputs) {
+  for (GenerateInput& in : inputs) in.tenant = ex->tenant();  // --cache-isolation api-key
   ex->Post([job = std::move(job), inputs = std::move(inputs)]() mutable { job->Submit(std::move(inputs)); });
 }
 

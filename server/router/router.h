@@ -29,6 +29,11 @@ struct RouterFlags {
   int max_migrations = 3;           // decode replacements per choice before the request fails
   std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
   int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
+  // Set from RouterServeOptions::cache_isolation "api-key": each client key's
+  // requests go upstream with cache_salt = TenantCacheSalt(key id, their salt)
+  // (scheduler/block_hash.h), so instances, tiers and KV-aware routing keep
+  // keys apart.
+  bool isolate_api_keys = false;
 };
 
 struct RouterServeOptions {
@@ -40,6 +45,8 @@ struct RouterServeOptions {
   int64_t idle_timeout_s = 60;
   int64_t drain_timeout_s = 30;
   int grpc_port = -1;  // >= 0: also serve tessera.v1.Tessera (router_grpc.h); 0: any free port
+  // --cache-isolation: "none" or "api-key" (docs/architecture.md, "Tenant isolation").
+  std::string cache_isolation = "none";
   RouterFlags flags;
 };
 

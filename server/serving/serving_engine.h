@@ -27,6 +27,7 @@
 #include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/sampling_params.h"
+#include "server/serving/cache_isolation.h"
 #include "server/serving/input_processor.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
@@ -51,6 +52,8 @@ struct ServingOptions {
   // RESOURCE_EXHAUSTED (HTTP 429, gRPC RESOURCE_EXHAUSTED).
   int64_t max_in_flight = 1024;
   ServingMetrics* metrics = nullptr;  // not owned; may be null
+  // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
+  CacheIsolation cache_isolation = CacheIsolation::kNone;
 };
 
 // One token with its log-probability, as both APIs report it.
@@ -166,6 +169,7 @@ class ServingEngine {
   // Tokens per KV block (the prefix cache's hash granularity).
   int32_t kv_block_size() const { return loop_->scheduler_options().kv.block_size; }
   int32_t kv_num_blocks() const { return loop_->scheduler_options().kv.num_blocks; }  // the device pool
+  PrefixHashAlgo kv_hash_algo() const { return loop_->scheduler_options().kv.hash_scheme.algo(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.
@@ -190,6 +194,7 @@ class ServingEngine {
   std::string served_model_name_;
   int64_t created_unix_ = 0;
   int64_t max_in_flight_ = 0;
+  CacheIsolation cache_isolation_ = CacheIsolation::kNone;
   ServingMetrics* metrics_ = nullptr;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> draining_{false};
