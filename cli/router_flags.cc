@@ -64,10 +64,7 @@ void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* o) {
   cmd->add_option("--idle-timeout", o->idle_timeout_s, "seconds an idle or slow-sending connection is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
-  cmd->add_option("--cache-isolation", o->cache_isolation,
-                  "none, or api-key: each --api-key is its own prefix-cache namespace, carried to the instances as "
-                  "their requests' cache_salt (prefix hits, tiers, KV events, KV-aware routing)")
-      ->capture_default_str();
+  cmd->add_option("--cache-isolation", o->cache_isolation, kCacheIsolationHelp)->capture_default_str();
   AddRouterFlags(cmd, &o->flags);
 }
 

@@ -17,6 +17,7 @@
 #include "engine/parallel/shard/rank_group.h"
 #include "runtime/backend_registry.h"
 #include "scheduler/block_hash.h"
+#include "cli/router_flags.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
@@ -106,11 +107,7 @@ void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f) {
                   "file holding the deployment secret (>= 16 bytes) under which disk and Redis KV tier records "
                   "are authenticated (HMAC-SHA256); records without a valid MAC are refused and recomputed. "
                   "Use the same file on every instance sharing the tier");
-  cmd->add_option("--cache-isolation", f->cache_isolation,
-                  "which requests share prefix-cache blocks: none (vLLM's: all, unless cache_salt differs), "
-                  "api-key (each --api-key is its own namespace: prefix hits, tiers, KV events), salt (every "
-                  "request must carry cache_salt)")
-      ->capture_default_str();
+  cmd->add_option("--cache-isolation", f->cache_isolation, kCacheIsolationHelp)->capture_default_str();
 }
 
 StatusOr<std::string> ReadKvOffloadSecret(const std::string& path) {

@@ -31,7 +31,7 @@ PROMPT = [9707, 11, 1879, 0, 576, 374]
 ROUTER_FLAGS = ["--host", "--port", "--grpc-port", "--port-file", "--api-key", "--drain-timeout", "--max-body-bytes",
                 "--idle-timeout", "--prefill-instances", "--decode-instances", "--instances-file",
                 "--prefill-threshold", "--router-poll-interval", "--router-dns-interval", "--max-migrations",
-                "--routing-logic", "--kv-peer-fetch-min-tokens"]
+                "--routing-logic", "--kv-peer-fetch-min-tokens", "--cache-isolation"]
 
 
 def help_entries(text):
