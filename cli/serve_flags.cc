@@ -100,8 +100,8 @@ Status ValidateKvOffloadFlags(const ServeFlags& f) {
 void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--prefix-caching-hash-algo", f->prefix_caching_hash_algo,
                   "how prefix-cache blocks are named (vLLM's names and hashes): sha256 (pickle, vLLM's default) "
-                  "or sha256_cbor (canonical CBOR, language-independent); the same on every instance and "
-                  "router of a cluster")
+                  "or sha256_cbor (canonical CBOR, language-independent); the same on every instance sharing KV "
+                  "tiers or transfers (a KV-aware router reads it from /server_info)")
       ->capture_default_str();
   cmd->add_option("--kv-offload-secret-file", f->kv_offload_secret_file,
                   "file holding the deployment secret (>= 16 bytes) under which disk and Redis KV tier records "

@@ -137,6 +137,18 @@ def run_as(port, key, prompt):
     return body["choices"][0]["text"], details.get("cached_tokens", 0)
 
 
+def ready_server(res, tessera, args, workdir, name):
+    """A ready `tessera serve` with `args`, the one `res` reports the log of."""
+    srv = Server(tessera, args, workdir, name)
+    res.server = srv
+    try:
+        srv.wait_ready()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
 def wait_for(fn, what, timeout=5):
     deadline = time.time() + timeout
     while not fn():
@@ -240,9 +252,7 @@ def main():
         url2 = f"redis://127.0.0.1:{redis.port}/2"
         redis_only = ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1",
                       "--kv-offload-remote-url", url2, "--kv-offload-secret-file", secret]
-        srv = Server(tessera, redis_only, workdir, "serve-d")
-        res.server = srv
-        srv.wait_ready()
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-d")
         planted = list(range(7000, 7000 + 3 * BLOCK + 1))
 
         def authenticated_records_stored():
@@ -252,9 +262,7 @@ def main():
         res.run("records written with --kv-offload-secret-file", authenticated_records_stored)
         srv.stop()
 
-        srv = Server(tessera, redis_only, workdir, "serve-e")
-        res.server = srv
-        srv.wait_ready()
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-e")
 
         def authenticated_records_load():
             text, cached = run_prompt(srv.port, planted)
@@ -264,9 +272,7 @@ def main():
         res.run("another instance with the same secret loads the authenticated records", authenticated_records_load)
         srv.stop()
 
-        srv = Server(tessera, redis_only, workdir, "serve-e2")
-        res.server = srv
-        srv.wait_ready()
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-e2")
 
         def planted_record_refused():
             keys = resp(redis.port, 2, "KEYS", "tessera:kv:*")
@@ -284,11 +290,9 @@ def main():
         srv.stop()
 
         keys = ["--api-key", "key-one", "--api-key", "key-two"]
-        srv = Server(tessera, ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1",
-                               "--kv-offload-host-gb", "0.05", "--cache-isolation", "api-key"] + keys,
-                     workdir, "serve-iso")
-        res.server = srv
-        srv.wait_ready()
+        small = ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1"]
+        srv = ready_server(res, tessera, small + ["--kv-offload-host-gb", "0.05", "--cache-isolation", "api-key"] +
+                           keys, workdir, "serve-iso")
 
         def api_keys_are_namespaces():
             shared = list(range(9000, 9000 + 3 * BLOCK + 1))
@@ -306,10 +310,7 @@ def main():
                 api_keys_are_namespaces)
         srv.stop()
 
-        srv = Server(tessera, ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1"],
-                     workdir, "serve-behind-router")
-        res.server = srv
-        srv.wait_ready()
+        srv = ready_server(res, tessera, small, workdir, "serve-behind-router")
         router = Server(tessera, ["--role", "router", "--decode-instances", f"127.0.0.1:{srv.port}",
                                   "--router-poll-interval", "0.1", "--cache-isolation", "api-key"] + keys,
                         workdir, "router-iso")
@@ -335,11 +336,8 @@ def main():
         srv.stop()
 
         def salt_mode_requires_salt():
-            s2 = Server(tessera, ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads",
-                                  "1", "--cache-isolation", "salt"], workdir, "serve-salt")
-            res.server = s2
+            s2 = ready_server(res, tessera, small + ["--cache-isolation", "salt"], workdir, "serve-salt")
             try:
-                s2.wait_ready()
                 status, _, body = complete(s2.port, prompt=[1, 2, 3], max_tokens=1)
                 assert status == 400 and body["error"]["param"] == "cache_salt", (status, body)
                 status, _, body = complete(s2.port, prompt=[1, 2, 3], max_tokens=1, cache_salt="tenant-a")
