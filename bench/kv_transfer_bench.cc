@@ -77,7 +77,7 @@ int RunExporter(const Flags& f, const std::string& tls, int port_fd, int stop_fd
       std::vector<KvBlockKey> keys;
       for (int64_t b = 0; b < n; ++b) {
         ids.push_back(static_cast<int32_t>(b));
-        keys.push_back({0, static_cast<uint64_t>(b)});
+        keys.push_back({Sha256Of(std::to_string(b))});
       }
       (*t)->Export(Handle(tokens, rep), ids, keys);
     }
@@ -163,7 +163,7 @@ int Main(int argc, char** argv) {
       for (int64_t b = 0; b < n; ++b) {
         spec.remote_blocks.push_back(static_cast<int32_t>(b));
         spec.local_blocks.push_back(static_cast<int32_t>(n - 1 - b));
-        spec.keys.push_back({0, static_cast<uint64_t>(b)});
+        spec.keys.push_back({Sha256Of(std::to_string(b))});
       }
       double best = 1e30, sum = 0;
       int64_t bytes = 0;

@@ -243,6 +243,7 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--kv-offload-remote-url", f->kv_offload_remote_url,
                   "shared KV tier on Redis/Valkey: redis://HOST:PORT[/DB] (keys: model fingerprint + layout + "
                   "block hash + tenant digest; an unreachable server means recompute, never a failed request)");
+  AddKvSecurityFlags(cmd, f);
   AddRouterFlags(cmd, &f->router);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "

@@ -77,6 +77,7 @@ void AddRouterServeFlags(CLI::App* cmd, RouterServeOptions* o) {
   cmd->add_option("--internal-api-key-file", o->internal_api_key_file,
                   "file whose first line is the deployment's internal key: sent as 'Authorization: Bearer KEY' on "
                   "every call to an instance (a client's own key is never passed on)");
+  cmd->add_option("--cache-isolation", o->cache_isolation, kCacheIsolationHelp)->capture_default_str();
   AddRouterFlags(cmd, &o->flags);
 }
 
@@ -92,6 +93,13 @@ Status ValidateRouterServeOptions(const RouterServeOptions& o) {
   if (auto rl = ParseRoutingLogic(o.flags.routing_logic); !rl.ok()) return rl.status();
   if (!o.internal_api_key_file.empty()) {
     if (StatusOr<std::string> key = ReadInternalKeyFile(o.internal_api_key_file); !key.ok()) return key.status();
+  }
+  if (o.cache_isolation != "none" && o.cache_isolation != "api-key") {
+    return InvalidArgument("tessera-router: --cache-isolation must be none or api-key (salt is enforced by the "
+                           "instances), got '" + o.cache_isolation + "'");
+  }
+  if (o.cache_isolation == "api-key" && o.api_keys.empty()) {
+    return InvalidArgument("tessera-router: --cache-isolation api-key needs --api-key (each key is a cache namespace)");
   }
   return Status::Ok();
 }

@@ -17,6 +17,13 @@ namespace tessera {
 // --max-migrations, --routing-logic, --kv-peer-fetch-min-tokens, --router-workers.
 void AddRouterFlags(CLI::App* cmd, RouterFlags* flags);
 
+// --cache-isolation's help, worded the same for `tessera serve` (every role)
+// and tessera-router.
+inline constexpr const char* kCacheIsolationHelp =
+    "which requests share prefix-cache blocks: none (vLLM's: all, unless cache_salt differs), api-key (each "
+    "--api-key is its own namespace: prefix hits, tiers, KV events, KV-aware routing; a router carries it to the "
+    "instances as cache_salt), salt (every request must carry cache_salt; set on instances)";
+
 // tessera-router's whole command line: --host, --port, --grpc-port,
 // --port-file, --api-key, --drain-timeout, --max-body-bytes, --idle-timeout,
 // --max-pending-requests (as `tessera serve` words them),

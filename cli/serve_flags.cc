@@ -3,7 +3,10 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include <fmt/format.h>
@@ -14,12 +17,15 @@
 #include "engine/model_config.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "runtime/backend_registry.h"
+#include "scheduler/block_hash.h"
+#include "cli/router_flags.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "server/kv_events/kv_event_publisher.h"
 #include "server/kv_events/kv_events_config.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
 #include "server/router/kv_router.h"
+#include "server/serving/cache_isolation.h"
 
 namespace tessera {
 namespace {
@@ -51,6 +57,25 @@ StatusOr<std::string> CheckModelPath(const std::string& flag, const std::string&
   for (const auto& e : fs::directory_iterator(path, ec)) weights |= e.path().extension() == ".safetensors";
   if (!weights) return NotFound(fmt::format("serve: {} {}: no *.safetensors weights", flag, path));
   return fmt::format("{} {}: {}", flag, path, mc->Summary());
+}
+
+Status ValidateKvSecurityFlags(const ServeFlags& f) {
+  if (auto a = ParsePrefixHashAlgo(f.prefix_caching_hash_algo); !a.ok()) {
+    return InvalidArgument("serve: --prefix-caching-hash-algo: " + a.status().message());
+  }
+  StatusOr<CacheIsolation> iso = ParseCacheIsolation(f.cache_isolation);
+  if (!iso.ok()) return InvalidArgument("serve: " + iso.status().message());
+  if (*iso == CacheIsolation::kApiKey && f.api_keys.empty()) {
+    return InvalidArgument("serve: --cache-isolation api-key needs --api-key (each key is a cache namespace)");
+  }
+  if (*iso == CacheIsolation::kSalt && f.role == "router") {
+    return InvalidArgument("serve: --cache-isolation salt is enforced by the instances, not --role router");
+  }
+  const bool tiers = !f.kv_offload_disk_dir.empty() || !f.kv_offload_remote_url.empty();
+  if (!f.kv_offload_secret_file.empty() && !tiers) {
+    return InvalidArgument("serve: --kv-offload-secret-file needs --kv-offload-disk-dir or --kv-offload-remote-url");
+  }
+  return Status::Ok();
 }
 
 Status ValidateKvOffloadFlags(const ServeFlags& f) {
@@ -98,6 +123,31 @@ Status ValidateUnauthenticatedTopology(const ServeFlags& f) {
 
 }  // namespace
 
+void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f) {
+  cmd->add_option("--prefix-caching-hash-algo", f->prefix_caching_hash_algo,
+                  "how prefix-cache blocks are named (vLLM's names and hashes): sha256 (pickle, vLLM's default) "
+                  "or sha256_cbor (canonical CBOR, language-independent); the same on every instance sharing KV "
+                  "tiers or transfers (a KV-aware router reads it from /server_info)")
+      ->capture_default_str();
+  cmd->add_option("--kv-offload-secret-file", f->kv_offload_secret_file,
+                  "file holding the deployment secret (>= 16 bytes) under which disk and Redis KV tier records "
+                  "are authenticated (HMAC-SHA256); records without a valid MAC are refused and recomputed. "
+                  "Use the same file on every instance sharing the tier");
+  cmd->add_option("--cache-isolation", f->cache_isolation, kCacheIsolationHelp)->capture_default_str();
+}
+
+StatusOr<std::string> ReadKvOffloadSecret(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("serve: --kv-offload-secret-file " + path + ": cannot be read");
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (secret.size() > (1u << 16)) return InvalidArgument("serve: --kv-offload-secret-file " + path + ": over 64 KiB");
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
+  if (secret.size() < 16) {
+    return InvalidArgument("serve: --kv-offload-secret-file " + path + ": the secret must be at least 16 bytes");
+  }
+  return secret;
+}
+
 StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& f) {
   for (const std::string& k : f.api_keys) {
     if (k.empty()) return InvalidArgument("serve: --api-key must not be empty");
@@ -140,6 +190,7 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
   }
   if (Status s = ValidateKvOffloadFlags(f); !s.ok()) return s;
   if (Status s = ValidateUnauthenticatedTopology(f); !s.ok()) return s;
+  if (Status s = ValidateKvSecurityFlags(f); !s.ok()) return s;
   StatusOr<parallel::EplbOptions> eplb = parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);
   if (!eplb.ok()) return InvalidArgument("serve: " + eplb.status().message());
   if (eplb->uses_map() && (f.tensor_parallel_size * f.data_parallel_size < 2 || !f.enable_expert_parallel)) {

@@ -65,6 +65,11 @@ struct ServeFlags {
   std::string kv_offload_disk_dir;    // local disk tier (kept across restarts)
   double kv_offload_disk_gb = 0;      // its bound; 0: 10 GB
   std::string kv_offload_remote_url;  // redis://HOST:PORT[/DB]: shared Redis/Valkey tier
+  // Tamper-proof shared KV and tenant isolation (AddKvSecurityFlags; docs/architecture.md,
+  // "Tamper-proof shared KV" and "Tenant isolation").
+  std::string prefix_caching_hash_algo = "sha256";  // vLLM's names: sha256 | sha256_cbor
+  std::string kv_offload_secret_file;               // HMAC key of disk/Redis tier records
+  std::string cache_isolation = "none";             // none | api-key | salt
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
@@ -86,6 +91,15 @@ struct ServeFlags {
 // subcommand's own actions --config and --check-config). `f` must outlive
 // the parse; kv_cache_mb_set records whether --kv-cache-mb was given.
 void AddServeFlags(CLI::App* cmd, ServeFlags* f);
+
+// --prefix-caching-hash-algo, --kv-offload-secret-file, --cache-isolation
+// (serve_flags.cc; AddServeFlags calls it).
+void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f);
+
+// The deployment secret in `path` (trailing whitespace trimmed): NOT_FOUND /
+// INVALID_ARGUMENT naming --kv-offload-secret-file when unreadable, empty or
+// shorter than 16 bytes.
+StatusOr<std::string> ReadKvOffloadSecret(const std::string& path);
 
 // Checks that need no files, network or devices: values and combinations of
 // flags (single values are already range-checked by the CLI parser). On

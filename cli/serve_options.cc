@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "engine/parallel/shard/rank_group.h"
+#include "scheduler/block_hash.h"
 #include "server/kv_events/kv_events_config.h"
 
 namespace tessera {
@@ -23,6 +24,7 @@ RouterServeOptions RouterFromFlags(const ServeFlags& f) {
           .max_pending_requests = f.max_pending_requests,
           .internal_api_key_file = f.internal_api_key_file,
           .internal_api_key = f.internal_api_key,
+          .cache_isolation = f.cache_isolation,
           .flags = f.router};
 }
 
@@ -41,7 +43,8 @@ parallel::GroupOptions GroupFromFlags(const ServeFlags& f) {
   return g;
 }
 
-EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeConfig> speculative) {
+EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeConfig> speculative,
+                                const std::string& secret) {
   EngineLoopOptions l;
   l.num_threads = f.threads;
   l.kv_cache_bytes = f.kv_cache_mb << 20;
@@ -51,6 +54,7 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
   l.cuda.cuda_graphs = !f.enforce_eager;
   l.cuda.deterministic = f.deterministic;
   l.scheduler.kv.num_blocks = f.num_kv_blocks;
+  l.scheduler.kv.hash_scheme = BlockHashScheme(*ParsePrefixHashAlgo(f.prefix_caching_hash_algo));  // validated
   l.scheduler.max_num_seqs = f.max_num_seqs;
   l.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
   l.max_step_ms = f.max_step_ms;
@@ -75,6 +79,7 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
     t.disk_dir = f.kv_offload_disk_dir;
     if (f.kv_offload_disk_gb > 0) t.disk_bytes = static_cast<int64_t>(f.kv_offload_disk_gb * 1e9);
     t.remote_url = f.kv_offload_remote_url;
+    t.secret = secret;
     l.kv_tiers = std::move(t);
   }
   return l;
@@ -140,9 +145,14 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.port_file = f.port_file;
   o.request_timeout = std::chrono::seconds(f.request_timeout_s);
   o.drain_timeout = std::chrono::seconds(f.drain_timeout_s);
-  o.serving.loop = LoopFromFlags(f, std::move(speculative));
+  std::string secret;
+  if (!f.kv_offload_secret_file.empty()) {
+    ASSIGN_OR_RETURN(secret, ReadKvOffloadSecret(f.kv_offload_secret_file));
+  }
+  o.serving.loop = LoopFromFlags(f, std::move(speculative), secret);
   o.serving.max_in_flight = f.max_pending_requests;
   o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
+  o.serving.cache_isolation = *ParseCacheIsolation(f.cache_isolation);  // validated
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {

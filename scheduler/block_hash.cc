@@ -1,90 +1,239 @@
 #include "scheduler/block_hash.h"
 
+#include <optional>
+
 namespace tessera {
 namespace {
 
-// Stafford's variant 13 of the MurmurHash3 64-bit finalizer: a bijection with
-// full avalanche.
-inline uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-// Two 64-bit lanes with independent keys; every input word is avalanched into
-// both lanes, and the lanes are cross-mixed at the end.
-class Hasher128 {
+// The bytes of Python's pickle.dumps(obj, protocol=5) (pickle.HIGHEST_PROTOCOL
+// of the Pythons vLLM supports) for the few types a block tuple holds: bytes,
+// int, str, None and tuples of them. Frames and memo opcodes are written where
+// CPython's pickler writes them: a frame opens at the first opcode after PROTO,
+// is committed (FRAME + 8-byte length, or dropped below 4 bytes) at the start
+// of saving an object once it holds >= 64 KiB, and at STOP.
+class PickleWriter {
  public:
-  explicit Hasher128(const BlockHash& parent)
-      : a_(Mix64(parent.hi ^ 0x9e3779b97f4a7c15ULL)), b_(Mix64(parent.lo ^ 0xc2b2ae3d27d4eb4fULL)) {}
+  PickleWriter() { out_ = "\x80\x05"; }
 
-  void Add(uint64_t w) {
-    a_ = Rotl(a_ ^ Mix64(w + 0x243f6a8885a308d3ULL), 27) * 5 + 0x52dce729ULL;
-    b_ = Rotl(b_ ^ Mix64(w ^ 0x13198a2e03707344ULL), 31) * 5 + 0x38495ab5ULL;
+  void Bytes(std::span<const uint8_t> b) {
+    BeginSave();
+    if (b.size() < 256) {
+      Op(0x43);  // SHORT_BINBYTES
+      Raw(static_cast<char>(b.size()));
+    } else {
+      Op(0x42);  // BINBYTES
+      Le(b.size(), 4);
+    }
+    out_.append(reinterpret_cast<const char*>(b.data()), b.size());
+    Memoize();
   }
-
-  BlockHash Finish(uint64_t length_tag) {
-    a_ ^= length_tag;
-    b_ ^= Rotl(length_tag, 32);
-    a_ += b_;
-    b_ += a_;
-    a_ = Mix64(a_);
-    b_ = Mix64(b_ ^ 0xa4093822299f31d0ULL);
-    a_ += b_;
-    b_ += a_;
-    return {a_, b_};
+  void Str(std::string_view s) {
+    BeginSave();
+    if (s.size() < 256) {
+      Op(0x8c);  // SHORT_BINUNICODE
+      Raw(static_cast<char>(s.size()));
+    } else {
+      Op(0x58);  // BINUNICODE
+      Le(s.size(), 4);
+    }
+    out_.append(s);
+    Memoize();
+  }
+  void Int(uint64_t v) {
+    BeginSave();
+    if (v <= 0xff) {
+      Op(0x4b);  // BININT1
+      Le(v, 1);
+    } else if (v <= 0xffff) {
+      Op(0x4d);  // BININT2
+      Le(v, 2);
+    } else if (v <= 0x7fffffff) {
+      Op(0x4a);  // BININT
+      Le(v, 4);
+    } else {  // LONG1: little-endian two's complement, (bit length / 8) + 1 bytes
+      int bits = 64 - __builtin_clzll(v);
+      const int n = bits / 8 + 1;
+      Op(0x8a);
+      Raw(static_cast<char>(n));
+      Le(v, n > 8 ? 8 : n);
+      if (n > 8) Raw('\0');
+    }
+  }
+  void None() {
+    BeginSave();
+    Op('N');
+  }
+  // A tuple's elements are saved between BeginTuple and EndTuple(n).
+  void BeginTuple(size_t n) {
+    BeginSave();
+    if (n > 3) Op('(');  // MARK
+  }
+  void EndTuple(size_t n) {
+    if (n == 0) {
+      Op(')');  // EMPTY_TUPLE, never memoized
+      return;
+    }
+    Op(n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
+    Memoize();
+  }
+  std::string Finish() {
+    Op('.');
+    CommitFrame();
+    return std::move(out_);
   }
 
  private:
-  uint64_t a_, b_;
+  static constexpr size_t kFrameHeader = 9;
+  static constexpr size_t kFrameTarget = 64 * 1024;
+
+  void BeginSave() {
+    if (frame_start_ && out_.size() - *frame_start_ - kFrameHeader >= kFrameTarget) CommitFrame();
+  }
+  void Op(uint8_t op) {
+    if (!frame_start_) {
+      frame_start_ = out_.size();
+      out_.append(kFrameHeader, '\0');
+    }
+    out_.push_back(static_cast<char>(op));
+  }
+  void Raw(char c) { out_.push_back(c); }
+  void Le(uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void Memoize() { out_.push_back(static_cast<char>(0x94)); }
+  void CommitFrame() {
+    if (!frame_start_) return;
+    const size_t len = out_.size() - *frame_start_ - kFrameHeader;
+    if (len >= 4) {
+      out_[*frame_start_] = static_cast<char>(0x95);
+      for (int i = 0; i < 8; ++i) out_[*frame_start_ + 1 + i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    } else {
+      out_.erase(*frame_start_, kFrameHeader);
+    }
+    frame_start_.reset();
+  }
+
+  std::string out_;
+  std::optional<size_t> frame_start_;
 };
+
+// cbor2.dumps(obj, canonical=True) for the same types (tuples are arrays).
+class CborWriter {
+ public:
+  void Bytes(std::span<const uint8_t> b) {
+    Head(2, b.size());
+    out_.append(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  void Str(std::string_view s) {
+    Head(3, s.size());
+    out_.append(s);
+  }
+  void Int(uint64_t v) { Head(0, v); }
+  void None() { out_.push_back(static_cast<char>(0xf6)); }
+  void BeginTuple(size_t n) { Head(4, n); }
+  void EndTuple(size_t) {}
+  std::string Finish() { return std::move(out_); }
+
+ private:
+  void Head(uint8_t major, uint64_t v) {
+    const uint8_t m = static_cast<uint8_t>(major << 5);
+    auto be = [&](int bytes) {
+      for (int i = bytes - 1; i >= 0; --i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    };
+    if (v < 24) {
+      out_.push_back(static_cast<char>(m | v));
+    } else if (v <= 0xff) {
+      out_.push_back(static_cast<char>(m | 24));
+      be(1);
+    } else if (v <= 0xffff) {
+      out_.push_back(static_cast<char>(m | 25));
+      be(2);
+    } else if (v <= 0xffffffffULL) {
+      out_.push_back(static_cast<char>(m | 26));
+      be(4);
+    } else {
+      out_.push_back(static_cast<char>(m | 27));
+      be(8);
+    }
+  }
+  std::string out_;
+};
+
+// The serialized tuple (parent, tuple(tokens), extra_keys).
+template <typename W>
+std::string SerializeBlock(const BlockHash& parent, std::span<const int32_t> tokens,
+                           std::span<const uint64_t> int_keys, const std::string* salt) {
+  W w;
+  w.BeginTuple(3);
+  w.Bytes(parent.digest);
+  w.BeginTuple(tokens.size());
+  for (int32_t t : tokens) w.Int(static_cast<uint32_t>(t));  // token ids are non-negative
+  w.EndTuple(tokens.size());
+  const size_t n_extra = int_keys.size() + (salt != nullptr ? 1 : 0);
+  if (n_extra == 0) {
+    w.None();
+  } else {
+    w.BeginTuple(n_extra);
+    for (uint64_t k : int_keys) w.Int(k);
+    if (salt != nullptr) w.Str(*salt);
+    w.EndTuple(n_extra);
+  }
+  w.EndTuple(3);
+  return w.Finish();
+}
+
+template <typename W>
+std::string SerializeSeed(std::string_view seed) {
+  W w;
+  w.Str(seed);
+  return w.Finish();
+}
 
 }  // namespace
 
-BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> tokens,
-                    std::span<const uint64_t> extra_keys) {
-  Hasher128 h(parent);
-  size_t i = 0;
-  for (; i + 1 < tokens.size(); i += 2) {
-    h.Add(static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) |
-          (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i + 1])) << 32));
-  }
-  if (i < tokens.size()) h.Add(static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) | (1ULL << 63));
-  for (uint64_t k : extra_keys) h.Add(k);
-  // Lengths disambiguate where tokens end and extra keys begin.
-  return h.Finish((static_cast<uint64_t>(tokens.size()) << 32) | extra_keys.size());
+std::string_view PrefixHashAlgoName(PrefixHashAlgo algo) {
+  return algo == PrefixHashAlgo::kSha256Cbor ? "sha256_cbor" : "sha256";
 }
 
-BlockHash CacheSaltRoot(std::string_view salt) {
-  if (salt.empty()) return kRootBlockHash;
-  Hasher128 h(kRootBlockHash);
-  h.Add(0x73616c7400000000ULL);  // domain tag "salt": never a token pair's encoding alone
-  uint64_t word = 0;
-  size_t i = 0;
-  for (; i < salt.size(); ++i) {
-    word |= static_cast<uint64_t>(static_cast<unsigned char>(salt[i])) << (8 * (i % 8));
-    if (i % 8 == 7) {
-      h.Add(word);
-      word = 0;
-    }
-  }
-  if (i % 8 != 0) h.Add(word);
-  return h.Finish(~static_cast<uint64_t>(salt.size()));
+StatusOr<PrefixHashAlgo> ParsePrefixHashAlgo(std::string_view name) {
+  if (name == "sha256") return PrefixHashAlgo::kSha256;
+  if (name == "sha256_cbor") return PrefixHashAlgo::kSha256Cbor;
+  return InvalidArgument("unknown prefix-caching hash algorithm '" + std::string(name.substr(0, 64)) +
+                         "' (expected sha256 or sha256_cbor)");
 }
 
-void ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
-                       std::span<const uint64_t> extra_keys, std::vector<BlockHash>* hashes, const BlockHash& root) {
+BlockHashScheme::BlockHashScheme(PrefixHashAlgo algo, std::string_view seed) : algo_(algo) {
+  none_hash_.digest = Sha256Of(algo == PrefixHashAlgo::kSha256Cbor ? SerializeSeed<CborWriter>(seed)
+                                                                   : SerializeSeed<PickleWriter>(seed));
+}
+
+BlockHash BlockHashScheme::HashBlock(const BlockHash& parent, std::span<const int32_t> tokens,
+                                     std::span<const uint64_t> int_keys, const std::string* salt) const {
+  const std::string bytes = algo_ == PrefixHashAlgo::kSha256Cbor
+                                ? SerializeBlock<CborWriter>(parent, tokens, int_keys, salt)
+                                : SerializeBlock<PickleWriter>(parent, tokens, int_keys, salt);
+  return BlockHash{Sha256Of(bytes)};
+}
+
+void BlockHashScheme::ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
+                                        std::span<const uint64_t> int_keys, const std::string& cache_salt,
+                                        std::vector<BlockHash>* hashes) const {
   const size_t full = tokens.size() / static_cast<size_t>(block_size);
   while (hashes->size() < full) {
     const size_t b = hashes->size();
-    const BlockHash parent = b == 0 ? root : (*hashes)[b - 1];
-    hashes->push_back(HashBlock(parent, tokens.subspan(b * block_size, block_size), extra_keys));
+    const BlockHash& parent = b == 0 ? none_hash_ : (*hashes)[b - 1];
+    const std::string* salt = b == 0 && !cache_salt.empty() ? &cache_salt : nullptr;
+    hashes->push_back(HashBlock(parent, tokens.subspan(b * block_size, block_size), int_keys, salt));
   }
+}
+
+std::string ApiKeyTenantId(std::string_view api_key) {
+  return ToHex(Sha256Of("tessera api-key tenant\n" + std::string(api_key)));
+}
+
+std::string TenantCacheSalt(std::string_view tenant, std::string_view client_salt) {
+  if (tenant.empty()) return std::string(client_salt);
+  return "tenant:" + std::string(tenant) + ":" + std::string(client_salt);
 }
 
 }  // namespace tessera

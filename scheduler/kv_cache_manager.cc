@@ -26,6 +26,7 @@ StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const KvCacheOp
 
 KvCacheManager::KvCacheManager(const KvCacheOptions& options)
     : block_size_(options.block_size),
+      hash_scheme_(options.hash_scheme),
       pool_(options.num_blocks, options.enable_prefix_caching),
       sink_(options.event_sink) {
   pool_.set_event_sink(sink_.get());

@@ -26,6 +26,9 @@ struct KvCacheOptions {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
+  // How full blocks are named in the prefix cache (and wherever they leave
+  // the process): --prefix-caching-hash-algo and the chain's root.
+  BlockHashScheme hash_scheme = BlockHashScheme();
   // Receives the prefix cache's stores, evictions and resets (KV events);
   // null: none. Shared so the publisher outlives the manager.
   std::shared_ptr<KvCacheEventSink> event_sink = nullptr;
@@ -68,6 +71,7 @@ class KvCacheManager {
   static StatusOr<std::unique_ptr<KvCacheManager>> Create(const KvCacheOptions& options);
 
   int32_t block_size() const { return block_size_; }
+  const BlockHashScheme& hash_scheme() const { return hash_scheme_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
   int32_t num_free_blocks() const { return pool_.num_free_blocks(); }
   double Usage() const { return pool_.Usage(); }
@@ -123,6 +127,7 @@ class KvCacheManager {
   explicit KvCacheManager(const KvCacheOptions& options);
 
   int32_t block_size_;
+  BlockHashScheme hash_scheme_;
   BlockPool pool_;
   std::shared_ptr<KvCacheEventSink> sink_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;

@@ -59,8 +59,9 @@ struct Request {
   // Mixed into every prefix-cache block hash, so requests only share KV when
   // these match: LoRA adapter id, a per-tenant cache salt, multimodal ids.
   std::vector<uint64_t> cache_keys;
-  // vLLM's cache_salt (a tenant's secret): mixed into the first block's hash
-  // only (CacheSaltRoot), so the chain carries it; "" : unsalted.
+  // vLLM's cache_salt (a tenant's secret): an extra key of the first block's
+  // hash only (block_hash.h), so the chain carries it; "" : unsalted. Under
+  // --cache-isolation api-key the server rewrites it into the key's namespace.
   std::string cache_salt;
   // Monotonic nanoseconds when the front end received it (queue-time metric);
   // 0: the scheduler stamps it at AddRequest.

@@ -179,8 +179,8 @@ void Scheduler::EraseRunning(Sequence* seq) {
 
 void Scheduler::UpdateHashes(Sequence* seq) {
   if (!kv_->caching_enabled()) return;
-  const BlockHash root = seq->block_hashes.empty() ? CacheSaltRoot(seq->request->cache_salt) : kRootBlockHash;
-  ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), &seq->block_hashes, root);
+  kv_->hash_scheme().ExtendBlockHashes(seq->token_ids, kv_->block_size(), seq->cache_keys(), seq->request->cache_salt,
+                                       &seq->block_hashes);
 }
 
 void Scheduler::Preempt(Sequence* seq) {

@@ -111,7 +111,7 @@ void DiskKvStore::EvictLocked(int64_t incoming) {
 }
 
 Status DiskKvStore::Put(const KvBlockKey& key, std::string_view bytes) {
-  const std::string record = EncodeKvRecord(key, bytes);
+  const std::string record = EncodeKvRecord(key, bytes, options_.secret);
   const int64_t size = static_cast<int64_t>(record.size());
   if (size > options_.max_bytes) {
     return ResourceExhausted("disk KV store: a block of " + std::to_string(size) + " bytes exceeds the bound");
@@ -168,14 +168,16 @@ StatusOr<std::string> DiskKvStore::Get(const KvBlockKey& key) {
     lru_.splice(lru_.end(), lru_, it->second.lru);
   }
   auto record = ReadFile(path, static_cast<size_t>(expected) + 1);
-  StatusOr<std::string> payload = record.ok() ? DecodeKvRecord(*record, key) : StatusOr<std::string>(record.status());
+  KvRecordFault fault = KvRecordFault::kCorrupt;  // an unreadable file counts as corrupt
+  StatusOr<std::string> payload =
+      record.ok() ? DecodeKvRecord(*record, key, options_.secret, &fault) : StatusOr<std::string>(record.status());
   std::error_code ec;
   std::lock_guard<std::mutex> lock(mu_);
   if (!payload.ok()) {
     spdlog::warn("disk KV store: dropping {}: {}", path, payload.status().message());
     EraseLocked(id);
     fs::remove(path, ec);
-    ++stats_.corrupt;
+    ++(fault == KvRecordFault::kUnauthenticated ? stats_.rejected : stats_.corrupt);
     ++stats_.misses;
     return NotFound("disk KV store: bad block dropped (" + payload.status().message() + ")");
   }

@@ -27,6 +27,9 @@ namespace tessera::kv_tiers {
 struct DiskKvStoreOptions {
   std::string dir;                    // created if missing
   int64_t max_bytes = int64_t{1} << 30;  // total record bytes kept
+  // The deployment secret records are authenticated under ("" : none): with
+  // one, a record whose MAC is not this secret's is refused (kv_block_record.h).
+  std::string secret = "";
 };
 
 class DiskKvStore final : public KvBlockStore {

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/sha256.h"
+
 namespace tessera::kv_tiers {
 namespace {
 
@@ -45,8 +47,7 @@ std::string SerializeKey(const KvBlockKey& key) {
   std::string out = "kv1";
   PutField(key.model_fingerprint, &out);
   PutField(key.layout, &out);
-  PutLe(key.hash_hi, 8, &out);
-  PutLe(key.hash_lo, 8, &out);
+  out.append(reinterpret_cast<const char*>(key.hash.data()), key.hash.size());
   PutField(key.tenant, &out);
   return out;
 }
@@ -56,7 +57,12 @@ std::string KeyId(const KvBlockKey& key) {
   return Hex64(Fnv1a64(s.data(), s.size())) + Hex64(Fnv1a64(s.data(), s.size(), 0x84222325cbf29ce4ULL));
 }
 
-std::string EncodeKvRecord(const KvBlockKey& key, std::string_view payload) {
+Sha256Digest RecordMac(std::string_view secret, std::string_view fixed, std::string_view key,
+                       std::string_view payload) {
+  return HmacSha256(secret, {fixed, key, payload});
+}
+
+std::string EncodeKvRecord(const KvBlockKey& key, std::string_view payload, std::string_view secret) {
   const std::string k = SerializeKey(key);
   std::string out(kMagic, sizeof(kMagic));
   out.reserve(kKvRecordHeaderBytes + k.size() + payload.size());
@@ -66,6 +72,9 @@ std::string EncodeKvRecord(const KvBlockKey& key, std::string_view payload) {
   PutLe(Fnv1a64(payload.data(), payload.size()), 8, &out);
   const uint64_t header_sum = Fnv1a64(k.data(), k.size(), Fnv1a64(out.data(), out.size()));
   PutLe(header_sum, 8, &out);
+  Sha256Digest mac{};
+  if (!secret.empty()) mac = RecordMac(secret, out, k, payload);
+  out.append(reinterpret_cast<const char*>(mac.data()), mac.size());
   out += k;
   out.append(payload);
   return out;
@@ -85,20 +94,34 @@ StatusOr<KvRecordHeader> DecodeKvRecordHeader(std::string_view b) {
   return h;
 }
 
-StatusOr<std::string> DecodeKvRecord(std::string_view record, const KvBlockKey& expected) {
+StatusOr<std::string> DecodeKvRecord(std::string_view record, const KvBlockKey& expected, std::string_view secret,
+                                     KvRecordFault* fault) {
+  KvRecordFault ignored;
+  KvRecordFault& why = fault != nullptr ? *fault : ignored;
+  why = KvRecordFault::kCorrupt;
   ASSIGN_OR_RETURN(KvRecordHeader h, DecodeKvRecordHeader(record));
   const size_t start = kKvRecordHeaderBytes + h.key.size();
   if (record.size() - start != h.payload_size) {
     return DataLoss("KV record: payload is " + std::to_string(record.size() - start) + " bytes, header says " +
                     std::to_string(h.payload_size));
   }
-  if (h.key != SerializeKey(expected)) {
-    return FailedPrecondition("KV record: holds another block (model fingerprint, layout, hash or tenant differ)");
-  }
   const std::string_view payload = record.substr(start);
   if (Fnv1a64(payload.data(), payload.size()) != GetLe(record, 24, 8)) {
     return DataLoss("KV record: payload checksum mismatch");
   }
+  if (h.key != SerializeKey(expected)) {
+    why = KvRecordFault::kOtherKey;
+    return FailedPrecondition("KV record: holds another block (model fingerprint, layout, hash or tenant differ)");
+  }
+  if (!secret.empty()) {
+    Sha256Digest mac;
+    std::memcpy(mac.data(), record.data() + 40, mac.size());
+    if (!DigestsEqualConstTime(mac, RecordMac(secret, record.substr(0, 40), h.key, payload))) {
+      why = KvRecordFault::kUnauthenticated;
+      return FailedPrecondition("KV record: not authenticated under the deployment secret (planted or altered)");
+    }
+  }
+  why = KvRecordFault::kNone;
   return std::string(payload);
 }
 

@@ -1,8 +1,8 @@
 // KvBlockStore: one full KV block's bytes in a tier below the device pool
 // (local disk, a shared Redis/Valkey), keyed by what makes those bytes valid
 // anywhere: the model (fingerprint), the KV layout, the block's chained
-// prefix hash (scheduler/block_hash.h, as two words: engine/ does not depend
-// on scheduler/), and an optional tenant tag (a digest of the cache_salt,
+// prefix hash (scheduler/block_hash.h's SHA-256 digest: engine/ does not
+// depend on scheduler/), and an optional tenant tag (a digest of the cache_salt,
 // never the salt or any prompt text).
 //
 // Every value is stored as a record (kv_block_record.h) whose header repeats
@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/sha256.h"
 #include "common/status.h"
 
 namespace tessera::kv_tiers {
@@ -24,8 +25,7 @@ namespace tessera::kv_tiers {
 struct KvBlockKey {
   std::string model_fingerprint;  // e.g. kv_transfer's ModelFingerprint (hex)
   std::string layout;             // e.g. "bs16 f16 L28 H8 D128"
-  uint64_t hash_hi = 0;           // the block's chained hash (BlockHash::hi, ::lo)
-  uint64_t hash_lo = 0;
+  Sha256Digest hash{};            // the block's chained hash (BlockHash::digest)
   std::string tenant;             // "" : none; else a digest of the tenant's salt
   bool operator==(const KvBlockKey&) const = default;
 };
@@ -44,6 +44,7 @@ struct KvStoreStats {
   int64_t hit_bytes = 0;
   int64_t misses = 0;
   int64_t corrupt = 0;      // records that failed validation (dropped)
+  int64_t rejected = 0;     // records whose MAC did not verify (dropped; a subset of nothing else)
   int64_t errors = 0;       // I/O or connection failures
   int64_t evictions = 0;    // dropped to stay within the size bound
   int64_t bytes_stored = 0; // disk: current total; Redis: not tracked (0)

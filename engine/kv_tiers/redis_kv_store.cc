@@ -154,7 +154,7 @@ StatusOr<RedisKvStore::Reply> RedisKvStore::Command(const std::vector<std::strin
 }
 
 Status RedisKvStore::Put(const KvBlockKey& key, std::string_view bytes) {
-  const std::string record = EncodeKvRecord(key, bytes);
+  const std::string record = EncodeKvRecord(key, bytes, options_.secret);
   const std::string k = RedisKeyOf(key);
   const std::string ttl = std::to_string(options_.ttl_s);
   std::vector<std::string_view> argv = {"SET", k, record};
@@ -175,12 +175,13 @@ StatusOr<std::string> RedisKvStore::Get(const KvBlockKey& key) {
     ++stats_.misses;
     return NotFound("redis KV store: miss");
   }
-  StatusOr<std::string> payload = DecodeKvRecord(r.str, key);
+  KvRecordFault fault = KvRecordFault::kNone;
+  StatusOr<std::string> payload = DecodeKvRecord(r.str, key, options_.secret, &fault);
   if (!payload.ok()) {
     spdlog::warn("redis KV store: dropping {}: {}", k, payload.status().message());
     (void)Command({"DEL", k});
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.corrupt;
+    ++(fault == KvRecordFault::kUnauthenticated ? stats_.rejected : stats_.corrupt);
     ++stats_.misses;
     return NotFound("redis KV store: bad block dropped (" + payload.status().message() + ")");
   }

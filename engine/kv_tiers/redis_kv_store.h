@@ -37,6 +37,9 @@ struct RedisKvStoreOptions {
   int op_timeout_ms = 500;
   int retry_interval_ms = 1000;
   int max_connections = 4;
+  // The deployment secret records are authenticated under ("" : none): with
+  // one, a record whose MAC is not this secret's is refused (kv_block_record.h).
+  std::string secret = "";
 };
 
 // `redis://[[user]:password@]HOST:PORT[/DB]` (the --kv-offload-remote-url

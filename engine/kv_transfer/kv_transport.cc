@@ -147,7 +147,9 @@ class KvTransport::Service final : public pb::KvTransfer::Service {
           return ToGrpc(InvalidArgument("kv transfer: block " + std::to_string(b) + " is not part of transfer '" +
                                         req->handle() + "'"));
         }
-        if (e.keys[pos] != KvBlockKey{req->keys(i).hi(), req->keys(i).lo()}) {
+        const std::string& key = req->keys(i).sha256();
+        if (key.size() != e.keys[pos].sha256.size() ||
+            std::memcmp(key.data(), e.keys[pos].sha256.data(), key.size()) != 0) {
           return ToGrpc(FailedPrecondition("kv transfer: block " + std::to_string(b) + " of '" + req->handle() +
                                            "' holds other tokens than the peer expects"));
         }
@@ -336,8 +338,7 @@ StatusOr<KvPullStats> KvTransport::Pull(const KvPullSpec& spec) {
   for (size_t i = 0; i < spec.remote_blocks.size(); ++i) {
     req.add_block_ids(spec.remote_blocks[i]);
     auto* k = req.add_keys();
-    k->set_hi(spec.keys[i].hi);
-    k->set_lo(spec.keys[i].lo);
+    k->set_sha256(spec.keys[i].sha256.data(), spec.keys[i].sha256.size());
   }
   ToProto(layout_, req.mutable_layout());
   req.set_model_fingerprint(fingerprint_);

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "common/status.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_transfer/kv_layout.h"
@@ -57,10 +58,10 @@ struct KvTransportOptions {
   std::function<void()> notify;
 };
 
-// 128-bit prefix-cache hash of one block (the scheduler's BlockHash as plain data).
+// The prefix-cache hash of one block (the scheduler's BlockHash as plain data:
+// SHA-256 of the chained block tuple, scheduler/block_hash.h).
 struct KvBlockKey {
-  uint64_t hi = 0;
-  uint64_t lo = 0;
+  Sha256Digest sha256{};
   bool operator==(const KvBlockKey&) const = default;
 };
 

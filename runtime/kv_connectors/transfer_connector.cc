@@ -72,7 +72,7 @@ void TransferConnector::BeforeStep(Scheduler& scheduler, KvCache& /*cache*/) {
     spec.remote_blocks.assign(p.source.block_ids.begin() + first,
                               p.source.block_ids.begin() + first + p.plan.blocks.size());
     spec.local_blocks.assign(p.plan.blocks.begin(), p.plan.blocks.end());
-    for (const BlockHash& h : p.plan.hashes) spec.keys.push_back({h.hi, h.lo});
+    for (const BlockHash& h : p.plan.hashes) spec.keys.push_back({h.digest});
     // The puller's thread writes the bytes into the plan's blocks while the
     // loop keeps stepping other requests; the scheduler keeps those blocks
     // out of every batch (and unfreed) until FinishKvLoad.
@@ -112,7 +112,7 @@ void TransferConnector::FinishPull(Scheduler& scheduler, KvPuller::Done& done) {
 void TransferConnector::AfterStep(KvCache& /*cache*/) {
   for (Export& e : pending_.exports) {
     std::vector<KvBlockKey> keys;
-    for (const BlockHash& h : e.hashes) keys.push_back({h.hi, h.lo});
+    for (const BlockHash& h : e.hashes) keys.push_back({h.digest});
     std::vector<int32_t> blocks(e.blocks.begin(), e.blocks.end());
     transport_->Export(e.request_id, blocks, std::move(keys));
     KvExportInfo info;

@@ -6,9 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/sha256.h"
 #include "engine/kv_tiers/disk_kv_store.h"
 #include "engine/kv_tiers/host_kv_store.h"
-#include "engine/kv_tiers/kv_block_record.h"
 #include "engine/kv_tiers/redis_kv_store.h"
 
 namespace tessera {
@@ -20,15 +20,12 @@ constexpr size_t kMaxQueuedFetches = 1024;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// 128-bit digest of the salt as hex, so keys and records never hold the salt.
+// SHA-256 of the salt as hex, so keys and records never hold the salt (the
+// block hash already depends on it; the tag keeps namespaces apart in a tier
+// even for a block hashed without a salt by a misconfigured peer).
 std::string TenantTag(const std::string& salt) {
   if (salt.empty()) return "";
-  const uint64_t a = kv_tiers::Fnv1a64(salt.data(), salt.size(), 0x74656e616e74ULL);  // "tenant"
-  const uint64_t b = kv_tiers::Fnv1a64(salt.data(), salt.size(), a ^ 0x9e3779b97f4a7c15ULL);
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(a),
-                static_cast<unsigned long long>(b));
-  return buf;
+  return ToHex(Sha256Of("tessera tenant\n" + salt));
 }
 
 }  // namespace
@@ -49,6 +46,7 @@ StatusOr<std::unique_ptr<KvTierManager>> KvTierManager::Create(KvTierOptions opt
     kv_tiers::DiskKvStoreOptions d;
     d.dir = o.disk_dir;
     d.max_bytes = o.disk_bytes;
+    d.secret = o.secret;
     auto disk = kv_tiers::DiskKvStore::Open(d);
     if (!disk.ok()) return Status(disk.status().code(), "--kv-offload-disk-dir: " + disk.status().message());
     stores.push_back(std::shared_ptr<kv_tiers::KvBlockStore>(std::move(*disk)));
@@ -56,6 +54,12 @@ StatusOr<std::unique_ptr<KvTierManager>> KvTierManager::Create(KvTierOptions opt
   if (!o.remote_url.empty()) {
     auto ro = kv_tiers::ParseRedisUrl(o.remote_url);
     if (!ro.ok()) return InvalidArgument("--kv-offload-remote-url: " + ro.status().message());
+    ro->secret = o.secret;
+    if (o.secret.empty()) {
+      spdlog::warn("--kv-offload-remote-url: records in the shared tier are not authenticated; whoever can write "
+                   "to it can plant KV blocks that change outputs. Set --kv-offload-secret-file on every instance "
+                   "(docs/architecture.md, \"Tamper-proof shared KV\")");
+    }
     auto redis = kv_tiers::RedisKvStore::Create(*ro);
     if (!redis.ok()) return Status(redis.status().code(), "--kv-offload-remote-url: " + redis.status().message());
     stores.push_back(std::shared_ptr<kv_tiers::KvBlockStore>(std::move(*redis)));
@@ -86,7 +90,7 @@ KvTierManager::~KvTierManager() {
 }
 
 kv_tiers::KvBlockKey KvTierManager::KeyOf(const BlockHash& hash, const std::string& cache_salt) const {
-  return {options_.model_fingerprint, options_.layout, hash.hi, hash.lo, TenantTag(cache_salt)};
+  return {options_.model_fingerprint, options_.layout, hash.digest, TenantTag(cache_salt)};
 }
 
 void KvTierManager::SpillTo(size_t tier, const kv_tiers::KvBlockKey& key, std::string bytes) {

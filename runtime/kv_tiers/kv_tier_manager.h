@@ -57,6 +57,10 @@ struct KvTierOptions {
   std::string disk_dir;
   int64_t disk_bytes = int64_t{10} << 30;
   std::string remote_url;  // redis://HOST:PORT[/DB]
+  // --kv-offload-secret-file's contents ("" : none): the disk and Redis tiers
+  // authenticate records with an HMAC under it and refuse (recompute) any
+  // record whose MAC is not this secret's. The host tier (process memory) does not.
+  std::string secret;
   // Tests (and benches): these stores instead of / after the ones above.
   std::vector<std::shared_ptr<kv_tiers::KvBlockStore>> extra_stores;
 
@@ -85,7 +89,7 @@ struct KvTierFetched {
 
 struct KvTierStats {
   std::string name;                // "host", "disk", "redis"
-  kv_tiers::KvStoreStats store;    // hits, misses, corrupt, errors (unavailable), puts, bytes
+  kv_tiers::KvStoreStats store;    // hits, misses, corrupt, rejected, errors (unavailable), puts, bytes
   int64_t spills_skipped = 0;      // queue full: block not written to this tier
   int64_t spill_errors = 0;        // Put failed (unavailable, too large)
   int64_t bad_size = 0;            // a checked record whose payload is not one block here

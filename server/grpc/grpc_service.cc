@@ -7,8 +7,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "scheduler/block_hash.h"
 #include "server/grpc/convert.h"
 #include "server/openai/kv_transfer_params.h"
+#include "server/serving/cache_isolation.h"
 #include "server/serving/serving_engine.h"
 
 namespace tessera {
@@ -175,7 +177,7 @@ class StreamCall final : public GenerateCall<true> {
 // Submits `request` on a fresh GenerateCall; returns it already finished on error.
 template <typename Call>
 Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admitted,
-                    const v1::GenerateRequest& request) {
+                    const v1::GenerateRequest& request, const std::string& tenant) {
   if (!admitted.ok()) {
     call->Fail(admitted);
     return call;
@@ -185,6 +187,7 @@ Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admit
     call->Fail(ToGrpc(input.status()));
     return call;
   }
+  input->tenant = tenant;  // --cache-isolation api-key
   const int32_t n = input->request.params.n;
   StatusOr<std::shared_ptr<Generation>> gen = engine->Submit(std::move(input).value(), call->MakeNotify());
   if (!gen.ok()) {
@@ -209,15 +212,18 @@ ServingEngine* GrpcService::ServingEngineIfReady() const {
   return engine;
 }
 
-grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const {
+grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine,
+                                std::string* tenant) const {
   if (!api_keys_.empty()) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-    if (!grpc_api::CheckBearer(auth, api_keys_)) {
+    const int key = grpc_api::BearerKeyIndex(auth, api_keys_);
+    if (key < 0) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           it == md.end() ? "missing 'authorization: Bearer <key>' metadata" : "invalid API key");
     }
+    if (tenant != nullptr) *tenant = ApiKeyTenantId(api_keys_[static_cast<size_t>(key)]);
   }
   *engine = provider_ ? provider_() : nullptr;
   if (*engine == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");
@@ -228,14 +234,16 @@ grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_gener
 }
 
 grpc::Status GrpcService::AdmitGenerate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& request,
-                                        ServingEngine** engine) const {
-  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, engine);
-  if (!admitted.ok() || !request.has_kv_transfer_params()) return admitted;
+                                        ServingEngine** engine, std::string* tenant) const {
+  grpc::Status admitted = Admit(ctx, /*for_generate=*/true, engine, tenant);
+  if (!admitted.ok()) return admitted;
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   const std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
   const KvTransferCaller caller{.internal_key_configured = !internal_keys_.empty(),
                                 .internal = !internal_keys_.empty() && grpc_api::CheckBearer(auth, internal_keys_)};
+  if (caller.internal) *tenant = kRouterTenant;
+  if (!request.has_kv_transfer_params()) return admitted;
   KvTransferRequest asks;  // the field is there: what it asks is refused as a whole
   asks.do_remote_decode = true;
   if (auto e = CheckKvTransferCaller(asks, caller)) {
@@ -247,15 +255,17 @@ grpc::Status GrpcService::AdmitGenerate(grpc::CallbackServerContext* ctx, const 
 grpc::ServerUnaryReactor* GrpcService::Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
                                                 v1::GenerateResponse* response) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine);
-  return StartGenerate(new UnaryCall(response), engine, admitted, *request);
+  std::string tenant;
+  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
+  return StartGenerate(new UnaryCall(response), engine, admitted, *request, tenant);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc::CallbackServerContext* ctx,
                                                                            const v1::GenerateRequest* request) {
   ServingEngine* engine = nullptr;
-  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine);
-  return StartGenerate(new StreamCall(), engine, admitted, *request);
+  std::string tenant;
+  grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
+  return StartGenerate(new StreamCall(), engine, admitted, *request, tenant);
 }
 
 grpc::ServerUnaryReactor* GrpcService::Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,

@@ -41,12 +41,15 @@ class GrpcService final : public v1::Tessera::CallbackService {
  private:
   // OK with the engine, or UNAUTHENTICATED / UNAVAILABLE. `for_generate`:
   // also refuse while draining.
-  grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine) const;
+  // `tenant` (optional): set to the matched API key's id (ApiKeyTenantId).
+  grpc::Status Admit(grpc::CallbackServerContext* ctx, bool for_generate, ServingEngine** engine,
+                     std::string* tenant = nullptr) const;
   // Admit, then: with an internal key configured, a request carrying
   // kv_transfer_params must have presented that key (INVALID_ARGUMENT naming
-  // the field otherwise), as on HTTP.
+  // the field otherwise), as on HTTP. A caller holding the internal key (the
+  // router) gets kRouterTenant: its cache_salt is already namespaced.
   grpc::Status AdmitGenerate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest& request,
-                             ServingEngine** engine) const;
+                             ServingEngine** engine, std::string* tenant) const;
 
   ServingEngineProvider provider_;
   std::vector<std::string> api_keys_;

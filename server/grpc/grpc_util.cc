@@ -56,12 +56,14 @@ std::string NewRequestId() {
   return buf;
 }
 
-bool CheckBearer(const std::string& authorization, const std::vector<std::string>& keys) {
+int BearerKeyIndex(const std::string& authorization, const std::vector<std::string>& keys) {
   static constexpr std::string_view kPrefix = "Bearer ";
-  if (authorization.size() < kPrefix.size() || authorization.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  if (authorization.size() < kPrefix.size() || authorization.compare(0, kPrefix.size(), kPrefix) != 0) return -1;
   const std::string_view given = std::string_view(authorization).substr(kPrefix.size());
-  bool match = false;
-  for (const std::string& key : keys) {
+  unsigned match = 0;
+  unsigned index = 0;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const std::string& key = keys[k];
     // Touch every byte of the longer string so timing reveals no prefix match.
     const size_t n = std::max(given.size(), key.size());
     unsigned diff = given.size() == key.size() ? 0u : 1u;
@@ -70,9 +72,12 @@ bool CheckBearer(const std::string& authorization, const std::vector<std::string
       const unsigned char b = i < key.size() ? static_cast<unsigned char>(key[i]) : 0;
       diff |= static_cast<unsigned>(a ^ b);
     }
-    match |= (diff == 0) && !key.empty();
+    const unsigned hit = (diff == 0 && !key.empty()) ? 1u : 0u;
+    const unsigned mask = 0u - (hit & ~match);  // all ones for the first matching key only
+    index |= static_cast<unsigned>(k) & mask;
+    match |= hit;
   }
-  return match;
+  return match != 0 ? static_cast<int>(index) : -1;
 }
 
 }  // namespace tessera::grpc_api

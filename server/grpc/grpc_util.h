@@ -30,7 +30,11 @@ Status StatusFromApiError(const ApiError& error, const std::string& grpc_field =
 // A fresh request id, unique in this process ("grpc-<hex>").
 std::string NewRequestId();
 
-// Constant-time (in the compared bytes) check of "Bearer <key>" against keys.
-bool CheckBearer(const std::string& authorization, const std::vector<std::string>& keys);
+// Constant-time (in the compared bytes) check of "Bearer <key>" against keys:
+// the index of the key it carries, -1 for none.
+int BearerKeyIndex(const std::string& authorization, const std::vector<std::string>& keys);
+inline bool CheckBearer(const std::string& authorization, const std::vector<std::string>& keys) {
+  return BearerKeyIndex(authorization, keys) >= 0;
+}
 
 }  // namespace tessera::grpc_api

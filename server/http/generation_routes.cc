@@ -18,6 +18,7 @@
 #include "server/openai/request_common.h"
 #include "server/openai/request_path.h"
 #include "server/openai/sse.h"
+#include "server/serving/cache_isolation.h"
 
 namespace tessera {
 namespace {
@@ -214,18 +215,27 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 // The handlers run on a front-end worker; a job lives on its connection's
 // strand from Submit on.
 // kv_transfer_params only from the internal key's holder (docs/architecture.md, "Threat model").
-std::optional<ApiError> CheckKvCaller(const ServeContext& ctx, const HttpExchange& ex, const KvTransferRequest& kv) {
+// The caller presented the internal key (the router, or another deployment role).
+bool InternalCaller(const ServeContext& ctx, const HttpExchange& ex) {
+  if (ctx.internal_api_keys.empty()) return false;
   const auto auth = ex.request().find(http::field::authorization);
   const std::string_view value = auth == ex.request().end()
                                      ? std::string_view()
                                      : std::string_view(auth->value().data(), auth->value().size());
-  return CheckKvTransferCaller(kv, {.internal_key_configured = !ctx.internal_api_keys.empty(),
-                                    .internal = !ctx.internal_api_keys.empty() &&
-                                                ApiKeyMatches(value, ctx.internal_api_keys)});
+  return ApiKeyMatches(value, ctx.internal_api_keys);
 }
 
-void SubmitOnStrand(const std::shared_ptr<HttpExchange>& ex, std::shared_ptr<GenerationJob> job,
-                    std::vector<GenerateInput> inputs) {
+std::optional<ApiError> CheckKvCaller(const ServeContext& ctx, const HttpExchange& ex, const KvTransferRequest& kv) {
+  return CheckKvTransferCaller(kv, {.internal_key_configured = !ctx.internal_api_keys.empty(),
+                                    .internal = InternalCaller(ctx, ex)});
+}
+
+// --cache-isolation api-key: the matched key's namespace; the router's requests
+// come with their cache_salt already in the client key's namespace.
+void SubmitOnStrand(const ServeContext& ctx, const std::shared_ptr<HttpExchange>& ex,
+                    std::shared_ptr<GenerationJob> job, std::vector<GenerateInput> inputs) {
+  const std::string tenant = InternalCaller(ctx, *ex) ? std::string(kRouterTenant) : ex->tenant();
+  for (GenerateInput& in : inputs) in.tenant = tenant;
   ex->Post([job = std::move(job), inputs = std::move(inputs)]() mutable { job->Submit(std::move(inputs)); });
 }
 
@@ -266,7 +276,7 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
     for (size_t i = 0; i < echoes.size(); ++i) job->completion_acc->SetPromptEcho(static_cast<int>(i), echoes[i]);
   }
   job->include_usage = req.include_usage;
-  SubmitOnStrand(ex, std::move(job), std::move(inputs));
+  SubmitOnStrand(*ctx, ex, std::move(job), std::move(inputs));
 }
 
 void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
@@ -295,7 +305,7 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   job->include_usage = req.include_usage;
   std::vector<GenerateInput> inputs;
   inputs.push_back(std::move(prepared.input));
-  SubmitOnStrand(ex, std::move(job), std::move(inputs));
+  SubmitOnStrand(*ctx, ex, std::move(job), std::move(inputs));
 }
 
 }  // namespace tessera

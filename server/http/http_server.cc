@@ -16,6 +16,8 @@
 #include <boost/beast/core.hpp>
 #include <spdlog/spdlog.h>
 
+#include "scheduler/block_hash.h"
+
 namespace tessera {
 
 namespace beast = boost::beast;
@@ -113,24 +115,30 @@ std::optional<std::string> MessageFramingError(const http::fields& headers, unsi
 // read as if zero-padded to the key's length, and a length mismatch is folded
 // into the difference instead of returning early. Only the key lengths (fixed
 // configuration) and the token's own length shape the timing.
-bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys) {
+// The matched index is selected with a mask, not a branch on the comparison.
+int ApiKeyIndex(std::string_view authorization, const std::vector<std::string>& keys) {
   std::string_view v = Trim(authorization);
-  if (v.size() < 7 || v[6] != ' ') return false;
+  if (v.size() < 7 || v[6] != ' ') return -1;
   for (size_t i = 0; i < 6; ++i) {
-    if ((v[i] | 0x20) != "bearer"[i]) return false;
+    if ((v[i] | 0x20) != "bearer"[i]) return -1;
   }
   const std::string_view token = Trim(v.substr(7));
   unsigned match = 0;
-  for (const std::string& key : keys) {
+  unsigned index = 0;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const std::string& key = keys[k];
     if (key.empty()) continue;  // an empty key never matches
     unsigned diff = token.size() != key.size() ? 1u : 0u;
     for (size_t i = 0; i < key.size(); ++i) {
       const unsigned char t = i < token.size() ? static_cast<unsigned char>(token[i]) : 0;
       diff |= static_cast<unsigned char>(key[i]) ^ t;
     }
-    match |= diff == 0 ? 1u : 0u;
+    const unsigned hit = diff == 0 ? 1u : 0u;
+    const unsigned mask = 0u - (hit & ~match);  // all ones for the first matching key only
+    index |= static_cast<unsigned>(k) & mask;
+    match |= hit;
   }
-  return match != 0;
+  return match != 0 ? static_cast<int>(index) : -1;
 }
 
 // One TCP connection. Lives while an async operation or an HttpExchange holds
@@ -328,12 +336,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       auto auth = ex->request().find(http::field::authorization);
       std::string_view value;
       if (auth != ex->request().end()) value = std::string_view(auth->value().data(), auth->value().size());
-      if (!ApiKeyMatches(value, core_->options.api_keys)) {
+      const int key = ApiKeyIndex(value, core_->options.api_keys);
+      if (key < 0) {
         HttpResponse res = ErrorResponse({ApiStatus::kUnauthorized, "invalid or missing API key",
                                           "authentication_error", "", "invalid_api_key"});
         res.set(http::field::www_authenticate, "Bearer");
         return ex->Send(std::move(res));
       }
+      ex->tenant_ = core_->api_key_tenants[static_cast<size_t>(key)];
     }
     if (core_->draining.load() && !(route && route->options.serve_while_draining)) {
       HttpResponse res = ErrorResponse(
@@ -653,6 +663,7 @@ void HttpExchange::Post(std::function<void()> fn) {
 HttpServer::HttpServer(net::io_context& ioc, HttpServerOptions options)
     : ioc_(ioc), core_(std::make_shared<HttpServerCore>()), acceptor_(net::make_strand(ioc)) {
   core_->options = std::move(options);
+  for (const std::string& key : core_->options.api_keys) core_->api_key_tenants.push_back(ApiKeyTenantId(key));
 }
 
 HttpServer::~HttpServer() = default;

@@ -48,6 +48,10 @@ class HttpExchange {
   std::string path() const;
   // The client's x-request-id, or a generated one; echoed on the response.
   const std::string& request_id() const { return request_id_; }
+  // The id of the API key this request authenticated with (ApiKeyTenantId;
+  // "" without --api-key or on a public route): its cache namespace under
+  // --cache-isolation api-key. Set before the handler runs.
+  const std::string& tenant() const { return tenant_; }
 
   // Sends a complete response. Only the first Send/StartStream has an effect.
   void Send(HttpResponse response);
@@ -84,6 +88,7 @@ class HttpExchange {
   std::shared_ptr<HttpSession> session_;
   HttpRequest request_;
   std::string request_id_;
+  std::string tenant_;
   const uint64_t seq_;  // which request of the session this is
   std::atomic<bool> responded_{false};  // Send or StartStream taken
   std::atomic<bool> streaming_{false};  // StartStream took effect
@@ -124,6 +129,7 @@ struct HttpRoute {
 // object until the io_context is destroyed).
 struct HttpServerCore {
   HttpServerOptions options;
+  std::vector<std::string> api_key_tenants;  // ApiKeyTenantId of each options.api_keys entry
   // path -> method -> route; written before Start, read-only afterwards.
   std::map<std::string, std::map<boost::beast::http::verb, HttpRoute>> routes;
   // Tried in order when no exact path matches: paths that start with `prefix`
@@ -155,9 +161,12 @@ bool IsJsonContentType(std::string_view content_type);
 // is not a single decimal number. `version` is 10 or 11.
 std::optional<std::string> MessageFramingError(const boost::beast::http::fields& headers, unsigned version);
 
-// Constant-time check of an Authorization header value against `keys`.
-// Exposed for tests.
-bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys);
+// Constant-time check of an Authorization header value against `keys`: the
+// index of the key it carries, -1 for none. Exposed for tests.
+int ApiKeyIndex(std::string_view authorization, const std::vector<std::string>& keys);
+inline bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys) {
+  return ApiKeyIndex(authorization, keys) >= 0;
+}
 
 class HttpServer {
  public:

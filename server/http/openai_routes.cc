@@ -79,6 +79,8 @@ void HandleServerInfo(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex
   if (ServingEngine* engine = ctx->ready_engine()) {
     info["block_size"] = engine->kv_block_size();
     info["num_kv_blocks"] = engine->kv_num_blocks();
+    // How this instance names blocks: a KV-aware router hashes prompts the same way.
+    info["prefix_caching_hash_algo"] = PrefixHashAlgoName(engine->kv_hash_algo());
     if (const KvTransport* kt = engine->kv_transport()) {
       info["kv_transfer"] = {{"host", kt->host()}, {"port", kt->port()}, {"engine_id", kt->engine_id()}};
     }

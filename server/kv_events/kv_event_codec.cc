@@ -206,11 +206,7 @@ StatusOr<KvEvent> ReadEvent(const msgpack_object& o) {
 }  // namespace
 
 HashKey KeyOf(const BlockHash& hash) {
-  HashKey k;
-  k.reserve(16);
-  PutBigEndian(hash.hi, &k);
-  PutBigEndian(hash.lo, &k);
-  return k;
+  return HashKey(reinterpret_cast<const char*>(hash.digest.data()), hash.digest.size());
 }
 
 HashKey KeyOfInt(int64_t hash) {

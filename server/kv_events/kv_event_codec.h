@@ -8,8 +8,9 @@
 //   AllBlocksCleared = ["AllBlocksCleared"]
 //
 // msgpack (msgspec's array_like, tagged structs). A hash is vLLM's
-// ExternalBlockHash: bytes or an int; Tessera sends its 128-bit chained hash
-// as 16 bytes (hi then lo, big-endian). Trailing optional fields may be absent
+// ExternalBlockHash: bytes or an int; Tessera sends its SHA-256 chained hash
+// as the 32 digest bytes, as vLLM does with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0
+// (its int form keeps only the last 8 bytes, which a tenant could collide). Trailing optional fields may be absent
 // on decode (msgspec omits defaults). Pure functions; thread-safe.
 #pragma once
 
@@ -29,7 +30,7 @@ namespace tessera::kv_events {
 // 'i' + its 8 bytes big-endian (so the two spaces never collide).
 using HashKey = std::string;
 
-HashKey KeyOf(const BlockHash& hash);  // the 16 bytes Tessera sends
+HashKey KeyOf(const BlockHash& hash);  // the 32 bytes Tessera sends
 HashKey KeyOfInt(int64_t hash);
 
 struct BlockStored {

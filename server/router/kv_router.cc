@@ -137,6 +137,15 @@ void KvRouter::Tick() {
     fresh.known = true;
     fresh.block_size = j["block_size"].get<int32_t>();
     if (fresh.block_size <= 0) continue;
+    // vLLM's instances do not say; sha256 is its default as ours.
+    if (auto algo = j.find("prefix_caching_hash_algo"); algo != j.end() && algo->is_string()) {
+      auto parsed = ParsePrefixHashAlgo(algo->get<std::string>());
+      if (!parsed.ok()) {
+        spdlog::warn("router: kv-aware: {}: {} (load-only for it)", ref.address, parsed.status().message());
+        continue;
+      }
+      fresh.hash_algo = *parsed;
+    }
     if (auto nb = j.find("num_kv_blocks"); nb != j.end() && nb->is_number_integer()) {
       fresh.num_blocks = std::max<int64_t>(0, nb->get<int64_t>());
     }
@@ -149,8 +158,9 @@ void KvRouter::Tick() {
       subscriber_->AddSource({ref.address, fresh.events_endpoint, fresh.replay_endpoint});
       fresh.subscribed = true;
     }
-    spdlog::info("router: kv-aware: {}: block size {}, KV events {}{}, KV transfer {}", ref.address,
-                 fresh.block_size, fresh.events_endpoint.empty() ? "none (load-only for it)" : fresh.events_endpoint,
+    spdlog::info("router: kv-aware: {}: block size {}, hash {}, KV events {}{}, KV transfer {}", ref.address,
+                 fresh.block_size, PrefixHashAlgoName(fresh.hash_algo),
+                 fresh.events_endpoint.empty() ? "none (load-only for it)" : fresh.events_endpoint,
                  fresh.replay_endpoint.empty() ? "" : " (replay " + fresh.replay_endpoint + ")",
                  fresh.has_kv_transfer ? "yes" : "no");
     std::lock_guard lock(mu_);
@@ -227,19 +237,23 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     infos = infos_;
     pending = pending_;
   }
-  std::map<int32_t, std::vector<BlockHash>> chains;  // block size -> the prompt's chain
-  auto chain = [&](int32_t bs) -> const std::vector<BlockHash>& {
-    auto it = chains.find(bs);
+  // The prompt's chain as an instance hashes it: its block size and
+  // --prefix-caching-hash-algo (both from its /server_info).
+  using Scheme = std::pair<int32_t, PrefixHashAlgo>;
+  std::map<Scheme, std::vector<BlockHash>> chains;
+  auto chain = [&](const Info& info) -> const std::vector<BlockHash>& {
+    const Scheme key{info.block_size, info.hash_algo};
+    auto it = chains.find(key);
     if (it == chains.end()) {
       std::vector<BlockHash> hashes;
-      ExtendBlockHashes(prompt, bs, {}, &hashes, CacheSaltRoot(cache_salt));
-      it = chains.emplace(bs, std::move(hashes)).first;
+      BlockHashScheme(info.hash_algo).ExtendBlockHashes(prompt, info.block_size, {}, cache_salt, &hashes);
+      it = chains.emplace(key, std::move(hashes)).first;
     }
     return it->second;
   };
   // Leading blocks in flight at `address` (see "In flight" in the header).
-  auto routed_blocks = [&](const std::string& address, int32_t bs) -> int64_t {
-    const std::vector<BlockHash>& hashes = chain(bs);
+  auto routed_blocks = [&](const std::string& address, const Info& info) -> int64_t {
+    const std::vector<BlockHash>& hashes = chain(info);
     const auto t = Clock::now();
     std::lock_guard lock(mu_);
     int64_t n = 0;
@@ -254,11 +268,13 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   };
   const int64_t decode_work = max_tokens >= 0 ? max_tokens : 256;
   const auto now = Clock::now();
-  std::map<int32_t, std::vector<kv_events::InstanceMatch>> matches;  // block size -> index answer
-  auto hit_blocks = [&](const std::string& address, int32_t bs, const kv_events::InstanceMatch** out,
+  std::map<Scheme, std::vector<kv_events::InstanceMatch>> matches;  // chain -> index answer
+  auto hit_blocks = [&](const std::string& address, const Info& info, const kv_events::InstanceMatch** out,
                         bool with_routed = true) -> int64_t {
-    auto it = matches.find(bs);
-    if (it == matches.end()) it = matches.emplace(bs, index_->Match(std::span<const BlockHash>(chain(bs)))).first;
+    const int64_t bs = info.block_size;
+    const Scheme key{info.block_size, info.hash_algo};
+    auto it = matches.find(key);
+    if (it == matches.end()) it = matches.emplace(key, index_->Match(std::span<const BlockHash>(chain(info)))).first;
     // The instance computes at least the last prompt token itself.
     const int64_t usable = d.prompt_tokens > 0 ? (d.prompt_tokens - 1) / bs : 0;
     if (out) *out = nullptr;
@@ -268,7 +284,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       if (out) *out = &m;
       held = m.matched_blocks;
     }
-    return std::min(with_routed ? std::max(held, routed_blocks(address, bs)) : held, usable);
+    return std::min(with_routed ? std::max(held, routed_blocks(address, info)) : held, usable);
   };
 
   bool fallback = false;
@@ -279,7 +295,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   for (const InstanceSnapshot& s : cands) {
     const Info& info = infos[s.ref.address];
     const kv_events::InstanceMatch* m = nullptr;
-    const int64_t hit = info.known ? hit_blocks(s.ref.address, info.block_size, &m) * info.block_size : 0;
+    const int64_t hit = info.known ? hit_blocks(s.ref.address, info, &m) * info.block_size : 0;
     if (Stale(info, m, now)) {
       fallback = true;
       break;
@@ -306,8 +322,9 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     auto out = by_load("load-fallback");
     if (out) {
       const Info& info = infos[out->target.address];
-      if (info.known && info.subscribed) out->hit_tokens = hit_blocks(out->target.address, info.block_size, nullptr) *
-                                                           info.block_size;
+      if (info.known && info.subscribed) {
+        out->hit_tokens = hit_blocks(out->target.address, info, nullptr) * info.block_size;
+      }
       Count(*out);
     }
     return out;
@@ -323,10 +340,13 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     for (const InstanceSnapshot& s : registry_->Snapshot()) {
       if (!s.healthy || s.ref.address == d.target.address || !seen.insert(s.ref.address).second) continue;
       const Info& info = infos[s.ref.address];
-      if (!info.known || !info.has_kv_transfer || info.block_size != tinfo.block_size) continue;
+      if (!info.known || !info.has_kv_transfer || info.block_size != tinfo.block_size ||
+          info.hash_algo != tinfo.hash_algo) {
+        continue;
+      }
       const kv_events::InstanceMatch* m = nullptr;
       // Computed blocks only (the index), not prompts still in flight there.
-      const int64_t hit = hit_blocks(s.ref.address, info.block_size, &m, false) * info.block_size;
+      const int64_t hit = hit_blocks(s.ref.address, info, &m, false) * info.block_size;
       if (Stale(info, m, now)) continue;
       if (hit - d.hit_tokens >= options_.peer_fetch_min_tokens && hit > d.peer_tokens) {
         d.peer = s.ref;
@@ -335,7 +355,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
   }
   d.pending = d.prompt_tokens - std::max(d.hit_tokens, d.peer_tokens) + decode_work;
-  d.routed_chain = chain(tinfo.block_size);
+  d.routed_chain = chain(tinfo);
   {
     std::lock_guard lock(mu_);
     pending_[d.target.address] += d.pending;

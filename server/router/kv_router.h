@@ -140,6 +140,7 @@ class KvRouter {
   struct Info {  // what /server_info said, and the subscription
     bool known = false;            // /server_info answered with a block size
     int32_t block_size = 0;
+    PrefixHashAlgo hash_algo = PrefixHashAlgo::kSha256;  // its --prefix-caching-hash-algo
     int64_t num_blocks = 0;        // its KV pool; 0: not said (no eviction term)
     std::string events_endpoint, replay_endpoint;  // "" : no events
     bool has_kv_transfer = false;

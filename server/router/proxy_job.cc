@@ -86,6 +86,12 @@ class Proxy {
     if (auto it = body_.find("kv_transfer_params"); it != body_.end() && !it->is_null()) {
       return SendError(HttpStatus::bad_request, "'kv_transfer_params' is set by the router; remove it");
     }
+    if (ctx_.flags.isolate_api_keys) {  // the key's namespace, carried to every instance as the salt
+      if (auto it = body_.find("cache_salt"); it != body_.end() && !it->is_null() && !it->is_string()) {
+        return SendError(HttpStatus::bad_request, "'cache_salt' must be a string");
+      }
+      body_["cache_salt"] = TenantCacheSalt(ex_->tenant(), CacheSaltOf(body_));
+    }
     stream_ = Flag(body_, "stream");
     if (auto so = body_.find("stream_options"); so != body_.end() && so->is_object()) {
       include_usage_ = Flag(*so, "include_usage");

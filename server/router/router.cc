@@ -80,6 +80,7 @@ int RunRouter(const RouterServeOptions& o) {
     return 1;
   }
   ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
+  pctx.flags.isolate_api_keys = o.cache_isolation == "api-key";
 
   net::io_context ioc{kIoThreads};
   // Body parsing runs here, never on the io threads.

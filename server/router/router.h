@@ -32,6 +32,11 @@ struct RouterFlags {
   std::string routing_logic = "load";   // kv-aware | load | round-robin (kv_router.h)
   int64_t kv_peer_fetch_min_tokens = 64;  // kv-aware: pull a peer's prefix when it holds this many more tokens
   int router_workers = 256;  // threads running proxied requests (ProxyPool); more requests queue
+  // Set from RouterServeOptions::cache_isolation "api-key": each client key's
+  // requests go upstream with cache_salt = TenantCacheSalt(key id, their salt)
+  // (scheduler/block_hash.h), so instances, tiers and KV-aware routing keep
+  // keys apart.
+  bool isolate_api_keys = false;
 };
 
 struct RouterServeOptions {
@@ -50,6 +55,8 @@ struct RouterServeOptions {
   // client's key) and seeds the KV event subscriptions' CURVE keys.
   std::string internal_api_key_file;
   std::string internal_api_key;
+  // --cache-isolation: "none" or "api-key" (docs/architecture.md, "Tenant isolation").
+  std::string cache_isolation = "none";
   RouterFlags flags;
 };
 

@@ -113,12 +113,16 @@ class RouterGrpcService final : public v1::Tessera::Service {
     std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
   };
 
-  grpc::Status Admit(grpc::ServerContext* sctx) const {
+  // `tenant` (optional): the matched key's id (ApiKeyTenantId).
+  grpc::Status Admit(grpc::ServerContext* sctx, std::string* tenant = nullptr) const {
     if (api_keys_.empty()) return grpc::Status::OK;
     const auto& md = sctx->client_metadata();
     auto it = md.find("authorization");
     const std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
-    if (grpc_api::CheckBearer(auth, api_keys_)) return grpc::Status::OK;
+    if (const int key = grpc_api::BearerKeyIndex(auth, api_keys_); key >= 0) {
+      if (tenant != nullptr) *tenant = ApiKeyTenantId(api_keys_[static_cast<size_t>(key)]);
+      return grpc::Status::OK;
+    }
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         it == md.end() ? "missing 'authorization: Bearer <key>' metadata" : "invalid API key");
   }
@@ -208,9 +212,12 @@ class RouterGrpcService final : public v1::Tessera::Service {
     return last;
   }
 
-  grpc::Status Run(grpc::ServerContext* sctx, const v1::GenerateRequest& request,
+  grpc::Status Run(grpc::ServerContext* sctx, const v1::GenerateRequest& client_request,
                    grpc::ServerWriter<v1::GenerateResponse>* writer, v1::GenerateResponse* response) {
-    if (grpc::Status s = Admit(sctx); !s.ok()) return s;
+    std::string tenant;
+    if (grpc::Status s = Admit(sctx, &tenant); !s.ok()) return s;
+    v1::GenerateRequest request = client_request;
+    if (ctx_.flags.isolate_api_keys) request.set_cache_salt(TenantCacheSalt(tenant, client_request.cache_salt()));
     if (draining_->load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is draining");
     // Held for the whole call, like an HTTP request's place.
     const ProxyPool::Slot slot = admission_ ? admission_->TryAcquire() : nullptr;

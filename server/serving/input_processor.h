@@ -29,6 +29,9 @@ struct GenerateInput {
   Request request;
   bool skip_special_tokens = true;  // in the returned text
   bool include_stop_str_in_output = false;
+  // The matched API key's id (ApiKeyTenantId; "" without keys): the request's
+  // cache namespace under --cache-isolation api-key (ServingEngine::Submit).
+  std::string tenant;
 };
 
 // `request` with its text options, once ValidateRequest accepts it against

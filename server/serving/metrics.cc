@@ -118,6 +118,9 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                         "KV tiers: failures by kind: unavailable (tier unreachable), corrupt (a record failed its "
                         "checks and was dropped), bad_size, spill_failed, spill_skipped (write queue full).");
   tier_evictions_ = family("tessera:kv_offload_evictions_total", "KV tiers: blocks evicted to stay within the bound.");
+  tier_rejected_ = family("tessera:kv_offload_rejected_records_total",
+                          "KV tiers: records refused because their MAC is not the deployment secret's "
+                          "(--kv-offload-secret-file): planted or altered blocks, dropped and recomputed.");
   tier_usage_ = &BuildGauge()
                      .Name("tessera:kv_offload_usage_bytes")
                      .Help("KV tiers: bytes held by the tier (host, disk; 0 for a shared Redis).")
@@ -313,6 +316,7 @@ void ServingMetrics::UpdateKvTiers(const std::vector<KvTierStats>& tiers, const 
     advance(tier_stored_->Add(l), t.store.puts, was.store.puts);
     advance(tier_stored_bytes_->Add(l), t.store.put_bytes, was.store.put_bytes);
     advance(tier_evictions_->Add(l), t.store.evictions, was.store.evictions);
+    advance(tier_rejected_->Add(l), t.store.rejected, was.store.rejected);
     auto error = [&](const char* kind, int64_t now, int64_t before) {
       advance(tier_errors_->Add({{"model_name", model_name_}, {"tier", t.name}, {"kind", kind}}), now, before);
     };

@@ -126,6 +126,7 @@ class ServingMetrics {
   prometheus::Family<prometheus::Counter>* tier_stored_;
   prometheus::Family<prometheus::Counter>* tier_stored_bytes_;
   prometheus::Family<prometheus::Counter>* tier_errors_;
+  prometheus::Family<prometheus::Counter>* tier_rejected_;
   prometheus::Family<prometheus::Counter>* tier_evictions_;
   prometheus::Family<prometheus::Gauge>* tier_usage_;
   prometheus::Family<prometheus::Histogram>* tier_seconds_;

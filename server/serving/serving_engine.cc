@@ -274,6 +274,7 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   engine->created_unix_ = static_cast<int64_t>(std::time(nullptr));
   engine->max_in_flight_ = options.max_in_flight;
   engine->chat_content_special_tokens_ = options.chat_content_special_tokens;
+  engine->cache_isolation_ = options.cache_isolation;
   return engine;
 }
 
@@ -319,6 +320,7 @@ LogprobEntry ServingEngine::MakeLogprobEntry(int32_t token_id, float logprob) co
 
 StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input, std::function<void()> notify) {
   if (draining_.load()) return Status(StatusCode::kUnavailable, "the server is shutting down");
+  RETURN_IF_ERROR(ApplyCacheIsolation(cache_isolation_, input.tenant, &input.request));
   if (in_flight_->fetch_add(1) >= max_in_flight_) {
     in_flight_->fetch_sub(1);
     return Status(StatusCode::kResourceExhausted,

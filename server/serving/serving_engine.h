@@ -27,6 +27,7 @@
 #include "runtime/engine_loop.h"
 #include "scheduler/request.h"
 #include "scheduler/sampling_params.h"
+#include "server/serving/cache_isolation.h"
 #include "server/serving/input_processor.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
@@ -53,6 +54,8 @@ struct ServingOptions {
   ServingMetrics* metrics = nullptr;  // not owned; may be null
   // --chat-template-content-special-tokens (input_processor.h, ChatPromptInput).
   bool chat_content_special_tokens = false;
+  // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
+  CacheIsolation cache_isolation = CacheIsolation::kNone;
 };
 
 // One token with its log-probability, as both APIs report it.
@@ -169,6 +172,7 @@ class ServingEngine {
   // Tokens per KV block (the prefix cache's hash granularity).
   int32_t kv_block_size() const { return loop_->scheduler_options().kv.block_size; }
   int32_t kv_num_blocks() const { return loop_->scheduler_options().kv.num_blocks; }  // the device pool
+  PrefixHashAlgo kv_hash_algo() const { return loop_->scheduler_options().kv.hash_scheme.algo(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
 
   // New submissions fail with UNAVAILABLE; running ones continue.
@@ -194,6 +198,7 @@ class ServingEngine {
   int64_t created_unix_ = 0;
   int64_t max_in_flight_ = 0;
   bool chat_content_special_tokens_ = false;
+  CacheIsolation cache_isolation_ = CacheIsolation::kNone;
   ServingMetrics* metrics_ = nullptr;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> draining_{false};

@@ -9,7 +9,10 @@ here), and checks the events with an independent subscriber (Debian's
 python3-zmq and python3-msgpack, decoding vLLM's format by hand):
   * seq 0 is AllBlocksCleared (a fresh instance holds nothing);
   * a prompt's full blocks arrive as BlockStored with the prompt's token ids,
-    block size 16 and a parent/child hash chain (first parent nil);
+    block size 16 and a parent/child hash chain (first parent nil), each hash
+    the 32 bytes vLLM computes for them (sha256 of the pickled (parent, tokens,
+    extra_keys), NONE_HASH as with PYTHONHASHSEED=0: computed here with
+    Python's pickle and hashlib, as vLLM does), salted ones included;
   * a second prompt sharing two blocks stores only its third, whose parent is
     the first prompt's second block hash;
   * filling the pool evicts: BlockRemoved of hashes stored before;
@@ -20,7 +23,9 @@ python3-zmq and python3-msgpack, decoding vLLM's format by hand):
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
+import hashlib
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -31,7 +36,7 @@ import msgpack
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, complete, free_port, get_metrics, synth_model  # noqa: E402
+from serve_util import Results, Server, complete, free_port, get_metrics, request, synth_model  # noqa: E402
 
 BLOCK = 16
 TOPIC = b"kv"
@@ -93,8 +98,8 @@ def decode(payload):
         tag = ev[0]
         if tag == "BlockStored":
             hashes, parent, tokens, block_size, lora_id, medium = ev[1:7]
-            assert all(isinstance(h, bytes) and len(h) == 16 for h in hashes), hashes
-            assert parent is None or (isinstance(parent, bytes) and len(parent) == 16)
+            assert all(isinstance(h, bytes) and len(h) == 32 for h in hashes), hashes
+            assert parent is None or (isinstance(parent, bytes) and len(parent) == 32)
             events.append(("stored", hashes, parent, tokens, block_size, lora_id, medium))
         elif tag == "BlockRemoved":
             events.append(("removed", ev[1], ev[2]))
@@ -124,6 +129,21 @@ def run_prompt(port, tokens, salt=None):
 
 def prefix_hits(port):
     return get_metrics(port).get("tessera:prefix_cache_hits_total", 0.0)
+
+
+def vllm_sha256(obj):
+    """vLLM's --prefix-caching-hash-algo sha256 (vllm/utils/hashing.py)."""
+    return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+def vllm_chain(tokens, salt=None):
+    """vLLM's hash_block_tokens over the full blocks, NONE_HASH = sha256("0") (PYTHONHASHSEED=0)."""
+    parent, out = vllm_sha256("0"), []
+    for i in range(len(tokens) // BLOCK):
+        extra = (salt,) if salt and i == 0 else None
+        parent = vllm_sha256((parent, tuple(tokens[i * BLOCK:(i + 1) * BLOCK]), extra))
+        out.append(parent)
+    return out
 
 
 def main():
@@ -179,6 +199,9 @@ def main():
                 tokens += toks
             assert len(hashes) == 3 and len(set(hashes)) == 3, hashes
             assert tokens == a[:48], tokens
+            assert hashes == vllm_chain(a), "hashes must be vLLM's sha256 block hashes"
+            status, _, info = request(srv.port, "GET", "/server_info")
+            assert status == 200 and info["prefix_caching_hash_algo"] == "sha256", info
             state["a"] = hashes
         res.run("prompt A: BlockStored x3 with A's tokens and a parent/child chain", stored_chain)
 
@@ -248,6 +271,7 @@ def main():
                     break
                 time.sleep(0.05)
             assert len(set(firsts)) == 3, firsts
+            assert vllm_chain(c, "tenant-a")[0] in firsts and vllm_chain(c)[0] in firsts, "salted hash is vLLM's"
         res.run("cache_salt: same salt hits, other salt / none do not", cache_salt_isolates)
 
         def bad_salt():

@@ -13,12 +13,21 @@ tiny synthetic qwen3 with all three tiers (host, disk, Redis), then checks:
     reported as cached tokens, disk hits counted;
   * the Redis tier shared with a second instance on another disk dir serves
     the prompt there too (same tokens);
+  * a record planted in Redis (right key, valid checksums, altered KV, no
+    valid MAC) is refused by instances sharing --kv-offload-secret-file: the
+    output equals the recompute, nothing is loaded, the refusal is counted in
+    tessera:kv_offload_rejected_records_total;
+  * --cache-isolation api-key: two API keys never hit each other's prefixes
+    (cached_tokens 0, from the device pool and the host tier alike), the same
+    key does; --cache-isolation salt refuses a request without cache_salt;
   * redis-server killed: requests still succeed (computed), errors counted.
 Prints one line per check and ends with `N passed, M failed`.
 """
 import argparse
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -50,6 +59,53 @@ class Redis:
             self.proc.wait()
 
 
+def resp(port, db, *args):
+    """One Redis command on database `db` over RESP (binary-safe, unlike redis-cli); the decoded reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        out = b""
+        for cmd in (("SELECT", db), args):
+            out += b"*%d\r\n" % len(cmd)
+            for a in cmd:
+                a = a if isinstance(a, bytes) else str(a).encode()
+                out += b"$%d\r\n%s\r\n" % (len(a), a)
+        s.sendall(out)
+        f = s.makefile("rb")
+
+        def read():
+            line = f.readline()[:-2]
+            kind, rest = line[:1], line[1:]
+            if kind in (b"+", b"-", b":"):
+                return rest
+            if kind == b"$":
+                n = int(rest)
+                return None if n < 0 else f.read(n + 2)[:-2]
+            if kind == b"*":
+                return [read() for _ in range(int(rest))]
+            raise AssertionError(line)
+        assert read() == b"OK"  # SELECT
+        return read()
+
+
+def fnv1a64(data, h=0xcbf29ce484222325):
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def tamper(record):
+    """The record with its KV replaced (every value 100.0) and both checksums
+    recomputed, as anyone who can write to Redis can do; the MAC is zeroed
+    (engine/kv_tiers/kv_block_record.h has the layout)."""
+    assert record[:8] == b"TSKVBLK\0", record[:8]
+    key_len, payload_len = struct.unpack_from("<IQ", record, 12)
+    header, key = bytearray(record[:72]), record[72:72 + key_len]
+    payload = struct.pack("<f", 100.0) * (payload_len // 4)
+    struct.pack_into("<Q", header, 24, fnv1a64(payload))
+    struct.pack_into("<Q", header, 32, fnv1a64(key, fnv1a64(bytes(header[:32]))))
+    header[40:72] = bytes(32)
+    return bytes(header) + key + payload
+
+
 def metrics(port):
     """{(name, tier, kind): value} of the kv_offload metrics, plus plain names."""
     status, headers, _ = request(port, "GET", "/metrics")
@@ -70,6 +126,27 @@ def run_prompt(port, prompt):
     assert status == 200, (status, body)
     details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
     return body["choices"][0]["text"], details.get("cached_tokens", 0)
+
+
+def run_as(port, key, prompt):
+    """A completion of `prompt` with API key `key`: (text, cached prompt tokens)."""
+    status, _, body = complete(port, headers={"Authorization": "Bearer " + key}, prompt=prompt, max_tokens=4,
+                               temperature=0, ignore_eos=True)
+    assert status == 200, (status, body)
+    details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
+    return body["choices"][0]["text"], details.get("cached_tokens", 0)
+
+
+def ready_server(res, tessera, args, workdir, name):
+    """A ready `tessera serve` with `args`, the one `res` reports the log of."""
+    srv = Server(tessera, args, workdir, name)
+    res.server = srv
+    try:
+        srv.wait_ready()
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
 
 
 def wait_for(fn, what, timeout=5):
@@ -167,6 +244,116 @@ def main():
             m = metrics(srv.port)
             assert m.get(("tessera:kv_offload_hits_total", "redis", ""), 0) >= 3, m
         res.run("another instance loads the prefix from the shared redis", shared_redis_hits)
+        srv.stop()
+
+        secret = os.path.join(workdir, "kv-secret")
+        with open(secret, "w") as f:
+            f.write("a deployment secret of 32 bytes\n")
+        url2 = f"redis://127.0.0.1:{redis.port}/2"
+        redis_only = ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1",
+                      "--kv-offload-remote-url", url2, "--kv-offload-secret-file", secret]
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-d")
+        planted = list(range(7000, 7000 + 3 * BLOCK + 1))
+
+        def authenticated_records_stored():
+            state["planted_text"], _ = run_prompt(srv.port, planted)
+            wait_for(lambda: metrics(srv.port).get(("tessera:kv_offload_stored_blocks_total", "redis", ""), 0) >= 3,
+                     "3 blocks stored in redis")
+        res.run("records written with --kv-offload-secret-file", authenticated_records_stored)
+        srv.stop()
+
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-e")
+
+        def authenticated_records_load():
+            text, cached = run_prompt(srv.port, planted)
+            assert (text, cached) == (state["planted_text"], 3 * BLOCK), (text, cached)
+            m = metrics(srv.port)
+            assert m.get(("tessera:kv_offload_rejected_records_total", "redis", ""), 0) == 0, m
+        res.run("another instance with the same secret loads the authenticated records", authenticated_records_load)
+        srv.stop()
+
+        srv = ready_server(res, tessera, redis_only, workdir, "serve-e2")
+
+        def planted_record_refused():
+            keys = resp(redis.port, 2, "KEYS", "tessera:kv:*")
+            assert len(keys) >= 3, keys
+            for k in keys:
+                assert resp(redis.port, 2, "SET", k, tamper(resp(redis.port, 2, "GET", k))) == b"OK"
+            text, cached = run_prompt(srv.port, planted)
+            assert cached == 0, cached
+            assert text == state["planted_text"], (text, state["planted_text"])
+            m = metrics(srv.port)
+            assert m.get(("tessera:kv_offload_rejected_records_total", "redis", ""), 0) >= 1, m
+            assert m.get(("tessera:kv_offload_hits_total", "redis", ""), 0) == 0, m
+        res.run("a planted redis record (valid checksums, no valid MAC) is refused: output = recompute, counted",
+                planted_record_refused)
+        srv.stop()
+
+        keys = ["--api-key", "key-one", "--api-key", "key-two"]
+        small = ["--model", model, "--num-kv-blocks", "24", "--max-model-len", "128", "--threads", "1"]
+        srv = ready_server(res, tessera, small + ["--kv-offload-host-gb", "0.05", "--cache-isolation", "api-key"] +
+                           keys, workdir, "serve-iso")
+
+        def api_keys_are_namespaces():
+            shared = list(range(9000, 9000 + 3 * BLOCK + 1))
+            t1, c1 = run_as(srv.port, "key-one", shared)
+            assert c1 == 0, c1
+            wait_for(lambda: metrics(srv.port).get(("tessera:kv_offload_stored_blocks_total", "host", ""), 0) >= 3,
+                     "key-one's blocks in the host tier")
+            t2, c2 = run_as(srv.port, "key-two", shared)
+            assert (t2, c2) == (t1, 0), ("cross-tenant hit", c2)
+            t1b, c1b = run_as(srv.port, "key-one", shared)
+            assert (t1b, c1b) == (t1, 3 * BLOCK), ("same key must hit", c1b)
+            m = metrics(srv.port)
+            assert m.get(("tessera:kv_offload_hits_total", "host", ""), 0) == 0, m  # key-two never loaded key-one's
+        res.run("--cache-isolation api-key: no hit across keys (pool, tier), the same key hits",
+                api_keys_are_namespaces)
+        srv.stop()
+
+        srv = ready_server(res, tessera, small, workdir, "serve-behind-router")
+        router = Server(tessera, ["--role", "router", "--decode-instances", f"127.0.0.1:{srv.port}",
+                                  "--router-poll-interval", "0.1", "--cache-isolation", "api-key"] + keys,
+                        workdir, "router-iso")
+        try:
+            router.wait_ready()
+
+            def router_keeps_keys_apart():
+                shared = list(range(11000, 11000 + 3 * BLOCK + 1))
+
+                def hits():
+                    return metrics(srv.port).get("tessera:prefix_cache_hits_total", 0.0)
+                h0 = hits()
+                texts = [run_as(router.port, k, shared)[0] for k in ("key-one", "key-two", "key-one")]
+                assert texts[0] == texts[1] == texts[2], texts
+                # Only the third call may hit (48 tokens); key-two hitting key-one's blocks would add 48 more.
+                wait_for(lambda: hits() - h0 >= 3 * BLOCK, "the same key's prefix hit")
+                time.sleep(0.3)  # the exporter samples the engine's counters
+                assert hits() - h0 == 3 * BLOCK, ("prefix-cache hit tokens", hits() - h0)
+            res.run("router --cache-isolation api-key: keys never share the instance's prefixes",
+                    router_keeps_keys_apart)
+        finally:
+            router.stop()
+        srv.stop()
+
+        def salt_mode_requires_salt():
+            s2 = ready_server(res, tessera, small + ["--cache-isolation", "salt"], workdir, "serve-salt")
+            try:
+                status, _, body = complete(s2.port, prompt=[1, 2, 3], max_tokens=1)
+                assert status == 400 and body["error"]["param"] == "cache_salt", (status, body)
+                status, _, body = complete(s2.port, prompt=[1, 2, 3], max_tokens=1, cache_salt="tenant-a")
+                assert status == 200, (status, body)
+            finally:
+                s2.stop()
+            p = subprocess.run([tessera, "serve", "--check-config", "flags", "--cache-isolation", "api-key"],
+                               capture_output=True, timeout=30)
+            out = (p.stdout + p.stderr).decode(errors="replace")
+            assert p.returncode != 0 and "--cache-isolation" in out, out[-300:]
+        res.run("--cache-isolation salt refuses a request without cache_salt; api-key needs --api-key",
+                salt_mode_requires_salt)
+
+        srv = Server(tessera, flags(os.path.join(workdir, "other-disk")), workdir, "serve-f")
+        res.server = srv
+        srv.wait_ready()
 
         def redis_down_recomputes():
             redis.stop()

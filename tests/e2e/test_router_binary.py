@@ -36,7 +36,8 @@ PROMPT = [9707, 11, 1879, 0, 576, 374]
 ROUTER_FLAGS = ["--host", "--port", "--grpc-port", "--port-file", "--api-key", "--drain-timeout", "--max-body-bytes",
                 "--idle-timeout", "--prefill-instances", "--decode-instances", "--instances-file",
                 "--prefill-threshold", "--router-poll-interval", "--router-dns-interval", "--max-migrations",
-                "--routing-logic", "--kv-peer-fetch-min-tokens", "--max-pending-requests", "--router-workers"]
+                "--routing-logic", "--kv-peer-fetch-min-tokens", "--max-pending-requests", "--router-workers",
+                "--cache-isolation"]
 # Both take it; `tessera serve --help` words it for every role, tessera-router for the router alone.
 ROUTER_ONLY_FLAGS = {"--internal-api-key-file"}
 CLIENT_KEY = "sk-client-of-the-router"

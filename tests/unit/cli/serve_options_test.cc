@@ -5,6 +5,7 @@
 #include "cli/serve_options.h"
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -262,6 +263,48 @@ TEST(ServeOptionsTest, KvTiers) {
   EXPECT_EQ(o->serving.loop.kv_tiers->disk_bytes, 3000000000);
   EXPECT_EQ(o->serving.loop.kv_tiers->remote_url, "redis://h:6379/2");
   EXPECT_EQ(o->serving.loop.kv_tiers->host_bytes, 0);
+}
+
+TEST(ServeOptionsTest, HashAlgoSecretAndCacheIsolation) {
+  const std::string secret = ::testing::TempDir() + "/kv-secret";
+  {
+    std::ofstream out(secret);
+    out << "0123456789abcdef-secret\n";
+  }
+  StatusOr<ServeOptions> o = FromArgs({"--prefix-caching-hash-algo", "sha256_cbor", "--kv-offload-remote-url",
+                                       "redis://h:6379", "--kv-offload-secret-file", secret, "--api-key", "k",
+                                       "--cache-isolation", "api-key"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->serving.loop.scheduler.kv.hash_scheme.algo(), PrefixHashAlgo::kSha256Cbor);
+  EXPECT_EQ(o->serving.loop.kv_tiers->secret, "0123456789abcdef-secret");  // trailing newline trimmed
+  EXPECT_EQ(o->serving.cache_isolation, CacheIsolation::kApiKey);
+  o = FromArgs({});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->serving.loop.scheduler.kv.hash_scheme.algo(), PrefixHashAlgo::kSha256);  // vLLM's default
+  EXPECT_EQ(o->serving.cache_isolation, CacheIsolation::kNone);
+  o = FromArgs({"--role", "router", "--decode-instances", "a:1", "--api-key", "k", "--cache-isolation", "api-key"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->router.cache_isolation, "api-key");
+
+  EXPECT_EQ(FromArgs({"--kv-offload-disk-dir", "/d", "--kv-offload-secret-file", secret + "-missing"}).status().code(),
+            StatusCode::kNotFound);
+  {
+    std::ofstream out(secret);
+    out << "short\n";
+  }
+  EXPECT_EQ(Refusal({"--kv-offload-disk-dir", "/d", "--kv-offload-secret-file", secret}),
+            "serve: --kv-offload-secret-file " + secret + ": the secret must be at least 16 bytes");
+  EXPECT_EQ(Refusal({"--kv-offload-secret-file", secret}),
+            "serve: --kv-offload-secret-file needs --kv-offload-disk-dir or --kv-offload-remote-url");
+  EXPECT_EQ(Refusal({"--prefix-caching-hash-algo", "builtin"}),
+            "serve: --prefix-caching-hash-algo: unknown prefix-caching hash algorithm 'builtin' (expected sha256 or "
+            "sha256_cbor)");
+  EXPECT_EQ(Refusal({"--cache-isolation", "api-key"}),
+            "serve: --cache-isolation api-key needs --api-key (each key is a cache namespace)");
+  EXPECT_EQ(Refusal({"--cache-isolation", "tenant"}),
+            "serve: --cache-isolation must be none, api-key or salt, got 'tenant'");
+  EXPECT_EQ(Refusal({"--role", "router", "--cache-isolation", "salt"}),
+            "serve: --cache-isolation salt is enforced by the instances, not --role router");
 }
 
 TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {

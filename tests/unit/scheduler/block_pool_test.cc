@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <set>
-
 #include "scheduler/block_hash.h"
 
 namespace tessera {
@@ -11,44 +9,8 @@ namespace {
 
 BlockHash H(int i) {
   const int32_t t[] = {i};
-  return HashBlock(kRootBlockHash, t, {});
-}
-
-TEST(BlockHashTest, ChainsParentTokensAndExtraKeys) {
-  const std::vector<int32_t> a = {1, 2, 3, 4};
-  const uint64_t salt[] = {7};
-  const BlockHash h = HashBlock(kRootBlockHash, a, {});
-  EXPECT_EQ(h, HashBlock(kRootBlockHash, a, {}));
-  EXPECT_NE(h, HashBlock(h, a, {}));                     // parent matters
-  EXPECT_NE(h, HashBlock(kRootBlockHash, a, salt));      // extra keys matter
-  const std::vector<int32_t> b = {1, 2, 4, 3};
-  EXPECT_NE(h, HashBlock(kRootBlockHash, b, {}));        // order matters
-  const std::vector<int32_t> c = {1, 2, 3};
-  EXPECT_NE(HashBlock(kRootBlockHash, c, {}), HashBlock(kRootBlockHash, std::vector<int32_t>{1, 2, 3, 0}, {}));
-
-  // The chain: block 1's key depends on block 0's tokens.
-  std::vector<BlockHash> x, y;
-  ExtendBlockHashes(std::vector<int32_t>{1, 2, 3, 4, 5}, 2, {}, &x);
-  ExtendBlockHashes(std::vector<int32_t>{9, 2, 3, 4}, 2, {}, &y);
-  ASSERT_EQ(x.size(), 2u);
-  ASSERT_EQ(y.size(), 2u);
-  EXPECT_NE(x[1], y[1]);
-  // Incremental extension equals hashing from scratch.
-  std::vector<BlockHash> inc;
-  ExtendBlockHashes(std::vector<int32_t>{1, 2, 3}, 2, {}, &inc);
-  ExtendBlockHashes(std::vector<int32_t>{1, 2, 3, 4, 5}, 2, {}, &inc);
-  EXPECT_EQ(inc, x);
-}
-
-TEST(BlockHashTest, NoCollisionsAcrossManySmallBlocks) {
-  std::set<std::pair<uint64_t, uint64_t>> seen;
-  for (int32_t a = 0; a < 300; ++a) {
-    for (int32_t b = 0; b < 300; ++b) {
-      const int32_t t[] = {a, b};
-      const BlockHash h = HashBlock(kRootBlockHash, t, {});
-      EXPECT_TRUE(seen.insert({h.hi, h.lo}).second);
-    }
-  }
+  const BlockHashScheme scheme;
+  return scheme.HashBlock(scheme.none_hash(), t, {});
 }
 
 TEST(BlockPoolTest, AllocatesInOrderAndCountsRefs) {

@@ -1,5 +1,6 @@
 // The prefix cache's event hook (scheduler/kv_cache_events.h) and cache_salt's
-// chain root (block_hash.h CacheSaltRoot), on the KV manager without a model.
+// namespaces (block_hash.h: an extra key of the first block), on the KV
+// manager without a model.
 #include "scheduler/kv_cache_events.h"
 
 #include <gtest/gtest.h>
@@ -52,7 +53,7 @@ struct Fixture {
   // Admits `tokens` as `seq` (with its prefix hit), computes and caches them all.
   void Run(SeqId seq, const std::vector<int32_t>& tokens, std::string_view salt = "") {
     std::vector<BlockHash> h;
-    ExtendBlockHashes(tokens, 4, {}, &h, CacheSaltRoot(salt));
+    BlockHashScheme().ExtendBlockHashes(tokens, 4, {}, std::string(salt), &h);
     PrefixHit hit = kv->FindCachedPrefix(h, static_cast<int64_t>(tokens.size()));
     std::vector<CopyOp> copies;
     ASSERT_TRUE(kv->AllocateSlots(seq, hit.num_tokens, static_cast<int64_t>(tokens.size()) - hit.num_tokens, 0, &hit,
@@ -90,7 +91,7 @@ TEST(KvCacheEventsTest, StoresCarryParentAndTokensAndSkipHits) {
   // Without tokens nothing is reported (and the blocks are still cached).
   std::vector<BlockHash> h;
   const auto c = Iota(8, 500);
-  ExtendBlockHashes(c, 4, {}, &h);
+  BlockHashScheme().ExtendBlockHashes(c, 4, {}, "", &h);
   PrefixHit none;
   std::vector<CopyOp> copies;
   ASSERT_TRUE(f.kv->AllocateSlots(3, 0, 8, 0, &none, &copies));
@@ -126,18 +127,13 @@ TEST(KvCacheEventsTest, EvictionsAndResetsAreReported) {
 
 TEST(KvCacheEventsTest, CacheSaltSeparatesChains) {
   const auto a = Iota(8, 1);
-  EXPECT_EQ(CacheSaltRoot(""), kRootBlockHash);
-  EXPECT_NE(CacheSaltRoot("a"), CacheSaltRoot("b"));
-  EXPECT_NE(CacheSaltRoot("a"), kRootBlockHash);
-  EXPECT_NE(CacheSaltRoot(std::string("a\0", 2)), CacheSaltRoot("a"));
-  EXPECT_NE(CacheSaltRoot("12345678"), CacheSaltRoot("123456789"));
 
   Fixture f(16);
   f.Run(1, a, "tenant-a");
   std::vector<BlockHash> same, other, plain;
-  ExtendBlockHashes(a, 4, {}, &same, CacheSaltRoot("tenant-a"));
-  ExtendBlockHashes(a, 4, {}, &other, CacheSaltRoot("tenant-b"));
-  ExtendBlockHashes(a, 4, {}, &plain);
+  BlockHashScheme().ExtendBlockHashes(a, 4, {}, std::string("tenant-a"), &same);
+  BlockHashScheme().ExtendBlockHashes(a, 4, {}, std::string("tenant-b"), &other);
+  BlockHashScheme().ExtendBlockHashes(a, 4, {}, "", &plain);
   EXPECT_EQ(f.kv->FindCachedPrefix(same, 9).blocks.size(), 2u);
   EXPECT_TRUE(f.kv->FindCachedPrefix(other, 9).blocks.empty());
   EXPECT_TRUE(f.kv->FindCachedPrefix(plain, 9).blocks.empty());

@@ -51,7 +51,7 @@ TEST(KvCacheManagerTest, PrefixHitsFollowTheHashChainAndCountTokens) {
   auto m = Make(16);
   const std::vector<int32_t> a = Iota(10);  // blocks [1..4] [5..8] + 2 tokens
   std::vector<BlockHash> ha;
-  ExtendBlockHashes(a, 4, {}, &ha);
+  BlockHashScheme().ExtendBlockHashes(a, 4, {}, "", &ha);
   ASSERT_EQ(ha.size(), 2u);
   std::vector<CopyOp> copies;
   PrefixHit hit = m->FindCachedPrefix(ha, 10);
@@ -64,7 +64,7 @@ TEST(KvCacheManagerTest, PrefixHitsFollowTheHashChainAndCountTokens) {
   std::vector<int32_t> b = a;
   b[5] = 99;
   std::vector<BlockHash> hb;
-  ExtendBlockHashes(b, 4, {}, &hb);
+  BlockHashScheme().ExtendBlockHashes(b, 4, {}, "", &hb);
   hit = m->FindCachedPrefix(hb, 10);
   ASSERT_EQ(hit.blocks.size(), 1u);
   EXPECT_EQ(hit.blocks[0], a_blocks[0]);
@@ -74,7 +74,7 @@ TEST(KvCacheManagerTest, PrefixHitsFollowTheHashChainAndCountTokens) {
   // A different cache key (e.g. LoRA id) never shares.
   const uint64_t salt[] = {42};
   std::vector<BlockHash> hs;
-  ExtendBlockHashes(a, 4, salt, &hs);
+  BlockHashScheme().ExtendBlockHashes(a, 4, salt, "", &hs);
   EXPECT_TRUE(m->FindCachedPrefix(hs, 10).blocks.empty());
 
   // The hit is capped so one token is left to compute: an 8-token prompt
@@ -92,7 +92,7 @@ TEST(KvCacheManagerTest, FreedCachedBlocksAreEvictedDeepestFirst) {
   auto m = Make(4);
   const std::vector<int32_t> a = Iota(13);  // 3 full blocks + 1
   std::vector<BlockHash> ha;
-  ExtendBlockHashes(a, 4, {}, &ha);
+  BlockHashScheme().ExtendBlockHashes(a, 4, {}, "", &ha);
   std::vector<CopyOp> copies;
   PrefixHit none;
   ASSERT_TRUE(m->AllocateSlots(1, 0, 13, 0, &none, &copies));

@@ -49,6 +49,26 @@ Request Req(const std::string& id, int prompt_len, int max_tokens, int first = 1
 }
 using testing::RunAll;
 
+// Blocks leave the process (tiers, PD) under the hashes the scheduler
+// computes: those of the configured --prefix-caching-hash-algo, salted.
+TEST(KvConnectorTest, LoadPlansCarryTheConfiguredSchemesHashes) {
+  for (PrefixHashAlgo algo : {PrefixHashAlgo::kSha256, PrefixHashAlgo::kSha256Cbor}) {
+    LookupConnector c;
+    SchedulerOptions o = Options(&c);
+    o.kv.hash_scheme = BlockHashScheme(algo);
+    auto s = std::move(Scheduler::Create(o)).value();
+    Request r = Req("a", 9, 1);
+    r.cache_salt = "tenant";
+    ASSERT_TRUE(s->AddRequest(r).ok());
+    s->PlanKvLoads(c);
+    ASSERT_EQ(c.planned.size(), 1u);
+    std::vector<BlockHash> want;
+    BlockHashScheme(algo).ExtendBlockHashes(r.prompt_token_ids, 4, {}, "tenant", &want);
+    ASSERT_EQ(c.planned[0].first_block, 0);
+    EXPECT_EQ(c.planned[0].hashes, want) << PrefixHashAlgoName(algo);
+  }
+}
+
 TEST(KvConnectorTest, LookupGetsBlocksPastTheHitAndTheyBecomeAPrefixHit) {
   LookupConnector c;
   auto s = std::move(Scheduler::Create(Options(&c))).value();

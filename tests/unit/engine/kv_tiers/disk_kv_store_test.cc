@@ -15,7 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-KvBlockKey Key(uint64_t i, std::string fp = "fp") { return {fp, "layout", i, ~i, ""}; }
+KvBlockKey Key(uint64_t i, std::string fp = "fp") { return {fp, "layout", Sha256Of(std::to_string(i)), ""}; }
 std::string Bytes(uint64_t i, size_t n = 4096) { return std::string(n, static_cast<char>('a' + i % 26)); }
 
 class DiskKvStoreTest : public ::testing::Test {

@@ -9,7 +9,7 @@
 namespace tessera::kv_tiers {
 namespace {
 
-KvBlockKey Key(uint64_t i, std::string tenant = "") { return {"fp", "layout", i, ~i, tenant}; }
+KvBlockKey Key(uint64_t i, std::string tenant = "") { return {"fp", "layout", Sha256Of(std::to_string(i)), tenant}; }
 std::string Bytes(uint64_t i, size_t n = 1000) { return std::string(n, static_cast<char>('a' + i % 26)); }
 
 TEST(HostKvStoreTest, RoundTripLruBoundAndTenants) {

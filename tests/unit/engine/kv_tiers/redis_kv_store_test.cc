@@ -28,7 +28,9 @@ using testing::FreePort;
 using testing::HaveRedis;
 using testing::RedisServer;
 
-KvBlockKey Key(uint64_t i, std::string fp = "fp", std::string tenant = "") { return {fp, "layout", i, ~i, tenant}; }
+KvBlockKey Key(uint64_t i, std::string fp = "fp", std::string tenant = "") {
+  return {fp, "layout", Sha256Of(std::to_string(i)), tenant};
+}
 std::string Bytes(uint64_t i, size_t n = 2048) { return std::string(n, static_cast<char>('a' + i % 26)); }
 
 class RedisKvStoreTest : public ::testing::Test {
@@ -89,6 +91,23 @@ TEST_F(RedisKvStoreTest, CorruptOrForeignValueIsAMissAndIsDropped) {
   ASSERT_TRUE(*store_->Contains(Key(2, "model-a")));
   EXPECT_EQ(store_->Get(Key(2, "model-a")).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->stats().corrupt, 2);
+}
+
+TEST_F(RedisKvStoreTest, WithASecretUnauthenticatedRecordsAreRejectedAndDropped) {
+  RedisKvStoreOptions o;
+  o.port = server_.port();
+  o.secret = "a deployment secret";
+  auto authed = RedisKvStore::Create(o);
+  ASSERT_TRUE(authed.ok());
+  // Its own records round-trip; one written without the secret (a planted
+  // record with valid checksums) is refused, counted as rejected, deleted.
+  ASSERT_TRUE((*authed)->Put(Key(1), Bytes(1)).ok());
+  EXPECT_EQ(*(*authed)->Get(Key(1)), Bytes(1));
+  ASSERT_TRUE(store_->Put(Key(2), Bytes(2)).ok());
+  EXPECT_EQ((*authed)->Get(Key(2)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*authed)->stats().rejected, 1);
+  EXPECT_EQ((*authed)->stats().corrupt, 0);
+  EXPECT_FALSE(*store_->Contains(Key(2)));
 }
 
 TEST_F(RedisKvStoreTest, StoppedServerIsUnavailableWithinTheTimeoutThenReconnects) {

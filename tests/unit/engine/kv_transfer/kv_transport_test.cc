@@ -58,6 +58,9 @@ void Fill(Side& s, int64_t block, float base) {
   }
 }
 
+// The i-th block's prefix hash, as the exporter and the puller both name it.
+KvBlockKey BlockKey(size_t i) { return {Sha256Of("block " + std::to_string(i))}; }
+
 KvPullSpec Spec(const Side& from, std::string handle, std::vector<int32_t> remote, std::vector<int32_t> local) {
   KvPullSpec p;
   p.host = "127.0.0.1";
@@ -65,7 +68,7 @@ KvPullSpec Spec(const Side& from, std::string handle, std::vector<int32_t> remot
   p.handle = std::move(handle);
   p.remote_blocks = std::move(remote);
   p.local_blocks = std::move(local);
-  for (size_t i = 0; i < p.remote_blocks.size(); ++i) p.keys.push_back({1, static_cast<uint64_t>(i)});
+  for (size_t i = 0; i < p.remote_blocks.size(); ++i) p.keys.push_back(BlockKey(i));
   return p;
 }
 
@@ -75,7 +78,7 @@ TEST(KvTransportReleaseTest, ReleaseWithoutPullUnpinsAtOnce) {
   // A decode that needs none of the blocks (all in its prefix cache) acknowledges anyway.
   Side prefill(TinyConfig(), "tcp,self"), decode(TinyConfig(), "tcp,self");
   ASSERT_TRUE(prefill.transport && decode.transport);
-  prefill.transport->Export("req-1", {3, 5}, {{1, 0}, {1, 1}});
+  prefill.transport->Export("req-1", {3, 5}, {BlockKey(0), BlockKey(1)});
   decode.transport->Release("127.0.0.1", prefill.transport->port(), "req-1");
   EXPECT_EQ(prefill.transport->num_exports(), 0);
   EXPECT_EQ(prefill.transport->TakeReleased(), std::vector<std::string>{"req-1"});
@@ -147,7 +150,7 @@ TEST_P(KvTransportTest, PullsExportedBlocksExactlyAndReleases) {
   ASSERT_TRUE(prefill.transport && decode.transport);
   Fill(prefill, 3, 10);
   Fill(prefill, 5, 20);
-  prefill.transport->Export("req-1", {3, 5}, {{1, 0}, {1, 1}});
+  prefill.transport->Export("req-1", {3, 5}, {BlockKey(0), BlockKey(1)});
   auto st = decode.transport->Pull(Spec(prefill, "req-1", {3, 5}, {6, 1}));
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->bytes, 2 * 2 * 2 * kBlockFloats * 4);  // blocks x layers x (K, V) x bytes
@@ -167,7 +170,7 @@ TEST_P(KvTransportTest, RefusesBadRequestsWritingNothing) {
   Side prefill(TinyConfig(), GetParam()), decode(TinyConfig(), GetParam());
   ASSERT_TRUE(prefill.transport && decode.transport);
   Fill(prefill, 3, 10);
-  prefill.transport->Export("req-1", {3}, {{1, 0}});
+  prefill.transport->Export("req-1", {3}, {BlockKey(0)});
   std::memset(decode.K(0, 2), 0, kBlockFloats * 4);
 
   auto unknown = decode.transport->Pull(Spec(prefill, "nope", {3}, {2}));
@@ -178,7 +181,7 @@ TEST_P(KvTransportTest, RefusesBadRequestsWritingNothing) {
   auto not_exported = decode.transport->Pull(Spec(prefill, "req-1", {4}, {2}));
   EXPECT_EQ(not_exported.status().code(), StatusCode::kInvalidArgument);
   KvPullSpec wrong_tokens = Spec(prefill, "req-1", {3}, {2});
-  wrong_tokens.keys[0].lo = 99;
+  wrong_tokens.keys[0].sha256[31] ^= 1;
   EXPECT_EQ(decode.transport->Pull(wrong_tokens).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(decode.K(0, 2)[5], 0.0f);  // nothing written
   EXPECT_EQ(prefill.transport->num_exports(), 1);  // refusals release nothing
@@ -202,9 +205,9 @@ TEST_P(KvTransportTest, CorruptionFailsTheChecksumAndDropFailsThePull) {
   Side corrupt(TinyConfig(), GetParam(), "model-a", 4, "corrupt");
   Side drop(TinyConfig(), GetParam(), "model-a", 4, "drop");
   Fill(prefill, 3, 10);
-  prefill.transport->Export("a", {3}, {{1, 0}});
+  prefill.transport->Export("a", {3}, {BlockKey(0)});
   EXPECT_EQ(corrupt.transport->Pull(Spec(prefill, "a", {3}, {2})).status().code(), StatusCode::kDataLoss);
-  prefill.transport->Export("b", {3}, {{1, 0}});
+  prefill.transport->Export("b", {3}, {BlockKey(0)});
   EXPECT_EQ(drop.transport->Pull(Spec(prefill, "b", {3}, {2})).status().code(), StatusCode::kUnavailable);
   // Failed pulls still acknowledge: the prefill frees the blocks now.
   EXPECT_EQ(prefill.transport->num_exports(), 0);
@@ -221,7 +224,7 @@ TEST(KvTransportTimeoutTest, UnpulledExportsExpire) {
   o.notify = [&] { ++notified; };
   auto t = KvTransport::Create(o, cache.get(), MakeKvLayout(c, DType::kF32, 4), "m");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  (*t)->Export("x", {1}, {{0, 0}});
+  (*t)->Export("x", {1}, {BlockKey(0)});
   for (int i = 0; i < 100 && (*t)->num_exports() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ((*t)->num_exports(), 0);
   EXPECT_EQ((*t)->TakeReleased(), std::vector<std::string>{"x"});

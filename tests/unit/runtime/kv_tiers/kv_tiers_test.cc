@@ -186,7 +186,7 @@ TEST_F(KvTiersTest, DiskTierSurvivesRestartAndDetectsCorruption) {
   auto third = MakeLoop(Options(t));
   ASSERT_TRUE(third);
   std::vector<BlockHash> hashes;
-  ExtendBlockHashes(p, kBlock, {}, &hashes);
+  BlockHashScheme().ExtendBlockHashes(p, kBlock, {}, "", &hashes);
   auto* store = dynamic_cast<kv_tiers::DiskKvStore*>(&third->kv_tiers()->store(0));
   ASSERT_NE(store, nullptr);
   const std::string path = store->PathOf(third->kv_tiers()->KeyOf(hashes[2], ""));
@@ -326,7 +326,7 @@ TEST_F(KvTiersRedisTest, RemoteTierIsExactAndDetectsCorruption) {
   auto c = MakeLoop(Options(tiers_));
   ASSERT_TRUE(c);
   std::vector<BlockHash> hashes;
-  ExtendBlockHashes(p, kBlock, {}, &hashes);
+  BlockHashScheme().ExtendBlockHashes(p, kBlock, {}, "", &hashes);
   auto* store = dynamic_cast<kv_tiers::RedisKvStore*>(&c->kv_tiers()->store(0));
   ASSERT_NE(store, nullptr);
   const std::string key = store->RedisKeyOf(c->kv_tiers()->KeyOf(hashes[1], ""));
@@ -404,8 +404,8 @@ TEST_F(KvTiersRedisTest, TenantsNeverShareBlocks) {
     EXPECT_EQ(bytes.find("tenant-"), std::string::npos) << e.path();
     EXPECT_EQ(e.path().filename().string().size(), 32u + 4u) << e.path();  // <KeyId>.kvb
   }
-  const kv_tiers::KvBlockKey ka = b->kv_tiers()->KeyOf(BlockHash{1, 2}, salt_a);
-  const kv_tiers::KvBlockKey kb = b->kv_tiers()->KeyOf(BlockHash{1, 2}, salt_b);
+  const kv_tiers::KvBlockKey ka = b->kv_tiers()->KeyOf(BlockHash{Sha256Of("block")}, salt_a);
+  const kv_tiers::KvBlockKey kb = b->kv_tiers()->KeyOf(BlockHash{Sha256Of("block")}, salt_b);
   EXPECT_NE(ka.tenant, kb.tenant);
   EXPECT_NE(kv_tiers::KeyId(ka), kv_tiers::KeyId(kb));
   EXPECT_EQ(ka.tenant.find("tenant"), std::string::npos);

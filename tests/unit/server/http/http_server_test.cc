@@ -488,6 +488,11 @@ TEST(HttpServerApiKey, MatchesOnlyExactBearerTokens) {
   EXPECT_FALSE(ApiKeyMatches("Bearerabc", keys));
   EXPECT_FALSE(ApiKeyMatches("Bearer abc", {}));
   EXPECT_FALSE(ApiKeyMatches("Bearer ", {""}));
+  // Which key matched (--cache-isolation api-key namespaces by it).
+  EXPECT_EQ(ApiKeyIndex("Bearer abc", keys), 0);
+  EXPECT_EQ(ApiKeyIndex("Bearer longer-key", keys), 1);
+  EXPECT_EQ(ApiKeyIndex("Bearer nope", keys), -1);
+  EXPECT_EQ(ApiKeyIndex("Bearer k", {"", "x", "k", "k"}), 2);  // the first match
 }
 
 TEST_F(HttpServerTest, ConnectionsBeyondTheLimitGet503) {

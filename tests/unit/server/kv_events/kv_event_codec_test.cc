@@ -52,24 +52,26 @@ TEST(KvEventCodec, AcceptsOmittedTrailingDefaults) {
   EXPECT_FALSE(s.medium);
 }
 
+BlockHash H(int i) { return BlockHash{Sha256Of(std::to_string(i))}; }
+
 TEST(KvEventCodec, RoundTripsTesseraHashes) {
   EventBatch in;
   in.ts = 12.25;
   in.data_parallel_rank = 3;
   BlockStored s;
-  s.block_hashes = {KeyOf({1, 2}), KeyOf({3, 4})};
-  s.parent_block_hash = KeyOf({0xffffffffffffffffULL, 0});
+  s.block_hashes = {KeyOf(H(1)), KeyOf(H(2))};
+  s.parent_block_hash = KeyOf(H(3));
   s.token_ids = {7, 8, 9, 10};
   s.block_size = 2;
   s.lora_id = 5;
   s.medium = "GPU";
-  in.events = {s, BlockRemoved{{KeyOf({1, 2})}, std::nullopt}, AllBlocksCleared{}};
+  in.events = {s, BlockRemoved{{KeyOf(H(1))}, std::nullopt}, AllBlocksCleared{}};
   auto out = DecodeEventBatch(EncodeEventBatch(in));
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->ts, in.ts);
   EXPECT_EQ(out->data_parallel_rank, 3);
   EXPECT_EQ(out->events, in.events);
-  EXPECT_EQ(KeyOf({1, 2}).size(), 16u);
+  EXPECT_EQ(KeyOf(H(1)).size(), 32u);  // the SHA-256 digest, as vLLM's bytes hashes
 }
 
 TEST(KvEventCodec, RefusesMalformedBatches) {

@@ -39,7 +39,7 @@ inline std::vector<BlockHash> Chain(int32_t first_token, int n_blocks) {
   std::vector<int32_t> tokens;
   for (int i = 0; i < n_blocks * 4; ++i) tokens.push_back(first_token + i);
   std::vector<BlockHash> chain;
-  ExtendBlockHashes(tokens, 4, {}, &chain);
+  BlockHashScheme().ExtendBlockHashes(tokens, 4, {}, "", &chain);
   return chain;
 }
 

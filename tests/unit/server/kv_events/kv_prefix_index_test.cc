@@ -104,7 +104,7 @@ TEST(KvPrefixIndex, MatchesTesseraChains) {
   KvPrefixIndex idx;
   std::vector<BlockHash> chain;
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
-  ExtendBlockHashes(tokens, 4, {}, &chain);
+  BlockHashScheme().ExtendBlockHashes(tokens, 4, {}, "", &chain);
   BlockStored s;
   s.block_hashes = {KeyOf(chain[0])};
   s.block_size = 4;
