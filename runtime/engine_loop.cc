@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <unordered_set>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -370,6 +371,7 @@ void EngineLoop::DrainInbox() {
     }
     if (p.request.params.constraint) {
       a.constraint = p.request.params.constraint;
+      a.constraint_field = p.request.params.constraint_field.empty() ? "constraint" : p.request.params.constraint_field;
       a.matchers.resize(static_cast<size_t>(std::max(p.request.params.n, 1)));
       // EOS even with ignore_eos (it then does not stop the sequence, and is special text).
       a.end_tokens = scheduler_->options().eos_token_ids;
@@ -467,6 +469,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   }
   mask_worker_.Wait();
   RETURN_IF_ERROR(forward);
+  FailOverBudget(jobs);
   std::unordered_map<SeqId, const MaskJob*> job_of;
   for (const MaskJob& j : jobs) job_of[j.seq_id] = &j;
 
@@ -563,15 +566,29 @@ std::vector<EngineLoop::MaskJob> EngineLoop::CollectMaskJobs(const SchedulerOutp
     if (mask_buffers_.size() <= jobs.size()) mask_buffers_.emplace_back();
     std::vector<uint32_t>& buf = mask_buffers_[jobs.size()];
     buf.assign(static_cast<size_t>((vocab + 31) / 32), 0);
-    jobs.push_back({s.seq_id, m.get(), &a.end_tokens, &buf});
+    jobs.push_back({s.seq_id, &s.request_id, m.get(), &a.end_tokens, &buf, Status::Ok()});
   }
   return jobs;
+}
+
+void EngineLoop::FailOverBudget(const std::vector<MaskJob>& jobs) {
+  std::unordered_set<std::string> failed;  // a request's choices fail it once
+  for (const MaskJob& j : jobs) {
+    if (j.status.ok() || !failed.insert(*j.request_id).second) continue;
+    auto it = active_.find(*j.request_id);
+    if (it == active_.end()) continue;
+    spdlog::warn("structured output: request {} failed: {}", *j.request_id, j.status.message());
+    it->second.stream->Fail(InvalidArgument("'" + it->second.constraint_field + "': " + j.status.message()));
+    (void)scheduler_->AbortRequest(*j.request_id);  // deferred to the step's end; its blocks free then
+  }
 }
 
 void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
   for (MaskJob& j : jobs) {
     std::vector<uint32_t>& mask = *j.mask;
-    j.matcher->FillNextTokenMask(mask);
+    j.status = j.matcher->FillNextTokenMask(mask);
+    // Over budget: the request fails after the forward; only an end token may be sampled meanwhile.
+    if (!j.status.ok()) std::fill(mask.begin(), mask.end(), 0);
     bool any = false;
     for (uint32_t w : mask) any = any || w != 0;
     // Complete: EOS may come. A dead end (no token continues the grammar) ends too.

@@ -216,13 +216,16 @@ class EngineLoop {
     std::shared_ptr<const TokenConstraint> constraint;
     std::vector<std::unique_ptr<TokenMatcher>> matchers;
     std::vector<int32_t> end_tokens;  // EOS + stop_token_ids: allowed when the output is complete
+    std::string constraint_field;     // the request field that gave `constraint`
   };
   // One constrained sample of a step: its matcher and the mask computed for it.
   struct MaskJob {
     SeqId seq_id;
+    const std::string* request_id;  // the plan's
     TokenMatcher* matcher;
     const std::vector<int32_t>* end_tokens;
     std::vector<uint32_t>* mask;
+    Status status;  // not OK: the matcher went over its budget; the request fails (FailOverBudget)
   };
   EngineLoop() = default;
 
@@ -256,6 +259,8 @@ class EngineLoop {
   std::vector<MaskJob> CollectMaskJobs(const SchedulerOutput& plan, int64_t vocab);
   // Fills each job's mask (any thread): the matcher's tokens, plus the end tokens when the output may end.
   static void FillMasks(std::vector<MaskJob>& jobs);
+  // Ends each request whose mask job failed with that error, naming its field.
+  void FailOverBudget(const std::vector<MaskJob>& jobs);
 
   std::unique_ptr<parallel::RankGroup> group_;  // before model_: its shard uses the group's communicator
   std::unique_ptr<Backend> backend_;

@@ -65,6 +65,9 @@ struct SamplingParams {
   // Structured output: which tokens may come next (null: unconstrained).
   // Shared by the request's choices; each gets its own matcher.
   std::shared_ptr<const TokenConstraint> constraint;
+  // The request field it came from (e.g. "response_format"): named in the
+  // error when the constraint fails mid-generation.
+  std::string constraint_field;
 
   // Checks every range; INVALID_ARGUMENT naming the parameter on failure.
   Status Validate(const ModelLimits& limits) const;

@@ -1,0 +1,62 @@
+#include "structured/probe.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace tessera::structured {
+namespace {
+
+// Bytes per walk: nested repetition multiplies its parses within a few dozen
+// bytes of where it starts.
+constexpr size_t kWalkBytes = 48;
+// A walk that ends in a state of at least this many stacks also computes its
+// mask there: each stack top may need a table (a walk of the whole vocabulary),
+// so a few hundred stacks can cost seconds without reaching max_stacks.
+// Ordinary grammars end their walks with a handful.
+constexpr size_t kMaskStacks = 16;
+// A walk is a few hundred DFA steps; a mask is thousands (one per new state a
+// vocabulary walk meets). A walk that needs more than this share of a mask's
+// budget means masks far over it.
+constexpr int kWalkShare = 5;
+
+Status Refuse(const std::string& why) {
+  return InvalidArgument("the constraint is too expensive to enforce: " + why +
+                         "; simplify it (e.g. avoid nested counted repetition of optional items)");
+}
+
+}  // namespace
+
+Status ProbeGrammar(const std::shared_ptr<const CompiledGrammar>& grammar, const CompileLimits& limits) {
+  using Clock = GrammarMatcher::Clock;
+  const Clock::time_point end = Clock::now() + limits.max_probe_time;
+  // Each call gets its budget, but none outlives the probe: past `end` a
+  // call fails for lack of probe time, which accepts the grammar.
+  auto run = [&](GrammarMatcher* m, Clock::duration budget, auto&& call) -> Status {
+    m->SetDeadline(std::min(end, Clock::now() + budget));
+    if (call(m) || Clock::now() >= end) return Status::Ok();
+    return Refuse(m->over_budget());
+  };
+  const Clock::duration mask_budget = limits.max_mask_time;
+  const Clock::duration walk_budget = limits.max_mask_time / kWalkShare;
+  std::vector<uint32_t> mask(static_cast<size_t>(grammar->mask_words()));
+  {
+    GrammarMatcher first(grammar);
+    RETURN_IF_ERROR(run(&first, mask_budget, [&](GrammarMatcher* m) { return m->FillMask(mask); }));
+  }
+  const int32_t root = grammar->grammar().root;
+  std::vector<int32_t> rules{root};
+  for (int32_t r = 0; r < static_cast<int32_t>(grammar->grammar().alts.size()); ++r) {
+    if (r != root) rules.push_back(r);
+  }
+  for (int32_t r : rules) {
+    if (Clock::now() >= end) break;
+    GrammarMatcher m(grammar, r);
+    RETURN_IF_ERROR(run(&m, walk_budget, [](GrammarMatcher* w) { return w->GreedyWalk(kWalkBytes); }));
+    if (m.num_stacks() >= kMaskStacks) {
+      RETURN_IF_ERROR(run(&m, mask_budget, [&](GrammarMatcher* w) { return w->FillMask(mask); }));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::structured
