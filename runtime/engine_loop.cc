@@ -210,6 +210,8 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
   loop->max_step_ms_ = options.max_step_ms;
+  // Until a step measured them, prompt-logprob rows go a few at a time.
+  if (loop->max_step_ms_ > 0) loop->scheduler_->SetStepPromptLogprobRows(Scheduler::kMinStepPrefillTokens);
   return loop;
 }
 
@@ -427,6 +429,16 @@ Status EngineLoop::RunStep() {
 // (fixed costs dominate), so only larger ones update the estimate; the first
 // estimate comes from the warm-up step, which errs on the small-chunk side.
 void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
+  // Prompt-logprob rows have their own budget: half a step (the tokens get the other half).
+  if (step_prompt_logprob_rows_ > 0) {
+    const double row_ms = std::chrono::duration<double, std::milli>(step_prompt_logprob_time_).count() /
+                          static_cast<double>(step_prompt_logprob_rows_);
+    ms_per_prompt_logprob_row_ =
+        ms_per_prompt_logprob_row_ == 0 ? row_ms : 0.5 * ms_per_prompt_logprob_row_ + 0.5 * row_ms;
+    took -= step_prompt_logprob_time_;
+    const double rows = 0.5 * max_step_ms_ / std::max(ms_per_prompt_logprob_row_, 1e-6);
+    scheduler_->SetStepPromptLogprobRows(static_cast<int64_t>(std::clamp(rows, 1.0, 1e9)));
+  }
   int64_t tokens = 0;
   for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
   const double ms = std::chrono::duration<double, std::milli>(took).count();
@@ -454,6 +466,8 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     }
   }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
+  step_prompt_logprob_rows_ = 0;
+  step_prompt_logprob_time_ = {};
   const int64_t vocab = model_->config().vocab_size;
   // Structured-output masks depend only on the tokens so far: computed on a
   // persistent helper thread while the forward pass runs.
@@ -480,7 +494,14 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
     const int64_t first_row = row;
     row += rows;
-    if (rows > 0) CollectPromptLogprobs(s, first_row, rows, vocab);
+    if (rows > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t n = CollectPromptLogprobs(s, first_row, rows, vocab);
+      if (n > 0) {
+        step_prompt_logprob_rows_ += n;
+        step_prompt_logprob_time_ += std::chrono::steady_clock::now() - t0;
+      }
+    }
     if (!s.sample) continue;
     if (rows == 0) return Internal("engine loop: sampled sequence without logits rows");
     const Sequence* seq = scheduler_->GetSequence(s.seq_id);
@@ -600,13 +621,14 @@ void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
   }
 }
 
-void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
-                                       int64_t vocab) {
+int64_t EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
+                                          int64_t vocab) {
   auto it = active_.find(s.request_id);
-  if (it == active_.end() || it->second.prompt_logprobs < 0) return;
+  if (it == active_.end() || it->second.prompt_logprobs < 0) return 0;
   Active& a = it->second;
   const Sequence* seq = scheduler_->GetSequence(s.seq_id);
-  if (seq == nullptr) return;
+  if (seq == nullptr) return 0;
+  int64_t done = 0;
   // Row r holds the distribution of the token after position p.
   const int64_t n = static_cast<int64_t>(s.token_ids.size());
   for (int64_t r = 0; r < rows; ++r) {
@@ -620,7 +642,9 @@ void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first
     entry.first = s.index;
     entry.second.push_back({static_cast<float>(logits[token] - lse), TopLogprobs(logits, a.prompt_logprobs, lse)});
     ++a.next_prompt_logprob;
+    ++done;
   }
+  return done;
 }
 
 void EngineLoop::DeliverFinished() {

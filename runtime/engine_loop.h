@@ -234,8 +234,9 @@ class EngineLoop {
   Status RunPlan(const SchedulerOutput& plan);
   void BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took);
   void DeliverFinished();
-  // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
-  void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
+  // Records prompt logprobs from a sequence's logits rows into
+  // prompt_logprobs_; returns how many rows it turned into logprobs.
+  int64_t CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
   // KV connectors (engine_loop_kv.cc): built from the options before the
   // scheduler; each connector's worker runs before and after every step.
@@ -304,6 +305,12 @@ class EngineLoop {
   uint64_t next_seed_ = 0;
   double max_step_ms_ = 0;
   double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
+  // Prompt logprobs (a log-softmax and top-k over the vocabulary per prompt
+  // token) are budgeted apart: EMA of their time per row, and this step's
+  // rows and time (RunPlan -> BoundNextStep).
+  double ms_per_prompt_logprob_row_ = 0;
+  int64_t step_prompt_logprob_rows_ = 0;
+  std::chrono::steady_clock::duration step_prompt_logprob_time_{};
   bool stop_ = false;
   bool started_ = false;
   bool kv_wake_ = false;  // the transport released exports, a pull or a tier fetch finished; under mu_
