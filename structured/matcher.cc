@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 
 namespace tessera::structured {
 namespace {
@@ -159,8 +160,20 @@ int32_t GrammarMatcher::InternState(std::vector<int32_t> tops, bool accept) {
   return it->second;
 }
 
+int64_t GrammarMatcher::Now(BudgetClock clock) {
+  if (clock == BudgetClock::kThreadCpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 void GrammarMatcher::BeginCall() {
-  deadline_ = fixed_deadline_ ? *fixed_deadline_ : Clock::now() + g_->max_mask_time();
+  deadline_ns_ = fixed_deadline_ns_
+                     ? *fixed_deadline_ns_
+                     : Now(clock_) + std::chrono::duration_cast<std::chrono::nanoseconds>(g_->max_mask_time()).count();
 }
 
 void GrammarMatcher::OverBudget(const std::string& why) {
@@ -172,7 +185,7 @@ int32_t GrammarMatcher::Step(int32_t state, uint8_t byte) {
   const int32_t known = states_[state].next[byte];
   if (known != kUnknown) return known;
   if (!over_.empty()) return kDead;
-  if (Clock::now() > deadline_) {
+  if (Now(clock_) > deadline_ns_) {
     OverBudget("the work for one token went over its time budget (" + std::to_string(g_->max_mask_time().count()) +
                " ms a mask)");
     return kDead;
@@ -317,9 +330,11 @@ void GrammarMatcher::TableWalk(int32_t trie_node, int32_t state, bool escaped, i
 
 std::shared_ptr<const PositionTable> GrammarMatcher::BuildTable(std::shared_ptr<const CompiledGrammar> grammar,
                                                                 const std::vector<int32_t>& frames,
-                                                                Clock::time_point deadline, std::string* over) {
+                                                                BudgetClock clock, int64_t deadline_ns,
+                                                                std::string* over) {
   GrammarMatcher local(grammar, frames);
-  local.SetDeadline(deadline);
+  local.SetBudgetClock(clock);
+  local.SetDeadline(deadline_ns);
   local.BeginCall();
   auto t = std::make_shared<PositionTable>();
   std::vector<int32_t> accepted;
@@ -448,7 +463,7 @@ bool GrammarMatcher::FillMask(std::span<uint32_t> mask) {
     std::shared_ptr<const PositionTable> t = g_->FindTable(k);
     if (t == nullptr) {
       if (g_->TablesFull()) break;
-      t = BuildTable(g_, k, deadline_, &over_);
+      t = BuildTable(g_, k, clock_, deadline_ns_, &over_);
       if (t == nullptr) return false;
       g_->StoreTable(k, t);
     }

@@ -117,7 +117,10 @@ class GrammarMatcher {
   // At the start of `rule` instead of the root (the probe walks from every rule).
   GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, int32_t rule);
 
-  using Clock = std::chrono::steady_clock;
+  // The clock budgets are read on: wall time (at run time a mask delays the
+  // step: latency is what counts), or this thread's CPU time (the compile-time
+  // probe: the same verdict however loaded the machine is).
+  enum class BudgetClock { kWall, kThreadCpu };
 
   // Advances by `bytes`; false (state unchanged) when the grammar rejects them
   // or the call went over budget (then over_budget()).
@@ -135,13 +138,17 @@ class GrammarMatcher {
   // top a byte class), built now; null (and `*over` says why) past `deadline`
   // or the stack bound.
   static std::shared_ptr<const PositionTable> BuildTable(std::shared_ptr<const CompiledGrammar> grammar,
-                                                         const std::vector<int32_t>& frames, Clock::time_point deadline,
-                                                         std::string* over);
+                                                         const std::vector<int32_t>& frames, BudgetClock clock,
+                                                         int64_t deadline_ns, std::string* over);
 
   // Empty, or why a call went over the work bounds (sticky).
   const std::string& over_budget() const { return over_; }
-  // Calls run against `deadline` instead of now + max_mask_time each (a probe's overall bound).
-  void SetDeadline(Clock::time_point deadline) { fixed_deadline_ = deadline; }
+  void SetBudgetClock(BudgetClock clock) { clock_ = clock; }
+  // Now on `clock`, in nanoseconds.
+  static int64_t Now(BudgetClock clock);
+  // Calls run against `deadline_ns` (on the budget clock) instead of now +
+  // max_mask_time each (a probe's own bounds).
+  void SetDeadline(int64_t deadline_ns) { fixed_deadline_ns_ = deadline_ns; }
   // The compile-time probe's walk toward ambiguity: up to `max_bytes` bytes,
   // each the candidate (one byte of each stack top's class) whose next state
   // holds the most stacks. False when over budget.
@@ -195,8 +202,9 @@ class GrammarMatcher {
   std::vector<State> states_;  // a lazily built DFA over stack sets
   std::unordered_map<std::string, int32_t> state_ids_;
   int32_t state_ = 0;
-  Clock::time_point deadline_ = Clock::time_point::max();
-  std::optional<Clock::time_point> fixed_deadline_;
+  BudgetClock clock_ = BudgetClock::kWall;
+  int64_t deadline_ns_ = INT64_MAX;
+  std::optional<int64_t> fixed_deadline_ns_;
   std::string over_;
 };
 

@@ -27,17 +27,21 @@ Status Refuse(const std::string& why) {
 }  // namespace
 
 Status ProbeGrammar(const std::shared_ptr<const CompiledGrammar>& grammar, const CompileLimits& limits) {
-  using Clock = GrammarMatcher::Clock;
-  const Clock::time_point end = Clock::now() + limits.max_probe_time;
+  // On this thread's CPU time: a front-end worker runs at a low priority, and a
+  // busy machine must not turn an ordinary grammar into a refusal.
+  constexpr auto kCpu = GrammarMatcher::BudgetClock::kThreadCpu;
+  auto ns = [](std::chrono::milliseconds ms) { return std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count(); };
+  const int64_t end = GrammarMatcher::Now(kCpu) + ns(limits.max_probe_time);
   // Each call gets its budget, but none outlives the probe: past `end` a
   // call fails for lack of probe time, which accepts the grammar.
-  auto run = [&](GrammarMatcher* m, Clock::duration budget, auto&& call) -> Status {
-    m->SetDeadline(std::min(end, Clock::now() + budget));
-    if (call(m) || Clock::now() >= end) return Status::Ok();
+  auto run = [&](GrammarMatcher* m, int64_t budget, auto&& call) -> Status {
+    m->SetBudgetClock(kCpu);
+    m->SetDeadline(std::min(end, GrammarMatcher::Now(kCpu) + budget));
+    if (call(m) || GrammarMatcher::Now(kCpu) >= end) return Status::Ok();
     return Refuse(m->over_budget());
   };
-  const Clock::duration mask_budget = limits.max_mask_time;
-  const Clock::duration walk_budget = limits.max_mask_time / kWalkShare;
+  const int64_t mask_budget = ns(limits.max_mask_time);
+  const int64_t walk_budget = ns(limits.max_mask_time) / kWalkShare;
   std::vector<uint32_t> mask(static_cast<size_t>(grammar->mask_words()));
   {
     GrammarMatcher first(grammar);
@@ -49,7 +53,7 @@ Status ProbeGrammar(const std::shared_ptr<const CompiledGrammar>& grammar, const
     if (r != root) rules.push_back(r);
   }
   for (int32_t r : rules) {
-    if (Clock::now() >= end) break;
+    if (GrammarMatcher::Now(kCpu) >= end) break;
     GrammarMatcher m(grammar, r);
     RETURN_IF_ERROR(run(&m, walk_budget, [](GrammarMatcher* w) { return w->GreedyWalk(kWalkBytes); }));
     if (m.num_stacks() >= kMaskStacks) {

@@ -13,7 +13,9 @@
 // it (the matchers stay bounded at run time, so a grammar the probe did not
 // reach fails its request mid-generation instead of stalling a step).
 //
-// Cost: at most max_probe_time on the calling thread (a front-end worker);
+// Budgets are on the calling thread's CPU time (a front-end worker at a low
+// priority: a loaded machine must not change the verdict), so the wall time
+// can be longer under load. Cost: at most max_probe_time of CPU;
 // results are cached with the grammar by StructuredOutputs. Thread-safe.
 #pragma once
 

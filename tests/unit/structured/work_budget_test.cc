@@ -63,7 +63,7 @@ TEST(WorkBudgetTest, BombsAreRefusedAtCompileTime) {
     ASSERT_FALSE(r.ok()) << c.what;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.what;
     EXPECT_NE(r.status().message().find("too expensive"), std::string::npos) << r.status().message();
-    EXPECT_LT(s, 1.5) << c.what;
+    EXPECT_LT(s, 2.0) << c.what;
     // The refusal is cached: the second time costs nothing.
     const auto t1 = Clock::now();
     EXPECT_FALSE(c.compile().ok());
