@@ -43,22 +43,24 @@ Status ProbeGrammar(const std::shared_ptr<const CompiledGrammar>& grammar, const
   const int64_t mask_budget = ns(limits.max_mask_time);
   const int64_t walk_budget = ns(limits.max_mask_time) / kWalkShare;
   std::vector<uint32_t> mask(static_cast<size_t>(grammar->mask_words()));
+  auto walk_from = [&](int32_t rule) -> Status {
+    GrammarMatcher m(grammar, rule);
+    RETURN_IF_ERROR(run(&m, walk_budget, [](GrammarMatcher* w) { return w->GreedyWalk(kWalkBytes); }));
+    if (m.num_stacks() < kMaskStacks) return Status::Ok();
+    return run(&m, mask_budget, [&](GrammarMatcher* w) { return w->FillMask(mask); });
+  };
+  // The root's walk first (the cheapest way to meet a bomb), then the first
+  // mask a request needs (its tables stay cached), then every other rule's walk.
+  const int32_t root = grammar->grammar().root;
+  RETURN_IF_ERROR(walk_from(root));
   {
     GrammarMatcher first(grammar);
     RETURN_IF_ERROR(run(&first, mask_budget, [&](GrammarMatcher* m) { return m->FillMask(mask); }));
   }
-  const int32_t root = grammar->grammar().root;
-  std::vector<int32_t> rules{root};
   for (int32_t r = 0; r < static_cast<int32_t>(grammar->grammar().alts.size()); ++r) {
-    if (r != root) rules.push_back(r);
-  }
-  for (int32_t r : rules) {
+    if (r == root) continue;
     if (GrammarMatcher::Now(kCpu) >= end) break;
-    GrammarMatcher m(grammar, r);
-    RETURN_IF_ERROR(run(&m, walk_budget, [](GrammarMatcher* w) { return w->GreedyWalk(kWalkBytes); }));
-    if (m.num_stacks() >= kMaskStacks) {
-      RETURN_IF_ERROR(run(&m, mask_budget, [&](GrammarMatcher* w) { return w->FillMask(mask); }));
-    }
+    RETURN_IF_ERROR(walk_from(r));
   }
   return Status::Ok();
 }
