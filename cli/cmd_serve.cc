@@ -151,6 +151,16 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "frees the engine within about one step (0: bounded by --max-num-batched-tokens only)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 600000.0));
+  cmd->add_option("--max-logprobs", f->max_logprobs,
+                  "most alternatives a request may ask for per token (logprobs, top_logprobs, prompt_logprobs), "
+                  "as vLLM's")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--max-prompt-logprobs-entries", f->max_prompt_logprobs_entries,
+                  "most entries a prompt_logprobs answer may hold (prompt tokens x (prompt_logprobs + 1)); more is "
+                  "a 400 naming prompt_logprobs (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--max-pending-requests", f->max_pending_requests,
                   "requests running or queued; beyond it new ones get 429 with Retry-After")
       ->capture_default_str()

@@ -43,6 +43,8 @@ struct ServeFlags {
   int64_t max_num_batched_tokens = 2048;
   double max_step_ms = 250;
   int64_t max_pending_requests = 1024;
+  int32_t max_logprobs = 20;
+  int64_t max_prompt_logprobs_entries = 65536;
   int64_t request_timeout_s = 600;
   int64_t drain_timeout_s = 30;
   uint64_t max_body_bytes = 8u << 20;

@@ -60,6 +60,8 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
   l.max_step_ms = f.max_step_ms;
   l.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
   l.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
+  l.scheduler.limits.max_logprobs = f.max_logprobs;
+  l.scheduler.limits.max_prompt_logprobs_entries = f.max_prompt_logprobs_entries;
   l.speculative = std::move(speculative);
   l.parallel = GroupFromFlags(f);
   if (f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <unordered_set>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -209,6 +210,8 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
   loop->max_step_ms_ = options.max_step_ms;
+  // Until a step measured them, prompt-logprob rows go a few at a time.
+  if (loop->max_step_ms_ > 0) loop->scheduler_->SetStepPromptLogprobRows(Scheduler::kMinStepPrefillTokens);
   return loop;
 }
 
@@ -371,6 +374,7 @@ void EngineLoop::DrainInbox() {
     }
     if (p.request.params.constraint) {
       a.constraint = p.request.params.constraint;
+      a.constraint_field = p.request.params.constraint_field.empty() ? "constraint" : p.request.params.constraint_field;
       a.matchers.resize(static_cast<size_t>(std::max(p.request.params.n, 1)));
       // EOS even with ignore_eos (it then does not stop the sequence, and is special text).
       a.end_tokens = scheduler_->options().eos_token_ids;
@@ -426,6 +430,16 @@ Status EngineLoop::RunStep() {
 // (fixed costs dominate), so only larger ones update the estimate; the first
 // estimate comes from the warm-up step, which errs on the small-chunk side.
 void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
+  // Prompt-logprob rows have their own budget: half a step (the tokens get the other half).
+  if (step_prompt_logprob_rows_ > 0) {
+    const double row_ms = std::chrono::duration<double, std::milli>(step_prompt_logprob_time_).count() /
+                          static_cast<double>(step_prompt_logprob_rows_);
+    ms_per_prompt_logprob_row_ =
+        ms_per_prompt_logprob_row_ == 0 ? row_ms : 0.5 * ms_per_prompt_logprob_row_ + 0.5 * row_ms;
+    took -= step_prompt_logprob_time_;
+    const double rows = 0.5 * max_step_ms_ / std::max(ms_per_prompt_logprob_row_, 1e-6);
+    scheduler_->SetStepPromptLogprobRows(static_cast<int64_t>(std::clamp(rows, 1.0, 1e9)));
+  }
   int64_t tokens = 0;
   for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
   const double ms = std::chrono::duration<double, std::milli>(took).count();
@@ -453,6 +467,8 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     }
   }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
+  step_prompt_logprob_rows_ = 0;
+  step_prompt_logprob_time_ = {};
   const int64_t vocab = model_->config().vocab_size;
   // Structured-output masks depend only on the tokens so far: computed on a
   // persistent helper thread while the forward pass runs.
@@ -468,6 +484,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
   }
   mask_worker_.Wait();
   RETURN_IF_ERROR(forward);
+  FailOverBudget(jobs);
   std::unordered_map<SeqId, const MaskJob*> job_of;
   for (const MaskJob& j : jobs) job_of[j.seq_id] = &j;
 
@@ -478,7 +495,14 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     const int64_t rows = std::min<int64_t>(s.num_logits, static_cast<int64_t>(s.token_ids.size()));
     const int64_t first_row = row;
     row += rows;
-    if (rows > 0) CollectPromptLogprobs(s, first_row, rows, vocab);
+    if (rows > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t n = CollectPromptLogprobs(s, first_row, rows, vocab);
+      if (n > 0) {
+        step_prompt_logprob_rows_ += n;
+        step_prompt_logprob_time_ += std::chrono::steady_clock::now() - t0;
+      }
+    }
     if (!s.sample) continue;
     if (rows == 0) return Internal("engine loop: sampled sequence without logits rows");
     const Sequence* seq = scheduler_->GetSequence(s.seq_id);
@@ -564,15 +588,29 @@ std::vector<EngineLoop::MaskJob> EngineLoop::CollectMaskJobs(const SchedulerOutp
     if (mask_buffers_.size() <= jobs.size()) mask_buffers_.emplace_back();
     std::vector<uint32_t>& buf = mask_buffers_[jobs.size()];
     buf.assign(static_cast<size_t>((vocab + 31) / 32), 0);
-    jobs.push_back({s.seq_id, m.get(), &a.end_tokens, &buf});
+    jobs.push_back({s.seq_id, &s.request_id, m.get(), &a.end_tokens, &buf, Status::Ok()});
   }
   return jobs;
+}
+
+void EngineLoop::FailOverBudget(const std::vector<MaskJob>& jobs) {
+  std::unordered_set<std::string> failed;  // a request's choices fail it once
+  for (const MaskJob& j : jobs) {
+    if (j.status.ok() || !failed.insert(*j.request_id).second) continue;
+    auto it = active_.find(*j.request_id);
+    if (it == active_.end()) continue;
+    spdlog::warn("structured output: request {} failed: {}", *j.request_id, j.status.message());
+    it->second.stream->Fail(InvalidArgument("'" + it->second.constraint_field + "': " + j.status.message()));
+    (void)scheduler_->AbortRequest(*j.request_id);  // deferred to the step's end; its blocks free then
+  }
 }
 
 void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
   for (MaskJob& j : jobs) {
     std::vector<uint32_t>& mask = *j.mask;
-    j.matcher->FillNextTokenMask(mask);
+    j.status = j.matcher->FillNextTokenMask(mask);
+    // Over budget: the request fails after the forward; only an end token may be sampled meanwhile.
+    if (!j.status.ok()) std::fill(mask.begin(), mask.end(), 0);
     bool any = false;
     for (uint32_t w : mask) any = any || w != 0;
     // Complete: EOS may come. A dead end (no token continues the grammar) ends too.
@@ -584,13 +622,14 @@ void EngineLoop::FillMasks(std::vector<MaskJob>& jobs) {
   }
 }
 
-void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
-                                       int64_t vocab) {
+int64_t EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows,
+                                          int64_t vocab) {
   auto it = active_.find(s.request_id);
-  if (it == active_.end() || it->second.prompt_logprobs < 0) return;
+  if (it == active_.end() || it->second.prompt_logprobs < 0) return 0;
   Active& a = it->second;
   const Sequence* seq = scheduler_->GetSequence(s.seq_id);
-  if (seq == nullptr) return;
+  if (seq == nullptr) return 0;
+  int64_t done = 0;
   // Row r holds the distribution of the token after position p.
   const int64_t n = static_cast<int64_t>(s.token_ids.size());
   for (int64_t r = 0; r < rows; ++r) {
@@ -604,7 +643,9 @@ void EngineLoop::CollectPromptLogprobs(const ScheduledSequence& s, int64_t first
     entry.first = s.index;
     entry.second.push_back({static_cast<float>(logits[token] - lse), TopLogprobs(logits, a.prompt_logprobs, lse)});
     ++a.next_prompt_logprob;
+    ++done;
   }
+  return done;
 }
 
 void EngineLoop::DeliverFinished() {

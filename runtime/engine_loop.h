@@ -216,13 +216,16 @@ class EngineLoop {
     std::shared_ptr<const TokenConstraint> constraint;
     std::vector<std::unique_ptr<TokenMatcher>> matchers;
     std::vector<int32_t> end_tokens;  // EOS + stop_token_ids: allowed when the output is complete
+    std::string constraint_field;     // the request field that gave `constraint`
   };
   // One constrained sample of a step: its matcher and the mask computed for it.
   struct MaskJob {
     SeqId seq_id;
+    const std::string* request_id;  // the plan's
     TokenMatcher* matcher;
     const std::vector<int32_t>* end_tokens;
     std::vector<uint32_t>* mask;
+    Status status;  // not OK: the matcher went over its budget; the request fails (FailOverBudget)
   };
   EngineLoop() = default;
 
@@ -231,8 +234,9 @@ class EngineLoop {
   Status RunPlan(const SchedulerOutput& plan);
   void BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took);
   void DeliverFinished();
-  // Records prompt logprobs from a sequence's logits rows into prompt_logprobs_.
-  void CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
+  // Records prompt logprobs from a sequence's logits rows into
+  // prompt_logprobs_; returns how many rows it turned into logprobs.
+  int64_t CollectPromptLogprobs(const ScheduledSequence& s, int64_t first_row, int64_t rows, int64_t vocab);
   void EndRequest(const std::string& request_id);
   // KV connectors (engine_loop_kv.cc): built from the options before the
   // scheduler; each connector's worker runs before and after every step.
@@ -256,6 +260,8 @@ class EngineLoop {
   std::vector<MaskJob> CollectMaskJobs(const SchedulerOutput& plan, int64_t vocab);
   // Fills each job's mask (any thread): the matcher's tokens, plus the end tokens when the output may end.
   static void FillMasks(std::vector<MaskJob>& jobs);
+  // Ends each request whose mask job failed with that error, naming its field.
+  void FailOverBudget(const std::vector<MaskJob>& jobs);
 
   std::unique_ptr<parallel::RankGroup> group_;  // before model_: its shard uses the group's communicator
   std::unique_ptr<Backend> backend_;
@@ -299,6 +305,12 @@ class EngineLoop {
   uint64_t next_seed_ = 0;
   double max_step_ms_ = 0;
   double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
+  // Prompt logprobs (a log-softmax and top-k over the vocabulary per prompt
+  // token) are budgeted apart: EMA of their time per row, and this step's
+  // rows and time (RunPlan -> BoundNextStep).
+  double ms_per_prompt_logprob_row_ = 0;
+  int64_t step_prompt_logprob_rows_ = 0;
+  std::chrono::steady_clock::duration step_prompt_logprob_time_{};
   bool stop_ = false;
   bool started_ = false;
   bool kv_wake_ = false;  // the transport released exports, a pull or a tier fetch finished; under mu_

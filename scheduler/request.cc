@@ -22,6 +22,17 @@ Status ValidateRequest(const Request& request, const ModelLimits& limits) {
     }
   }
   RETURN_IF_ERROR(request.params.Validate(limits));
+  if (request.params.prompt_logprobs && limits.max_prompt_logprobs_entries > 0) {
+    const int64_t entries =
+        static_cast<int64_t>(request.prompt_token_ids.size()) * (int64_t{*request.params.prompt_logprobs} + 1);
+    if (entries > limits.max_prompt_logprobs_entries) {
+      return InvalidArgument("'prompt_logprobs' " + std::to_string(*request.params.prompt_logprobs) + " on " +
+                             std::to_string(request.prompt_token_ids.size()) + " prompt tokens asks for " +
+                             std::to_string(entries) + " entries; this server answers at most " +
+                             std::to_string(limits.max_prompt_logprobs_entries) +
+                             " (--max-prompt-logprobs-entries): ask for fewer alternatives or a shorter prompt");
+    }
+  }
   if (request.export_kv && request.params.n != 1) {
     return InvalidArgument("'n' must be 1 when the prompt's KV is exported to a decode instance "
                            "(kv_transfer_params.do_remote_decode)");

@@ -22,7 +22,10 @@ struct ModelLimits {
   int64_t max_model_len = 4096;  // prompt + generated tokens
   int64_t vocab_size = 0;        // 0: token ids are not range-checked
   int32_t max_n = 16;            // choices per request
-  int32_t max_logprobs = 20;     // OpenAI's top_logprobs limit
+  int32_t max_logprobs = 20;     // logprobs / top_logprobs / prompt_logprobs (vLLM's --max-logprobs)
+  // prompt_logprobs answers at most this many entries (prompt tokens x
+  // (prompt_logprobs + 1)), so the answer's size is bounded; 0: no bound.
+  int64_t max_prompt_logprobs_entries = 65536;
 };
 
 struct SamplingParams {
@@ -65,6 +68,9 @@ struct SamplingParams {
   // Structured output: which tokens may come next (null: unconstrained).
   // Shared by the request's choices; each gets its own matcher.
   std::shared_ptr<const TokenConstraint> constraint;
+  // The request field it came from (e.g. "response_format"): named in the
+  // error when the constraint fails mid-generation.
+  std::string constraint_field;
 
   // Checks every range; INVALID_ARGUMENT naming the parameter on failure.
   Status Validate(const ModelLimits& limits) const;

@@ -292,6 +292,15 @@ SchedulerOutput Scheduler::Schedule() {
     }
     budget = std::min(budget, std::max(step_token_budget_, decode_tokens + kMinStepPrefillTokens));
   }
+  // Prompt-logprob rows left this step (SetStepPromptLogprobRows).
+  int64_t rows_left = step_prompt_logprob_rows_ > 0 ? std::max(step_prompt_logprob_rows_, kMinStepPrefillTokens)
+                                                    : INT64_MAX;
+  auto cap_rows = [&](const Sequence& s, int64_t num_new) {
+    if (!s.params().prompt_logprobs || s.num_computed_tokens >= s.num_prompt_tokens) return num_new;
+    const int64_t n = std::min(num_new, rows_left);
+    rows_left -= n;
+    return n;
+  };
   auto lookahead = [&](const Sequence& s, int64_t num_new) {
     // Room for k speculative tokens past the real ones (drafts scheduled now count).
     const int64_t drafts = std::max<int64_t>(0, s.num_computed_tokens + num_new - s.num_tokens());
@@ -308,7 +317,7 @@ SchedulerOutput Scheduler::Schedule() {
     if (seq->status != SeqStatus::kRunning) continue;  // preempted earlier this step
     const int64_t drafts = static_cast<int64_t>(seq->draft_token_ids.size());
     const int64_t kept = std::min(drafts, draft_budget);  // drafts past the allowance wait for a later step
-    const int64_t num_new = std::min(NumNewTokens(*seq, INT64_MAX) - (drafts - kept), budget);
+    const int64_t num_new = cap_rows(*seq, std::min(NumNewTokens(*seq, INT64_MAX) - (drafts - kept), budget));
     draft_budget -= kept;
     if (num_new <= 0) continue;
     std::vector<CopyOp> copies;
@@ -348,7 +357,7 @@ SchedulerOutput Scheduler::Schedule() {
     PrefixHit hit;
     if (!seq->params().prompt_logprobs) hit = kv_->FindCachedPrefix(seq->block_hashes, seq->num_tokens());
     seq->num_computed_tokens = hit.num_tokens;
-    const int64_t num_new = NumNewTokens(*seq, budget);
+    const int64_t num_new = cap_rows(*seq, NumNewTokens(*seq, budget));
     std::vector<CopyOp> copies;
     if (num_new <= 0 ||
         !kv_->AllocateSlots(seq->id, hit.num_tokens, num_new, lookahead(*seq, num_new), &hit, &copies)) {

@@ -90,6 +90,11 @@ class Scheduler {
   void SetStepTokenBudget(int64_t tokens) { step_token_budget_ = tokens; }
   int64_t step_token_budget() const { return step_token_budget_; }
   static constexpr int64_t kMinStepPrefillTokens = 16;
+  // Caps the prompt tokens of prompt_logprobs requests per step (each one is
+  // a logits row the loop turns into logprobs: far dearer than a plain prefill
+  // token; the loop sets it from measured row time), never below
+  // kMinStepPrefillTokens a step so they progress. 0: no cap.
+  void SetStepPromptLogprobRows(int64_t rows) { step_prompt_logprob_rows_ = rows; }
 
   // Plans the next step. Advances the scheduled sequences' computed counts;
   // the caller must run the plan and call UpdateFromOutput before the next
@@ -202,6 +207,7 @@ class Scheduler {
   bool wants_computed_blocks_ = false;  // some connector saves computed blocks
   SeqId next_seq_id_ = 1;
   int64_t step_token_budget_ = 0;
+  int64_t step_prompt_logprob_rows_ = 0;
   int64_t next_arrival_ = 0;
 };
 

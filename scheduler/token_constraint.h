@@ -14,6 +14,8 @@
 #include <memory>
 #include <span>
 
+#include "common/status.h"
+
 namespace tessera {
 
 class TokenMatcher {
@@ -23,7 +25,10 @@ class TokenMatcher {
   // word of `mask` (ceil(vocab_size / 32) words). End-of-sequence tokens are
   // not set here: the caller allows them when CanEnd(). May run on a thread
   // other than the loop's, never concurrently with another call on this matcher.
-  virtual void FillNextTokenMask(std::span<uint32_t> mask) = 0;
+  // Bounded in time (docs/architecture.md, "Time-bounded steps"): a matcher
+  // that went over its budget returns INVALID_ARGUMENT saying why, now and on
+  // every later call, and the caller ends the request with that error.
+  virtual Status FillNextTokenMask(std::span<uint32_t> mask) = 0;
   // Advances by a sampled token; false if the constraint does not allow it
   // (the state is then unchanged).
   virtual bool AcceptToken(int32_t token) = 0;

@@ -33,6 +33,15 @@ struct CompileLimits {
   int max_repeat = 1000;       // m and n of {m,n}
   int max_regex_bytes = 4096;  // one regular expression (also JSON Schema `pattern`)
   std::chrono::milliseconds max_compile_time{2000};
+  // Per-step work (docs/architecture.md, "Time-bounded steps"): one next-token
+  // mask or one token's advance may take at most this long and build states of
+  // at most this many stacks; a grammar whose probe at compile time exceeds
+  // either is refused, and a request that exceeds either mid-generation fails.
+  std::chrono::milliseconds max_mask_time{250};
+  size_t max_stacks = 1024;
+  // The compile-time probe (StructuredOutputs): walks toward the grammar's
+  // most ambiguous states within this much time.
+  std::chrono::milliseconds max_probe_time{500};
 };
 
 using ByteSet = std::array<uint64_t, 4>;

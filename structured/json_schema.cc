@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "structured/gbnf.h"
+#include "structured/one_of.h"
 #include "structured/regex.h"
 
 namespace tessera::structured {
@@ -189,17 +190,8 @@ class Converter {
     if (ref.empty() || ref[0] != '#') return Error(path, "only local $ref (\"#...\") is supported, got " + shown);
     const std::string pointer = ref.substr(1);
     if (!pointer.empty() && pointer[0] != '/') return Error(path, shown + " is not a JSON pointer");
-    const Json* target = &root_;
-    for (size_t at = 1; at <= pointer.size() && !pointer.empty();) {
-      size_t next = pointer.find('/', at);
-      if (next == std::string::npos) next = pointer.size();
-      std::string token = pointer.substr(at, next - at);
-      for (size_t p = token.find("~1"); p != std::string::npos; p = token.find("~1", p + 1)) token.replace(p, 2, "/");
-      for (size_t p = token.find("~0"); p != std::string::npos; p = token.find("~0", p + 1)) token.replace(p, 2, "~");
-      if (!target->is_object() || !target->contains(token)) return Error(path, shown + " not found");
-      target = &(*target)[token];
-      at = next + 1;
-    }
+    const Json* target = ResolveLocalRef(root_, ref);
+    if (target == nullptr) return Error(path, shown + " not found");
     // Named before visiting, so recursive references resolve to it.
     std::string name = o_.rule_prefix + "ref" + std::to_string(refs_.size());
     refs_[ref] = name;
@@ -261,6 +253,8 @@ class Converter {
       auto it = s.find(k);
       if (it == s.end()) continue;
       if (!it->is_array() || it->empty()) return Error(path, std::string("'") + k + "' must be a non-empty array");
+      // The grammar generates the union; that is oneOf only when no two branches overlap (one_of.h).
+      if (std::string(k) == "oneOf") RETURN_IF_ERROR(CheckOneOfExclusive(root_, *it, path));
       std::string out;
       int i = 0;
       for (const Json& sub : *it) {

@@ -10,9 +10,9 @@
 // always valid), prefixItems / items / minItems / maxItems, minLength /
 // maxLength / pattern (see regex.h) / format (date, time, date-time, uuid,
 // email, ipv4), integer minimum / maximum / exclusiveMinimum /
-// exclusiveMaximum, number minimum 0, anyOf, oneOf (as anyOf: exclusivity is
-// not enforced, so overlapping branches may match twice), allOf of one
-// schema, $ref to "#", "#/$defs/..." or "#/definitions/...", boolean schemas.
+// exclusiveMaximum, number minimum 0, anyOf, oneOf (whose branches must
+// provably exclude each other, see one_of.h: then the union is exactly-one;
+// overlapping ones are refused), allOf of one schema, $ref to "#", "#/$defs/..." or "#/definitions/...", boolean schemas.
 // Annotations (title, description, default, examples, $schema, $id, ...)
 // are ignored. Anything that would constrain the output but is not enforced
 // (not, if/then/else, patternProperties, uniqueItems, multipleOf, other

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <ctime>
 
 namespace tessera::structured {
 namespace {
 
-constexpr size_t kMaxStacks = 4096;     // per state; more means a pathologically ambiguous grammar
 constexpr size_t kMaskCacheBytes = size_t{8} << 20;
 constexpr size_t kTableBytes = size_t{64} << 20;  // position tables per grammar
 
@@ -26,8 +26,11 @@ bool SameUncertain(const PositionTable& a, const PositionTable& b) {
 
 }  // namespace
 
-CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocab> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocab> vocab, const CompileLimits& limits)
+    : grammar_(std::move(grammar)),
+      vocab_(std::move(vocab)),
+      max_mask_time_(limits.max_mask_time),
+      max_stacks_(limits.max_stacks) {
   max_cached_ = std::max<size_t>(16, kMaskCacheBytes / (static_cast<size_t>(mask_words()) * 4 + 64));
 }
 
@@ -86,11 +89,14 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, c
   state_ = InternState(std::move(tops), accept);
 }
 
-GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar) : g_(std::move(grammar)) {
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar)
+    : GrammarMatcher(grammar, grammar->grammar().root) {}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, int32_t rule) : g_(std::move(grammar)) {
   std::vector<int32_t> tops;
   bool accept = false;
   ++epoch_;
-  for (int32_t alt : g_->grammar().alts[g_->grammar().root]) Expand(Intern(alt, -1), &tops, &accept);
+  for (int32_t alt : g_->grammar().alts[rule]) Expand(Intern(alt, -1), &tops, &accept);
   state_ = InternState(std::move(tops), accept);
 }
 
@@ -122,7 +128,12 @@ void GrammarMatcher::Expand(int32_t start, std::vector<int32_t>* tops, bool* acc
     const Node node = nodes_[n];
     const Grammar::Element e = g.elems[node.pos];
     if (e.kind == Kind::kClass) {
-      if (tops->size() < kMaxStacks) tops->push_back(n);
+      if (tops->size() >= g_->max_stacks()) {
+        OverBudget("a state of more than " + std::to_string(g_->max_stacks()) +
+                   " parse stacks (the grammar is too ambiguous)");
+        return;
+      }
+      tops->push_back(n);
     } else if (e.kind == Kind::kEnd) {
       work_.push_back(node.parent);
     } else {
@@ -149,9 +160,36 @@ int32_t GrammarMatcher::InternState(std::vector<int32_t> tops, bool accept) {
   return it->second;
 }
 
+int64_t GrammarMatcher::Now(BudgetClock clock) {
+  if (clock == BudgetClock::kThreadCpu) {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+  }
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void GrammarMatcher::BeginCall() {
+  deadline_ns_ = fixed_deadline_ns_
+                     ? *fixed_deadline_ns_
+                     : Now(clock_) + std::chrono::duration_cast<std::chrono::nanoseconds>(g_->max_mask_time()).count();
+}
+
+void GrammarMatcher::OverBudget(const std::string& why) {
+  if (over_.empty()) over_ = why;
+}
+
+// kDead also when over budget (callers then stop: see over_).
 int32_t GrammarMatcher::Step(int32_t state, uint8_t byte) {
   const int32_t known = states_[state].next[byte];
   if (known != kUnknown) return known;
+  if (!over_.empty()) return kDead;
+  if (Now(clock_) > deadline_ns_) {
+    OverBudget("the work for one token went over its time budget (" + std::to_string(g_->max_mask_time().count()) +
+               " ms a mask)");
+    return kDead;
+  }
   const Grammar& g = g_->grammar();
   if (++epoch_ == 0) {  // wrapped: forget every mark
     std::fill(visited_.begin(), visited_.end(), 0);
@@ -163,6 +201,7 @@ int32_t GrammarMatcher::Step(int32_t state, uint8_t byte) {
     const Node node = nodes_[states_[state].tops[i]];
     if (!ByteSetHas(g.classes[g.elems[node.pos].arg], byte)) continue;
     Expand(Intern(node.pos + 1, node.parent), &scratch_, &accept);
+    if (!over_.empty()) return kDead;  // not memoized: the state is incomplete
   }
   const int32_t next = scratch_.empty() && !accept ? kDead : InternState(scratch_, accept);
   states_[state].next[byte] = next;
@@ -198,6 +237,8 @@ void GrammarMatcher::Restart() {
 }
 
 bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
+  if (!over_.empty()) return false;
+  BeginCall();
   int32_t s = state_;
   for (char c : bytes) {
     s = Step(s, static_cast<uint8_t>(c));
@@ -244,7 +285,10 @@ void GrammarMatcher::Walk(int32_t trie_node, int32_t state, uint32_t* mask) {
   const auto& tokens = g_->vocab().trie_tokens();
   for (int32_t c = trie[trie_node].first_child; c >= 0; c = trie[c].next_sibling) {
     const int32_t next = Step(state, trie[c].byte);
-    if (next == kDead) continue;
+    if (next == kDead) {
+      if (!over_.empty()) return;
+      continue;
+    }
     for (int32_t i = trie[c].tokens_begin; i < trie[c].tokens_end; ++i) {
       mask[tokens[i] >> 5] |= uint32_t{1} << (tokens[i] & 31);
     }
@@ -265,6 +309,7 @@ void GrammarMatcher::TableWalk(int32_t trie_node, int32_t state, bool escaped, i
   const bool esc = escaped || (state != kDead && states_[state].accept);
   for (int32_t c = trie[trie_node].first_child; c >= 0; c = trie[c].next_sibling) {
     const int32_t next = Step(state, trie[c].byte);
+    if (!over_.empty()) return;
     const size_t at = t->uncertain.size();
     if (next == kDead) {
       // Dies inside the frame: uncertain if a prefix escaped (the whole
@@ -284,11 +329,20 @@ void GrammarMatcher::TableWalk(int32_t trie_node, int32_t state, bool escaped, i
 }
 
 std::shared_ptr<const PositionTable> GrammarMatcher::BuildTable(std::shared_ptr<const CompiledGrammar> grammar,
-                                                                const std::vector<int32_t>& frames) {
+                                                                const std::vector<int32_t>& frames,
+                                                                BudgetClock clock, int64_t deadline_ns,
+                                                                std::string* over) {
   GrammarMatcher local(grammar, frames);
+  local.SetBudgetClock(clock);
+  local.SetDeadline(deadline_ns);
+  local.BeginCall();
   auto t = std::make_shared<PositionTable>();
   std::vector<int32_t> accepted;
-  local.TableWalk(0, local.state_, /*escaped=*/false, 1, t.get(), &accepted);
+  if (local.over_.empty()) local.TableWalk(0, local.state_, /*escaped=*/false, 1, t.get(), &accepted);
+  if (!local.over_.empty()) {
+    *over = local.over_;
+    return nullptr;
+  }
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the nodes' fields
   for (const PositionTable::Node& n : t->uncertain) {
     for (uint64_t v : {uint64_t(uint32_t(n.end)), uint64_t(uint32_t(n.trie_node)), uint64_t(n.depth) << 9 | uint64_t(n.byte) << 1 | n.whole}) {
@@ -316,6 +370,7 @@ void GrammarMatcher::UncertainWalk(const PositionTable& t, uint32_t* mask) {
     const PositionTable::Node& n = nodes[i];
     const int32_t next = Step(depth_states_[n.depth - 1], n.byte);
     if (next == kDead) {
+      if (!over_.empty()) return;
       i = static_cast<size_t>(n.end);
       continue;
     }
@@ -338,12 +393,46 @@ void GrammarMatcher::UncertainWalk(const PositionTable& t, uint32_t* mask) {
   }
 }
 
-void GrammarMatcher::FillMaskFullWalk(std::span<uint32_t> mask) {
+bool GrammarMatcher::FillMaskFullWalk(std::span<uint32_t> mask) {
   std::fill(mask.begin(), mask.end(), 0);
-  if (states_[state_].tops.empty()) return;
+  if (!over_.empty()) return false;
+  if (states_[state_].tops.empty()) return true;
+  BeginCall();
   std::vector<uint32_t> full(static_cast<size_t>(g_->mask_words()), 0);
   Walk(0, state_, full.data());
+  if (!over_.empty()) return false;
   std::memcpy(mask.data(), full.data(), std::min(mask.size(), full.size()) * sizeof(uint32_t));
+  return true;
+}
+
+bool GrammarMatcher::GreedyWalk(size_t max_bytes) {
+  if (!over_.empty()) return false;
+  BeginCall();
+  const Grammar& g = g_->grammar();
+  std::vector<uint8_t> bytes;
+  for (size_t i = 0; i < max_bytes && !states_[state_].tops.empty(); ++i) {
+    bytes.clear();
+    for (int32_t top : states_[state_].tops) {
+      const ByteSet& set = g.classes[g.elems[nodes_[top].pos].arg];
+      for (int b = 0; b < 256; ++b) {
+        if (ByteSetHas(set, static_cast<uint8_t>(b))) {
+          bytes.push_back(static_cast<uint8_t>(b));
+          break;
+        }
+      }
+    }
+    std::sort(bytes.begin(), bytes.end());
+    bytes.erase(std::unique(bytes.begin(), bytes.end()), bytes.end());
+    int32_t best = kDead;
+    for (uint8_t b : bytes) {
+      const int32_t next = Step(state_, b);
+      if (!over_.empty()) return false;
+      if (next != kDead && (best == kDead || states_[next].tops.size() > states_[best].tops.size())) best = next;
+    }
+    if (best == kDead) break;
+    state_ = best;
+  }
+  return true;
 }
 
 // A top's table key: the positions of its kTableFrames topmost frames.
@@ -352,13 +441,15 @@ void GrammarMatcher::TableKey(int32_t top, std::vector<int32_t>* key) const {
   for (int32_t n = top; n >= 0 && key->size() < kTableFrames; n = nodes_[n].parent) key->push_back(nodes_[n].pos);
 }
 
-void GrammarMatcher::FillMask(std::span<uint32_t> mask) {
+bool GrammarMatcher::FillMask(std::span<uint32_t> mask) {
   std::fill(mask.begin(), mask.end(), 0);
-  if (states_[state_].tops.empty()) return;
+  if (!over_.empty()) return false;
+  if (states_[state_].tops.empty()) return true;
+  BeginCall();
   const std::string key = StateKey();
   if (auto cached = g_->FindMask(key)) {
     std::memcpy(mask.data(), cached->data(), std::min(mask.size(), cached->size()) * sizeof(uint32_t));
-    return;
+    return true;
   }
   auto fresh = std::make_shared<std::vector<uint32_t>>(static_cast<size_t>(g_->mask_words()), 0);
   uint32_t* out = fresh->data();
@@ -372,7 +463,8 @@ void GrammarMatcher::FillMask(std::span<uint32_t> mask) {
     std::shared_ptr<const PositionTable> t = g_->FindTable(k);
     if (t == nullptr) {
       if (g_->TablesFull()) break;
-      t = BuildTable(g_, k);
+      t = BuildTable(g_, k, clock_, deadline_ns_, &over_);
+      if (t == nullptr) return false;
       g_->StoreTable(k, t);
     }
     tables.push_back(std::move(t));
@@ -396,8 +488,10 @@ void GrammarMatcher::FillMask(std::span<uint32_t> mask) {
       if (!same) UncertainWalk(t, out);
     }
   }
+  if (!over_.empty()) return false;
   std::memcpy(mask.data(), fresh->data(), std::min(mask.size(), fresh->size()) * sizeof(uint32_t));
   g_->StoreMask(key, std::move(fresh));
+  return true;
 }
 
 }  // namespace tessera::structured

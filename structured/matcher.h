@@ -28,14 +28,24 @@
 // by every matcher of the grammar, and bounded in memory (past the bound a
 // mask is one full trie walk, as before).
 //
+// Work bounds (docs/architecture.md, "Time-bounded steps"): every FillMask and
+// AcceptBytes call runs against a deadline (CompileLimits::max_mask_time) and
+// no state may hold more than CompileLimits::max_stacks stacks (a grammar that
+// ambiguous, e.g. nested counted repetition of a nullable item, would make
+// every byte cost thousands of expansions). Past either bound the matcher is
+// over budget for good: the call fails, nothing partial is cached, and every
+// later call fails too; over_budget() says why.
+//
 // Thread-safety: CompiledGrammar is immutable apart from its mask and table
 // caches (mutex); a GrammarMatcher is used by one thread at a time.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -69,8 +79,11 @@ struct PositionTable {
 
 class CompiledGrammar {
  public:
-  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocab> vocab);
+  // Of `limits`, the matchers use max_mask_time and max_stacks.
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocab> vocab, const CompileLimits& limits = {});
   const Grammar& grammar() const { return grammar_; }
+  std::chrono::milliseconds max_mask_time() const { return max_mask_time_; }
+  size_t max_stacks() const { return max_stacks_; }
   const TokenVocab& vocab() const { return *vocab_; }
   int32_t mask_words() const { return (vocab_->size() + 31) / 32; }
 
@@ -88,6 +101,8 @@ class CompiledGrammar {
  private:
   Grammar grammar_;
   std::shared_ptr<const TokenVocab> vocab_;
+  std::chrono::milliseconds max_mask_time_;
+  size_t max_stacks_;
   size_t max_cached_ = 0;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint32_t>>> masks_;
@@ -99,21 +114,46 @@ class CompiledGrammar {
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar);
+  // At the start of `rule` instead of the root (the probe walks from every rule).
+  GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar, int32_t rule);
 
-  // Advances by `bytes`; false (state unchanged) when the grammar rejects them.
+  // The clock budgets are read on: wall time (at run time a mask delays the
+  // step: latency is what counts), or this thread's CPU time (the compile-time
+  // probe: the same verdict however loaded the machine is).
+  enum class BudgetClock { kWall, kThreadCpu };
+
+  // Advances by `bytes`; false (state unchanged) when the grammar rejects them
+  // or the call went over budget (then over_budget()).
   bool AcceptBytes(std::string_view bytes);
   // Advances by the token's bytes; false for tokens the grammar may not produce.
   bool AcceptToken(int32_t token);
   // Bit t of mask[t / 32]: token t may come next. Overwrites all mask_words()
-  // words. End-of-sequence is not a token here: see CanEnd.
-  void FillMask(std::span<uint32_t> mask);
+  // words. End-of-sequence is not a token here: see CanEnd. False (mask
+  // unspecified) when over budget.
+  bool FillMask(std::span<uint32_t> mask);
   // The same mask by one walk of the whole vocabulary trie, without the
   // position tables or the mask cache (the fallback; tests compare the two).
-  void FillMaskFullWalk(std::span<uint32_t> mask);
+  bool FillMaskFullWalk(std::span<uint32_t> mask);
   // The table of a stack whose topmost frames are at `frames` (top first; the
-  // top a byte class), built now.
+  // top a byte class), built now; null (and `*over` says why) past `deadline`
+  // or the stack bound.
   static std::shared_ptr<const PositionTable> BuildTable(std::shared_ptr<const CompiledGrammar> grammar,
-                                                         const std::vector<int32_t>& frames);
+                                                         const std::vector<int32_t>& frames, BudgetClock clock,
+                                                         int64_t deadline_ns, std::string* over);
+
+  // Empty, or why a call went over the work bounds (sticky).
+  const std::string& over_budget() const { return over_; }
+  void SetBudgetClock(BudgetClock clock) { clock_ = clock; }
+  // Now on `clock`, in nanoseconds.
+  static int64_t Now(BudgetClock clock);
+  // Calls run against `deadline_ns` (on the budget clock) instead of now +
+  // max_mask_time each (a probe's own bounds).
+  void SetDeadline(int64_t deadline_ns) { fixed_deadline_ns_ = deadline_ns; }
+  // The compile-time probe's walk toward ambiguity: up to `max_bytes` bytes,
+  // each the candidate (one byte of each stack top's class) whose next state
+  // holds the most stacks. False when over budget.
+  bool GreedyWalk(size_t max_bytes);
+  size_t num_stacks() const { return states_[state_].tops.size(); }  // in the current state
 
   bool CanEnd() const { return states_[state_].accept; }  // the output so far is complete
   bool IsComplete() const { return CanEnd() && states_[state_].tops.empty(); }  // ... and nothing may follow
@@ -148,6 +188,8 @@ class GrammarMatcher {
                  std::vector<int32_t>* accepted);
   void UncertainWalk(const PositionTable& table, uint32_t* mask);
   void TableKey(int32_t top, std::vector<int32_t>* key) const;
+  void BeginCall();                       // sets deadline_ for one public call
+  void OverBudget(const std::string& why);  // records the first reason
 
   std::shared_ptr<const CompiledGrammar> g_;
   std::vector<Node> nodes_;
@@ -160,6 +202,10 @@ class GrammarMatcher {
   std::vector<State> states_;  // a lazily built DFA over stack sets
   std::unordered_map<std::string, int32_t> state_ids_;
   int32_t state_ = 0;
+  BudgetClock clock_ = BudgetClock::kWall;
+  int64_t deadline_ns_ = INT64_MAX;
+  std::optional<int64_t> fixed_deadline_ns_;
+  std::string over_;
 };
 
 }  // namespace tessera::structured

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "structured/gbnf.h"
+#include "structured/probe.h"
 #include "structured/regex.h"
 #include "text/tokenizer.h"
 
@@ -12,7 +13,10 @@ namespace {
 class GrammarTokenMatcher : public TokenMatcher {
  public:
   explicit GrammarTokenMatcher(std::shared_ptr<const CompiledGrammar> g) : m_(std::move(g)) {}
-  void FillNextTokenMask(std::span<uint32_t> mask) override { m_.FillMask(mask); }
+  Status FillNextTokenMask(std::span<uint32_t> mask) override {
+    if (m_.FillMask(mask)) return Status::Ok();
+    return InvalidArgument("the constraint went over its per-token budget: " + m_.over_budget());
+  }
   bool AcceptToken(int32_t token) override { return m_.AcceptToken(token); }
   bool CanEnd() const override { return m_.CanEnd(); }
   bool IsComplete() const override { return m_.IsComplete(); }
@@ -60,11 +64,14 @@ StatusOr<std::shared_ptr<const CompiledGrammar>> StructuredOutputs::CompileGbnf(
   }
   const auto deadline = std::chrono::steady_clock::now() + limits_.max_compile_time;
   ASSIGN_OR_RETURN(Grammar g, ParseGbnf(grammar, limits_, deadline));
-  auto compiled = std::make_shared<const CompiledGrammar>(std::move(g), vocab());
+  StatusOr<std::shared_ptr<const CompiledGrammar>> compiled =
+      std::make_shared<const CompiledGrammar>(std::move(g), vocab(), limits_);
+  // A grammar too costly to enforce is cached too: a client repeating it costs nothing more.
+  if (Status probe = ProbeGrammar(*compiled, limits_); !probe.ok()) compiled = probe;
   std::lock_guard lock(mu_);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second.grammar;
   lru_.push_front(key);
-  cache_[key] = {compiled, lru_.begin()};
+  cache_.emplace(key, Entry{compiled, lru_.begin()});
   if (cache_.size() > kCacheEntries) {
     cache_.erase(lru_.back());
     lru_.pop_back();

@@ -2,8 +2,10 @@
 // of the server. Turns a JSON Schema, {"type":"json_object"}, a regex, a
 // choice list or a GBNF grammar into a TokenConstraint (scheduler/
 // token_constraint.h) that the engine loop applies as a per-step token mask.
-// Compiled grammars are cached by their full source text (LRU); the
-// vocabulary's byte trie is built once, on first use.
+// Compiled grammars are cached by their full source text (LRU), as are the
+// refusals of ProbeGrammar (structured/probe.h: a grammar whose next-token
+// masks would be too costly); the vocabulary's byte trie is built once, on
+// first use.
 //
 // One instance per served model; every method is thread-safe. Compiling runs
 // on the calling thread (a request worker, never an I/O thread) and is
@@ -73,7 +75,7 @@ class StructuredOutputs {
   std::mutex mu_;
   std::list<std::string> lru_;  // most recent first
   struct Entry {
-    std::shared_ptr<const CompiledGrammar> grammar;
+    StatusOr<std::shared_ptr<const CompiledGrammar>> grammar;  // or why ProbeGrammar refused it
     std::list<std::string>::iterator pos;
   };
   std::unordered_map<std::string, Entry> cache_;

@@ -90,6 +90,7 @@ std::optional<ApiError> ForceToolCalls(const RequestModel& model, const tools::C
   StatusOr<structured::StructuredOutputs::ConstraintPtr> c = model.structured->Gbnf(gbnf);
   if (!c.ok()) return BadRequest("'tools': the tool-call grammar does not compile: " + c.status().message(), "tools");
   req->params.constraint = std::move(*c);
+  req->params.constraint_field = "tools";
   return std::nullopt;
 }
 
@@ -166,6 +167,7 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
       p.output.parses_tools() && req.tool_choice.mode == tools::ToolChoiceMode::kAuto &&
       model.output.tool_parser == tools::ToolParserKind::kMistral;
   p.input.request.params.constraint = p.request.params.constraint;  // the tool-call grammar, if forced
+  p.input.request.params.constraint_field = p.request.params.constraint_field;
   p.input.skip_special_tokens = req.skip_special_tokens && !mistral_tools;
   *out = std::move(p);
   return std::nullopt;

@@ -195,6 +195,7 @@ std::optional<ApiError> CompileStructuredOutput(const StructuredOutputSpec& spec
     return BadRequest("'" + spec.param + "': invalid or unsupported " + what + ": " + c.status().message(), spec.param);
   }
   params->constraint = std::move(*c);
+  params->constraint_field = spec.param;
   return std::nullopt;
 }
 

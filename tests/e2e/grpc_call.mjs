@@ -11,7 +11,8 @@
 // KV transfer control plane, methods OpenTransfer | ReleaseTransfer)}, ...],
 // run in turn.
 // Each output line: {"code": gRPC status code (0 OK), "details", "response"
-// (unary) or "messages" (stream)}. Bounded: 60 s per call.
+// (unary) or "messages" (stream); with "timed": true in the call, "ms": its
+// duration}. Bounded: 60 s per call.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -66,6 +67,10 @@ function run(c) {
 }
 
 const calls = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-for (const c of calls) console.log(JSON.stringify(await run(c)));
+for (const c of calls) {
+  const t0 = performance.now();
+  const r = await run(c);
+  console.log(JSON.stringify(c.timed ? { ...r, ms: Math.round(performance.now() - t0) } : r));
+}
 // Not process.exit(): stdout to a pipe is written asynchronously and would be cut.
 for (const c of clients.values()) c.close();

@@ -127,10 +127,40 @@ def gen_schema(rng, depth=0):
         s["minItems"] = lo
         s["maxItems"] = lo + rng.randint(0, 3)
         return s
-    # anyof with branches of distinct types, so oneOf's exclusivity holds too
-    types = rng.sample(["string", "boolean", "null", "array"], 2)
-    branches = [{"type": t, "maxItems": 2} if t == "array" else {"type": t} for t in types]
+    # anyOf / oneOf whose branches exclude each other (distinct types, or objects told apart by a
+    # required "kind"), so ajv's oneOf (exactly one) holds; overlapping oneOf: gen_overlapping_oneof
+    if rng.random() < 0.3:
+        branches = [{"type": "object", "properties": {"kind": {"const": c}, "v": gen_schema(rng, depth + 1)},
+                     "required": ["kind"]} for c in ("a", "b")]
+    else:
+        types = rng.sample(["string", "boolean", "null", "array"], 2)
+        branches = [{"type": t, "maxItems": 2} if t == "array" else {"type": t} for t in types]
     return {rng.choice(["anyOf", "oneOf"]): branches}
+
+
+OVERLAPPING = [
+    [{"type": "string"}, {"type": "string", "maxLength": 3}],
+    [{"type": "integer"}, {"type": "number"}],
+    [{"type": "object", "properties": {"a": {"type": "integer"}}},
+     {"type": "object", "properties": {"b": {"type": "boolean"}}}],
+    [{"enum": ["x", 1]}, {"const": 1}],
+    [{"type": "boolean"}, {}],
+    [{"type": "object", "properties": {"kind": {"const": "a"}}, "required": ["kind"]},
+     {"type": "object", "properties": {"kind": {"const": "a"}, "n": {"type": "null"}}, "required": ["kind"]}],
+]
+
+
+def gen_overlapping_oneof(rng):
+    """A generated schema with a oneOf whose branches can both match one value somewhere inside: a grammar
+    cannot enforce exactly-one there, so the server must refuse it (before: enforced as anyOf)."""
+    inner = {"oneOf": [dict(b) for b in rng.choice(OVERLAPPING)]}
+    for _ in range(rng.randint(0, 2)):
+        if rng.random() < 0.5:
+            inner = {"type": "array", "items": inner, "maxItems": 3}
+        else:
+            other = gen_schema(rng, 3)
+            inner = {"type": "object", "properties": {"x": other, "y": inner}, "required": ["y"]}
+    return inner
 
 
 def ajv_check(cases):
@@ -428,6 +458,22 @@ def bad_input_checks(res, port):
                 error_check(status, out, 400, param=param)
                 assert time.time() - t0 < 5, (body, time.time() - t0)
     res.run("invalid, unsatisfiable, catastrophic or huge constraints -> 400 naming the field, fast", bad)
+
+    def overlapping_oneof():
+        rng = random.Random(20261127)
+        for i in range(18):
+            schema = gen_overlapping_oneof(rng)
+            if i % 3 == 0:
+                body, param = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}, \
+                    "response_format.json_schema.schema"
+            elif i % 3 == 1:
+                body, param = {"structured_outputs": {"json": schema}}, "structured_outputs.json"
+            else:
+                body, param = {"guided_json": json.dumps(schema)}, "guided_json"
+            status, _, out = complete(port, prompt="x", max_tokens=4, **body)
+            err = error_check(status, out, 400, param=param)
+            assert "'oneOf' branches" in err["message"], (schema, err)
+    res.run("oneOf with branches that can overlap (generated) -> 400 naming the field", overlapping_oneof)
 
 
 def main():

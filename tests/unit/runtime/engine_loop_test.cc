@@ -355,3 +355,68 @@ TEST_F(EngineLoopTest, PromptLogprobsMatchModelAndSurviveChunkingAndPreemption) 
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A constraint whose matcher goes over its work budget at its third mask
+// (structured/ matchers do past their time or stack bound).
+class OverBudgetMatcher : public TokenMatcher {
+ public:
+  Status FillNextTokenMask(std::span<uint32_t> mask) override {
+    if (++calls_ >= 3) return InvalidArgument("the constraint went over its per-token budget: test");
+    std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+    return Status::Ok();
+  }
+  bool AcceptToken(int32_t) override { return true; }
+  bool CanEnd() const override { return false; }
+  bool IsComplete() const override { return false; }
+
+ private:
+  int calls_ = 0;
+};
+
+class OverBudgetConstraint : public TokenConstraint {
+ public:
+  std::unique_ptr<TokenMatcher> NewMatcher() const override { return std::make_unique<OverBudgetMatcher>(); }
+};
+
+// Mid-generation, a constraint over its budget ends its own request with the
+// error naming the request's field; the request batched beside it is
+// untouched (bitwise its tokens alone) and the KV cache is back to empty.
+TEST_F(EngineLoopTest, ConstraintOverBudgetFailsOnlyItsRequest) {
+  std::mt19937 rng(5);
+  auto loop = MakeLoop(Options());
+  const int vocab = static_cast<int>(loop->model_config().vocab_size);
+  Request good = Greedy("good", RandomTokens(rng, 20, vocab), 8);
+  const Choices alone = Run(*loop, {good}).at("good");
+  Request bad = Greedy("bad", RandomTokens(rng, 12, vocab), 8);
+  bad.params.constraint = std::make_shared<OverBudgetConstraint>();
+  bad.params.constraint_field = "guided_regex";
+  good.id = "good2";
+  auto bs = loop->Submit(bad);
+  auto gs = loop->Submit(good);
+  ASSERT_TRUE(bs.ok() && gs.ok());
+  ASSERT_TRUE(loop->RunUntilDone().ok());
+  RequestOutput o;
+  int64_t bad_tokens = 0;
+  Status failed = Status::Ok();
+  while ((*bs)->TryNext(&o)) {
+    bad_tokens += static_cast<int64_t>(o.token_ids.size());
+    if (!o.status.ok()) failed = o.status;
+  }
+  EXPECT_EQ(failed.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(failed.message().rfind("'guided_regex': the constraint went over its per-token budget", 0), 0u)
+      << failed.message();
+  EXPECT_EQ(bad_tokens, 2);  // two masks went fine
+  std::vector<int32_t> got;
+  while ((*gs)->TryNext(&o)) {
+    EXPECT_TRUE(o.status.ok());
+    got.insert(got.end(), o.token_ids.begin(), o.token_ids.end());
+  }
+  EXPECT_EQ(got, alone[0]);
+  EXPECT_EQ(loop->metrics().gauges.kv_usage, 0.0);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -99,5 +99,23 @@ TEST(RequestTest, ValidatesPromptAndParams) {
   EXPECT_STREQ(FinishReasonName(FinishReason::kLength), "length");
 }
 
+// The answer's size is bounded: prompt tokens x (prompt_logprobs + 1) entries at most.
+TEST(RequestTest, BoundsPromptLogprobsEntries) {
+  ModelLimits l = Limits();
+  l.max_prompt_logprobs_entries = 60;
+  Request r;
+  r.id = "a";
+  r.prompt_token_ids.assign(20, 5);
+  r.params.max_tokens = 1;
+  r.params.prompt_logprobs = 2;  // 60 entries: at the bound
+  EXPECT_TRUE(ValidateRequest(r, l).ok());
+  r.params.prompt_logprobs = 3;  // 80
+  Status s = ValidateRequest(r, l);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("'prompt_logprobs'", 0), 0u) << s.message();
+  l.max_prompt_logprobs_entries = 0;  // no bound
+  EXPECT_TRUE(ValidateRequest(r, l).ok());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -462,5 +462,45 @@ TEST(SchedulerStepBudgetTest, CapsPrefillButNeverStarvesDecodes) {
   EXPECT_EQ(static_cast<int64_t>(ss->token_ids.size()), 300 - 16 - 37);
 }
 
+// Prompt-logprob rows have their own per-step cap (each is a log-softmax over
+// the vocabulary): a prompt_logprobs prompt goes in chunks of at most that many
+// tokens (never fewer than kMinStepPrefillTokens), with a logits row each, while
+// a plain prompt beside it is not held to it.
+TEST(SchedulerStepBudgetTest, CapsPromptLogprobRows) {
+  SchedulerOptions o = Options(/*blocks=*/256);
+  o.max_num_batched_tokens = 512;
+  auto s = Make(o);
+  Request lp = Req("lp", 200, 2);
+  lp.params.prompt_logprobs = 3;
+  ASSERT_TRUE(s->AddRequest(lp).ok());
+  ASSERT_TRUE(s->AddRequest(Req("plain", 150, 2, 400)).ok());
+  s->SetStepPromptLogprobRows(40);
+  int64_t done = 0;
+  for (int step = 0; done < 200; ++step) {
+    ASSERT_LT(step, 10);
+    StepResult r = Step(*s);
+    const ScheduledSequence* ss = Find(r.plan, "lp");
+    ASSERT_NE(ss, nullptr);
+    const int64_t n = static_cast<int64_t>(ss->token_ids.size());
+    EXPECT_LE(n, 40);
+    EXPECT_EQ(ss->num_logits, n);
+    if (step == 0) {
+      const ScheduledSequence* plain = Find(r.plan, "plain");
+      ASSERT_NE(plain, nullptr);
+      EXPECT_EQ(static_cast<int64_t>(plain->token_ids.size()), 150);
+    }
+    done += n;
+  }
+  EXPECT_EQ(done, 200);
+  s->SetStepPromptLogprobRows(1);  // below the floor: still kMinStepPrefillTokens
+  Request lp2 = Req("lp2", 100, 2, 700);
+  lp2.params.prompt_logprobs = 0;
+  ASSERT_TRUE(s->AddRequest(lp2).ok());
+  StepResult r = Step(*s);
+  const ScheduledSequence* ss = Find(r.plan, "lp2");
+  ASSERT_NE(ss, nullptr);
+  EXPECT_EQ(static_cast<int64_t>(ss->token_ids.size()), Scheduler::kMinStepPrefillTokens);
+}
+
 }  // namespace
 }  // namespace tessera
