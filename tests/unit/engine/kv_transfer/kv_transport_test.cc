@@ -94,7 +94,7 @@ TEST(KvTransportAuthTest, ControlPlaneRefusesCallersWithoutTheDeploymentKey) {
   Side decode(TinyConfig(), "tcp,self", "model-a", 4, "", key);
   ASSERT_TRUE(prefill.transport && stranger.transport && other.transport && decode.transport);
   Fill(prefill, 3, 100);
-  prefill.transport->Export("req-1", {3}, {{1, 0}});
+  prefill.transport->Export("req-1", {3}, {BlockKey(0)});
   for (Side* caller : {&stranger, &other}) {
     // Neither a release (someone else's transfer) nor an open gets through.
     caller->transport->Release("127.0.0.1", prefill.transport->port(), "req-1");
