@@ -5,18 +5,15 @@
 #include <fstream>
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+
+#include "common/sha256.h"
 
 namespace tessera {
 namespace {
 
 std::string Hmac(std::string_view key, std::string_view message) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
-       message.size(), out, &len);
-  return std::string(reinterpret_cast<const char*>(out), len);
+  const Sha256Digest mac = HmacSha256(key, {message});
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
 }
 
 }  // namespace
@@ -47,15 +44,7 @@ std::string DeriveInternalKey(std::string_view key, std::string_view purpose) {
 }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  const std::string mac = Hmac(key, message);
-  std::string hex;
-  hex.reserve(mac.size() * 2);
-  for (unsigned char c : mac) {
-    hex += kHex[c >> 4];
-    hex += kHex[c & 15];
-  }
-  return hex;
+  return ToHex(HmacSha256(key, {message}));
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
