@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 _CLONE_NEWNET = 0x40000000
 SUBNET = "10.231.0"
@@ -84,8 +85,8 @@ class VethLink:
              "peer", "name", self._dev["b"], "netns", self._ns["b"])
         for side in "ab":
             _run("ip", "-n", self._ns[side], "addr", "add", self._addr[side] + "/24", "dev", self._dev[side])
-        self.up("a")
-        self.up("b")
+        _run("ip", "-n", self._ns["a"], "link", "set", self._dev["a"], "up")
+        self.up("b")  # waits for carrier on both ends
         return self
 
     def enter(self, side):
@@ -104,7 +105,21 @@ class VethLink:
         _run("ip", "-n", self._ns[side], "link", "set", self._dev[side], "down")
 
     def up(self, side):
+        """Heals a partition: returns once both ends have carrier again, with the neighbour entries that
+        failed while the link was down forgotten (a FAILED entry answers EHOSTUNREACH until re-probed)."""
         _run("ip", "-n", self._ns[side], "link", "set", self._dev[side], "up")
+        deadline = time.time() + 10
+        while True:
+            states = [json.loads(subprocess.run(["ip", "-n", self._ns[s], "-j", "link", "show", "dev", self._dev[s]],
+                                                check=True, capture_output=True, text=True).stdout)[0]
+                      for s in ("a", "b")]
+            if all(st.get("operstate") == "UP" and "NO-CARRIER" not in st.get("flags", []) for st in states):
+                break
+            if time.time() > deadline:
+                raise AssertionError(f"veth {self._dev['a']}/{self._dev['b']} not back up: {states}")
+            time.sleep(0.02)
+        for s in ("a", "b"):
+            _run("ip", "-n", self._ns[s], "neigh", "flush", "dev", self._dev[s])
 
     def throttle(self, side, rate, latency="200ms"):
         """`side`'s egress at `rate` (tc's units, e.g. 16kbit); up to `latency` of packets queue, the rest drop."""
