@@ -46,6 +46,9 @@ class Cluster:
         self.procs = {}    # name -> topology.py's process dict (pid, cmd, log, http/grpc/redis)
         self.relays = {}   # "client>server" -> Relay
         self.restarts = {}
+        # The deployment credential on every role and the tier's record secret, as the manifests
+        # wire them (docs/architecture.md, "Threat model", "Tamper-proof shared KV").
+        key_file = topology.internal_key_file(state)
         redis_port = topology.free_port()
         self._add(topology.spawn("redis", state, ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
                                                   "--save", "", "--appendonly", "no", "--dir", state],
@@ -60,13 +63,14 @@ class Cluster:
                 tessera, name, state,
                 ["--role", name.rstrip("0123456789"), "--kv-transfer-port", str(topology.free_port()),
                  "--kv-ucx-tls", "tcp,self", "--kv-offload-remote-url", f"redis://127.0.0.1:{link.port}",
-                 "--kv-events-config", json.dumps(events)] + list(engine_args)))
+                 "--kv-events-config", json.dumps(events), "--kv-offload-secret-file", key_file] + list(engine_args),
+                key_file=key_file))
         front = {}
         for name in self.instances:
             relay = self._relay(f"router>{name}", port_of(self.procs[name]["http"]))
             front[name] = {"http": f"http://127.0.0.1:{relay.port}"}
         pools = {role: [front[n] for n in self.instances if n.startswith(role)] for role in ROLES}
-        self._add(topology.router_process(argparse.Namespace(tessera=tessera), state, decode=pools["decode"],
+        self._add(topology.router_process(argparse.Namespace(tessera=tessera, key_file=key_file), state, decode=pools["decode"],
                                           prefill=pools["prefill"],
                                           extra=["--routing-logic", "kv-aware"] + list(router_args)))
         # The router's name for each instance (its instance="host:port" label): the relay's address.
