@@ -223,7 +223,7 @@ grpc::Status GrpcService::Admit(grpc::CallbackServerContext* ctx, bool for_gener
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           it == md.end() ? "missing 'authorization: Bearer <key>' metadata" : "invalid API key");
     }
-    if (tenant != nullptr) *tenant = ApiKeyTenantId(api_keys_[static_cast<size_t>(key)]);
+    if (tenant != nullptr) *tenant = api_key_tenants_[static_cast<size_t>(key)];
   }
   *engine = provider_ ? provider_() : nullptr;
   if (*engine == nullptr) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "model is loading");

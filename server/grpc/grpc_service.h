@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "proto/tessera.grpc.pb.h"
+#include "scheduler/block_hash.h"
 #include "server/grpc/grpc_server.h"
 
 namespace tessera {
@@ -22,6 +23,7 @@ class GrpcService final : public v1::Tessera::CallbackService {
               const std::atomic<bool>* draining)
       : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining) {
     if (!internal_api_key.empty()) internal_keys_.push_back(std::move(internal_api_key));
+    for (const std::string& key : api_keys_) api_key_tenants_.push_back(ApiKeyTenantId(key));
   }
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* request,
@@ -53,6 +55,7 @@ class GrpcService final : public v1::Tessera::CallbackService {
 
   ServingEngineProvider provider_;
   std::vector<std::string> api_keys_;
+  std::vector<std::string> api_key_tenants_;  // ApiKeyTenantId of each key, computed once
   std::vector<std::string> internal_keys_;  // zero or one
   const std::atomic<bool>* draining_;  // owned by GrpcServer
 };

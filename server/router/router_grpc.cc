@@ -58,7 +58,9 @@ class RouterGrpcService final : public v1::Tessera::Service {
  public:
   RouterGrpcService(const ProxyContext* ctx, std::vector<std::string> api_keys, const std::atomic<bool>* draining,
                     ProxyPool* admission)
-      : ctx_(*ctx), api_keys_(std::move(api_keys)), draining_(draining), admission_(admission) {}
+      : ctx_(*ctx), api_keys_(std::move(api_keys)), draining_(draining), admission_(admission) {
+    for (const std::string& key : api_keys_) api_key_tenants_.push_back(ApiKeyTenantId(key));
+  }
 
   grpc::Status Generate(grpc::ServerContext* sctx, const v1::GenerateRequest* request,
                         v1::GenerateResponse* response) override {
@@ -120,7 +122,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
     auto it = md.find("authorization");
     const std::string auth = it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
     if (const int key = grpc_api::BearerKeyIndex(auth, api_keys_); key >= 0) {
-      if (tenant != nullptr) *tenant = ApiKeyTenantId(api_keys_[static_cast<size_t>(key)]);
+      if (tenant != nullptr) *tenant = api_key_tenants_[static_cast<size_t>(key)];
       return grpc::Status::OK;
     }
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -422,6 +424,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
 
   const ProxyContext& ctx_;
   const std::vector<std::string> api_keys_;
+  std::vector<std::string> api_key_tenants_;  // ApiKeyTenantId of each key, computed once
   const std::atomic<bool>* draining_;
   ProxyPool* const admission_;
   std::mutex mu_;  // guards stubs_
