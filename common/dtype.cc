@@ -14,6 +14,16 @@ std::string_view DTypeName(DType t) {
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
     case DType::kQ4_K: return "q4_k";
+    case DType::kQ4_1: return "q4_1";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
+    case DType::kQ2_K: return "q2_k";
+    case DType::kQ3_K: return "q3_k";
+    case DType::kQ5_K: return "q5_k";
+    case DType::kQ6_K: return "q6_k";
+    case DType::kIQ4_NL: return "iq4_nl";
+    case DType::kIQ4_XS: return "iq4_xs";
+    case DType::kMXFP4: return "mxfp4";
   }
   return "?";
 }
@@ -24,9 +34,20 @@ bool ParseDType(std::string_view n, DType* out) {
   if (n == "bf16" || n == "BF16" || n == "bfloat16") { *out = DType::kBF16; return true; }
   if (n == "i32" || n == "I32" || n == "int32") { *out = DType::kI32; return true; }
   if (n == "i64" || n == "I64" || n == "int64") { *out = DType::kI64; return true; }
-  if (n == "q8_0" || n == "Q8_0") { *out = DType::kQ8_0; return true; }
-  if (n == "q4_0" || n == "Q4_0") { *out = DType::kQ4_0; return true; }
-  if (n == "q4_k" || n == "Q4_K") { *out = DType::kQ4_K; return true; }
+  static constexpr DType kQuant[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ4_1,
+                                     DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                                     DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
+                                     DType::kMXFP4};
+  if (n.size() > 8) return false;
+  char lower[8];
+  for (size_t i = 0; i < n.size(); ++i) {
+    const char c = n[i];
+    lower[i] = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+  const std::string_view l(lower, n.size());
+  for (DType t : kQuant) {
+    if (l == DTypeName(t)) { *out = t; return true; }
+  }
   return false;
 }
 

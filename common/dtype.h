@@ -7,23 +7,39 @@
 
 namespace tessera {
 
-// kQ8_0, kQ4_0 and kQ4_K are GGML's block-quantized weight formats (bit-exact with
-// GGUF files; layouts in common/quant.h). They exist only as weight matrices whose
-// row length is a multiple of the block size.
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_K };
+// kQ8_0 .. kMXFP4 are GGML's block-quantized weight formats (bit-exact with GGUF
+// files; layouts in common/quant.h). They exist only as weight matrices whose row
+// length is a multiple of the block size. The order of the enumerators carries no
+// meaning (GGML's type ids are mapped in engine/gguf.cc).
+enum class DType : uint8_t {
+  kF32, kF16, kBF16, kI32, kI64,
+  kQ8_0, kQ4_0, kQ4_K,
+  kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4,
+};
 
 constexpr bool IsQuantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K;
+  switch (t) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kI64: return false;
+    default: return true;
+  }
 }
 
-// Elements per block: 1 for plain types, 32 (Q8_0, Q4_0) or 256 (Q4_K).
+// The K-quant family (and IQ4_XS): 256-element super-blocks, whose Linear quantizes
+// activations to 256-element int8 blocks (llama.cpp's Q8_K); the others use 32.
+constexpr bool IsSuperBlockQuant(DType t) {
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K || t == DType::kIQ4_XS;
+}
+
+// Elements per block: 1 for plain types, 256 for the K-quants and IQ4_XS, 32 for the
+// other quantized types.
 constexpr int64_t DTypeBlockElems(DType t) {
-  switch (t) {
-    case DType::kQ8_0: return 32;
-    case DType::kQ4_0: return 32;
-    case DType::kQ4_K: return 256;
-    default: return 1;
-  }
+  if (!IsQuantized(t)) return 1;
+  return IsSuperBlockQuant(t) ? 256 : 32;
 }
 
 // Bytes per block (per element for plain types).
@@ -37,6 +53,16 @@ constexpr int64_t DTypeBlockBytes(DType t) {
     case DType::kQ8_0: return 34;
     case DType::kQ4_0: return 18;
     case DType::kQ4_K: return 144;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+    case DType::kIQ4_NL: return 18;
+    case DType::kIQ4_XS: return 136;
+    case DType::kMXFP4: return 17;
   }
   return 0;
 }
@@ -50,10 +76,11 @@ constexpr int64_t DTypeRowBytes(DType t, int64_t cols) {
   return cols % b != 0 ? -1 : cols / b * DTypeBlockBytes(t);
 }
 
-// "f32", "f16", "bf16", "i32", "i64", "q8_0", "q4_0", "q4_k"
+// "f32", "f16", "bf16", "i32", "i64", then GGML's names in lower case: "q8_0",
+// "q4_k", "iq4_xs", "mxfp4", ...
 std::string_view DTypeName(DType t);
 // Parses our short names, safetensors' names ("F32", "BF16", ...) and GGML's
-// ("Q8_0", "Q4_0", "Q4_K").
+// ("Q8_0", "Q6_K", "IQ4_NL", "MXFP4", ...), in either case.
 bool ParseDType(std::string_view name, DType* out);
 
 inline float Bf16ToF32(uint16_t h) {

@@ -272,9 +272,19 @@ std::optional<DType> DTypeFromGgml(uint32_t id) {
     case 0: return DType::kF32;
     case 1: return DType::kF16;
     case 2: return DType::kQ4_0;
+    case 3: return DType::kQ4_1;
+    case 6: return DType::kQ5_0;
+    case 7: return DType::kQ5_1;
     case 8: return DType::kQ8_0;
+    case 10: return DType::kQ2_K;
+    case 11: return DType::kQ3_K;
     case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
+    case 14: return DType::kQ6_K;
+    case 20: return DType::kIQ4_NL;
+    case 23: return DType::kIQ4_XS;
     case 30: return DType::kBF16;
+    case 39: return DType::kMXFP4;
     default: return std::nullopt;
   }
 }
@@ -284,8 +294,18 @@ uint32_t GgmlTypeFromDType(DType t) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
+    case DType::kQ6_K: return 14;
+    case DType::kIQ4_NL: return 20;
+    case DType::kIQ4_XS: return 23;
+    case DType::kMXFP4: return 39;
     case DType::kBF16: return 30;
     default: return UINT32_MAX;
   }
@@ -390,7 +410,8 @@ StatusOr<GgufContents> ParseGguf(const uint8_t* bytes, size_t size, std::string_
     const auto dt = DTypeFromGgml(t.ggml_type);
     if (!dt) {
       return Unimplemented(label + ": " + what + " has GGML type " + std::string(tname) +
-                           ", which Tessera does not support (F32, F16, BF16, Q8_0, Q4_0, Q4_K are)");
+                           ", which Tessera does not support (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, "
+                             "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 are)");
     }
     t.dtype = *dt;
     const int64_t row_bytes = DTypeRowBytes(t.dtype, t.ne[0]);

@@ -31,8 +31,9 @@ struct QuantActs {
   int64_t m = 0;
   int64_t k = 0;
 };
-// 32 for Q8_0/Q4_0 (Q8_0-style blocks), 256 for Q4_K (Q8_K-style blocks).
-inline int64_t ActBlock(DType w_type) { return w_type == DType::kQ4_K ? 256 : 32; }
+// 32 for the 32-element types (Q8_0-style blocks), 256 for the K-quants and IQ4_XS
+// (Q8_K-style blocks).
+inline int64_t ActBlock(DType w_type) { return IsSuperBlockQuant(w_type) ? 256 : 32; }
 // Quantizes rows [0, rows) of x (k a multiple of block): per block d = amax / 127,
 // q = round-half-even(clamp(x / d, -127, 127)) (0 for NaN; d = NaN when the block
 // has a NaN). Scalar and AVX2 produce identical bytes.

@@ -53,12 +53,8 @@ void ConvertScalar(const void* src, DType type, int64_t count, float* dst) {
       for (int64_t i = 0; i < count; ++i) dst[i] = F16ToF32(s[i]);
       return;
     }
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_K:
-      DequantizeRow(src, type, count, dst);
-      return;
     default:
+      if (IsQuantized(type)) DequantizeRow(src, type, count, dst);
       return;
   }
 }

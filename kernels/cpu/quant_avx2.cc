@@ -27,66 +27,14 @@
 
 #include "common/quant.h"
 #include "kernels/cpu/internal.h"
+#include "kernels/cpu/quant_avx2_tile.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace tessera::kernels::cpu::internal {
 namespace {
 
-constexpr int64_t kMc = 64;  // rows per chunk
+using namespace avx2q;  // NOLINT: the shared tiling (quant_avx2_tile.h)
 
-inline uint16_t Ld16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// f16 scales at w0 + c * rb + off of the 8 columns, as f32 (exact, like F16ToF32). Packed
-// in general-purpose registers: the vector ports are the bottleneck, not these.
-inline __m256 LoadD8(const uint8_t* w0, int64_t rb, int64_t off) {
-  uint64_t lo = 0, hi = 0;
-#pragma GCC unroll 8
-  for (int c = 0; c < 4; ++c) {
-    lo |= uint64_t{Ld16(w0 + c * rb + off)} << (16 * c);
-    hi |= uint64_t{Ld16(w0 + (c + 4) * rb + off)} << (16 * c);
-  }
-  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
-}
-
-// Prefetches the next column group, step bytes per weight block step.
-inline void Prefetch(const char*& pf, int64_t step) {
-  if (pf == nullptr) return;
-  for (int64_t off = 0; off < step; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
-  pf += step;
-}
-
-template <int MR>
-inline void Store(const __m256* acc, int nc, const float* bias, float* y, int64_t ldy) {
-  alignas(32) float b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (bias != nullptr) std::memcpy(b, bias, sizeof(float) * nc);
-  const __m256 bv = _mm256_load_ps(b);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    const __m256 v = bias != nullptr ? _mm256_add_ps(acc[r], bv) : acc[r];
-    if (nc == 8) {
-      _mm256_storeu_ps(y + r * ldy, v);
-    } else {
-      alignas(32) float t[8];
-      _mm256_store_ps(t, v);
-      std::memcpy(y + r * ldy, t, sizeof(float) * nc);
-    }
-  }
-}
-
-// Loads 16 bytes of column i into the low and 16 of column i + 4 into the high half.
-inline __m256i LoadPair(const uint8_t* lo, const uint8_t* hi) {
-  return _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
-}
-
-inline __m256i Bcast16(const int8_t* p) {
-  return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 struct Q8_0 {
   static constexpr DType kType = DType::kQ8_0;
@@ -179,24 +127,6 @@ struct Q4_0 {
   }
 };
 
-// 8x8 byte transpose: rows[c] holds 8 bytes (t = 0..7) of column c; out[t] lane c
-// = rows[c] byte t, widened to int32.
-inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
-  __m128i r[8];
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) r[c] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + c));
-  const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
-  const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
-  const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
-  const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
-  const __m128i c[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2),
-                        _mm_unpacklo_epi32(b1, b3), _mm_unpackhi_epi32(b1, b3)};
-#pragma GCC unroll 8
-  for (int t = 0; t < 4; ++t) {  // c[t] = [t'=2t: cols 0..7 | t'=2t+1: cols 0..7]
-    out[2 * t] = _mm256_cvtepu8_epi32(c[t]);
-    out[2 * t + 1] = _mm256_cvtepu8_epi32(_mm_srli_si128(c[t], 8));
-  }
-}
 
 struct Q4_K {
   static constexpr DType kType = DType::kQ4_K;
@@ -290,38 +220,6 @@ struct Q4_K {
   }
 };
 
-thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
-
-template <class Kind>
-void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1, const float* bias,
-          float* y, int64_t ldy) {
-  const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
-  for (int64_t mb = 0; mb < a.m; mb += kMc) {
-    const int64_t me = std::min(a.m, mb + kMc);
-    for (int64_t j0 = n0; j0 < n1; j0 += 8) {
-      const int nc = static_cast<int>(std::min<int64_t>(8, n1 - j0));
-      const uint8_t* w0 = w + j0 * rb;
-      if (nc < 8) {  // tiles always read 8 rows; padding rows (zero scales) are not stored
-        t_tail.assign(static_cast<size_t>(8 * rb), 0);
-        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
-        w0 = t_tail.data();
-      }
-      // Next group's weights (the 8 rows are contiguous), fetched while this one runs.
-      const char* next = j0 + 8 < n1 ? reinterpret_cast<const char*>(w + (j0 + 8) * rb) : nullptr;
-      const float* bj = bias != nullptr ? bias + j0 : nullptr;
-      for (int64_t i0 = mb; i0 < me; i0 += 4) {
-        const char* pf = i0 == mb ? next : nullptr;
-        float* yt = y + i0 * ldy + j0;
-        switch (std::min<int64_t>(4, me - i0)) {
-          case 1: Kind::template Tile<1>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
-          case 2: Kind::template Tile<2>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
-          case 3: Kind::template Tile<3>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
-          default: Kind::template Tile<4>(a, i0, w0, rb, nc, bj, yt, ldy, pf); break;
-        }
-      }
-    }
-  }
-}
 
 }  // namespace
 
