@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
-#include "common/quant.h"
 #include "engine/cuda/cuda_moe.h"
 #include "engine/cuda/grow_buffer.h"
 #include "kernels/cuda/block_copy.cuh"
 #include "kernels/cuda/compat.cuh"
 #include "kernels/cuda/cublas_linear.h"
+#include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gather_rows.cuh"
@@ -130,31 +130,16 @@ class CudaBackend final : public Backend {
   DType kv_dtype() const override { return DType::kBF16; }
 
   StatusOr<WeightView> UploadWeight(const WeightView& host) override {
-    WeightView out = host;
-    std::vector<uint16_t> converted;
-    const void* src = host.data;
-    if (IsQuantized(host.dtype)) {
-      // No quantized GEMM kernels on the GPU yet: dequantize to bf16 once.
-      converted.resize(static_cast<size_t>(host.rows * host.cols));
-      std::vector<float> row(static_cast<size_t>(host.cols));
-      const int64_t row_bytes = DTypeRowBytes(host.dtype, host.cols);
-      for (int64_t r = 0; r < host.rows; ++r) {
-        DequantizeRow(static_cast<const uint8_t*>(host.data) + r * row_bytes, host.dtype, host.cols, row.data());
-        for (int64_t c = 0; c < host.cols; ++c) converted[r * host.cols + c] = F32ToBf16(row[c]);
-      }
-      out.dtype = DType::kBF16;
-      src = converted.data();
-    } else if (host.dtype != DType::kF32 && host.dtype != DType::kF16 && host.dtype != DType::kBF16) {
+    if (IsQuantized(host.dtype)) return UploadQuantized(host);
+    if (host.dtype != DType::kF32 && host.dtype != DType::kF16 && host.dtype != DType::kBF16) {
       return InvalidArgument("cuda backend: weight dtype " + std::string(DTypeName(host.dtype)) + " is not supported");
     }
-    const int64_t bytes = out.bytes();
-    void* p = nullptr;
-    RETURN_IF_ERROR(Cuda(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))),
-                         ("cudaMalloc of a " + std::to_string(bytes) + "-byte weight").c_str()));
-    weights_.push_back(p);
-    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(p, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
+    ASSIGN_OR_RETURN(void* p, AllocateWeight(host.bytes()));
+    RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(p, host.data, static_cast<size_t>(host.bytes()), cudaMemcpyHostToDevice,
+                                         stream_),
                          "weight upload"));
     RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "weight upload"));
+    WeightView out = host;
     out.data = p;
     return out;
   }
@@ -332,6 +317,46 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Device memory for one weight, owned by the backend until it is destroyed.
+  StatusOr<void*> AllocateWeight(int64_t bytes) {
+    void* p = nullptr;
+    RETURN_IF_ERROR(Cuda(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))),
+                         ("cudaMalloc of a " + std::to_string(bytes) + "-byte weight").c_str()));
+    weights_.push_back(p);
+    return p;
+  }
+
+  // No quantized GEMM kernels on the GPU yet: a quantized weight is held as bf16.
+  // Its raw blocks are copied to a temporary device buffer and widened there
+  // (kc::Dequantize: DequantizeRow's f32 values exactly, rounded to bf16), so the
+  // host does no per-element work; the temporary is freed before returning.
+  StatusOr<WeightView> UploadQuantized(const WeightView& host) {
+    const int64_t raw = DTypeRowBytes(host.dtype, host.cols);
+    if (raw < 0 || host.rows < 0) {
+      return InvalidArgument("cuda backend: a " + std::string(DTypeName(host.dtype)) + " weight of " +
+                             std::to_string(host.cols) + " columns (not a multiple of its " +
+                             std::to_string(DTypeBlockElems(host.dtype)) + "-element block)");
+    }
+    WeightView out = host;
+    out.dtype = DType::kBF16;
+    ASSIGN_OR_RETURN(void* p, AllocateWeight(out.bytes()));
+    void* blocks = nullptr;
+    RETURN_IF_ERROR(Cuda(cudaMalloc(&blocks, static_cast<size_t>(std::max<int64_t>(host.bytes(), 16))),
+                         ("cudaMalloc of " + std::to_string(host.bytes()) + " bytes of quantized blocks").c_str()));
+    Status s = Cuda(cudaMemcpyAsync(blocks, host.data, static_cast<size_t>(host.bytes()), cudaMemcpyHostToDevice,
+                                    stream_),
+                    "quantized weight upload");
+    if (s.ok()) {
+      s = Cuda(kc::Dequantize(blocks, host.dtype, host.rows * host.cols, p, kc::ElemType::kBF16, stream_),
+               "Dequantize");
+    }
+    if (s.ok()) s = Cuda(cudaStreamSynchronize(stream_), "quantized weight upload");
+    cudaFree(blocks);
+    RETURN_IF_ERROR(s);
+    out.data = p;
+    return out;
+  }
+
   Status Cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::Ok();
     cudaGetLastError();
