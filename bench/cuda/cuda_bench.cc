@@ -1,12 +1,15 @@
 // tessera-cuda-bench: the CUDA backend's figures for bench/RESULTS.md,
 // each stated against ceilings measured in the same run.
 //
-//   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,kernels,attention,linear,moe,model]
+//   tessera-cuda-bench --json cuda_bench.json [--sections ceilings,quant,kernels,attention,linear,moe,model]
 //                      [--models 1b,8b] [--modes eager,graphs] [--time-budget 420] [--quick | --tiny]
 //
 // Sections (in this order; the ceilings first, the rest are fractions of them):
 //   ceilings   D2D cudaMemcpyAsync bandwidth (1 GiB, bytes read + written); cuBLAS
 //              GEMM 8192^3 in bf16 (tensor cores) and f32 (no TF32: CUDA cores)
+//   quant      Q4_K / Q6_K weights at the 8B shapes: Dequantize (raw blocks -> bf16, the
+//              upload path) and the fused dequantize-GEMV at m = 1, 16 against cuBLAS and
+//              LinearTiled on the dequantized bf16 weight (weight + x + y bytes / time)
 //   kernels    each elementwise/row op at decode batch 256 and an 8192-token prefill
 //              chunk (Llama-3-8B sizes): bytes moved / time against the D2D ceiling
 //   attention  paged decode at batch 1/64/256 x context 1k/4k/32k (KV bytes / time),
@@ -83,7 +86,8 @@ std::string UtcNow() {
 
 int main(int argc, char** argv) {
   CLI::App app{"CUDA backend benchmarks: ceilings, kernels, attention, GEMMs, models"};
-  std::string json_path = "cuda_bench.json", sections_flag = "ceilings,kernels,attention,linear,moe,model";
+  std::string json_path = "cuda_bench.json";
+  std::string sections_flag = "ceilings,quant,kernels,attention,linear,moe,model";
   std::string models_flag = "1b,8b", modes_flag = "eager,graphs", batches_flag = "1,64,256",
               prompts_flag = "2048,8192";
   cb::ModelBenchOptions mo;
@@ -91,7 +95,7 @@ int main(int argc, char** argv) {
   bool quick = false, tiny = false;
   int device = 0;
   app.add_option("--json", json_path, "JSON output file (rewritten after every section; '' for none)");
-  app.add_option("--sections", sections_flag, "comma-separated: ceilings,kernels,attention,linear,moe,model");
+  app.add_option("--sections", sections_flag, "comma-separated: ceilings,quant,kernels,attention,linear,moe,model");
   app.add_option("--models", models_flag, "model shapes: 1b (Llama-3.2-1B), 8b (Llama-3-8B)");
   app.add_option("--modes", modes_flag, "backend modes: eager, graphs, deterministic");
   app.add_option("--batches", batches_flag, "decode batch sizes");
@@ -112,7 +116,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> sections = SplitList(sections_flag);
   auto has = [&](const char* s) { return std::find(sections.begin(), sections.end(), s) != sections.end(); };
   for (const std::string& s : sections) {
-    if (s != "ceilings" && s != "kernels" && s != "attention" && s != "linear" && s != "moe" && s != "model") {
+    if (s != "ceilings" && s != "kernels" && s != "attention" && s != "linear" && s != "quant" && s != "moe" &&
+        s != "model") {
       std::fprintf(stderr, "tessera-cuda-bench: --sections: unknown section '%s'\n", s.c_str());
       return 2;
     }
@@ -196,6 +201,7 @@ int main(int argc, char** argv) {
   };
   const std::vector<Section> order = {
       {"ceilings", [&] { return cb::RunCeilings(ctx); }},
+      {"quant", [&] { return cb::RunQuant(ctx); }},  // early: small, and it decides whether QuantGemv gets wired
       {"kernels", [&] { return cb::RunKernels(ctx); }},
       {"attention", [&] { return cb::RunAttention(ctx); }},
       {"linear", [&] { return cb::RunLinear(ctx); }},

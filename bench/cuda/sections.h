@@ -14,6 +14,9 @@ namespace tessera::cuda_bench {
 Status RunCeilings(Context& ctx);
 // LinearTiled (the deterministic mode's GEMM) against cuBLAS at the 8B model's shapes.
 Status RunLinear(Context& ctx);
+// Quantized weights (Q4_K, Q6_K) at the 8B shapes: Dequantize (the upload path) and
+// the fused QuantGemv at decode batch 1 and 16 against cuBLAS / LinearTiled on bf16.
+Status RunQuant(Context& ctx);
 // Elementwise and row ops at serving sizes: RmsNorm, AddRmsNorm, HeadRmsNorm, SiluMul,
 // Rope, WriteKv, Embedding, GatherRows, ConvertFromF32, AddBias, CopyBlocks.
 Status RunKernels(Context& ctx);

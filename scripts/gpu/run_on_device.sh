@@ -8,6 +8,8 @@
 #   memcheck   compute-sanitizer --tool memcheck on tessera_cuda_tests     -> memcheck.log
 #   racecheck  compute-sanitizer --tool racecheck on the same tests        -> racecheck.log
 #   bench      tessera-cuda-bench with the time that is left               -> cuda_bench.json, cuda_bench.log
+#              (its "quant" section runs right after the ceilings: the fused dequantize-GEMV
+#              against cuBLAS / LinearTiled on bf16, whose rows summary.txt repeats)
 # then summary.txt (also printed last). At most these 8 files go to $OUT (.gpu/out
 # when OUT is unset, e.g. a dry run on a machine without a GPU, where the tests
 # skip, the bench reports "no CUDA device" and the sanitizer stages are skipped
@@ -206,6 +208,8 @@ done
   printf '%s\n' "${SUMMARY[@]}"
   # The end-to-end CUDA-vs-CPU greedy agreement (tests/cuda/model_agreement_test.cc).
   grep -h "top-1 agreement" "$OUT/cuda_tests.log" 2>/dev/null | head -n 8
+  # Quantized weights: does the fused dequantize-GEMV beat cuBLAS on the bf16 weight at m = 1 / 16?
+  grep -hE '^quant +(QuantGemv|CublasLinear|LinearTiled)' "$OUT/cuda_bench.log" 2>/dev/null | head -n 24
   echo "result: $([[ $FAILED == 0 ]] && echo PASS || echo FAIL)   files: $(cd "$OUT" && ls | tr '\n' ' ')"
 } > "$OUT/summary.txt"
 cat "$OUT/summary.txt"

@@ -6,6 +6,7 @@
 // device and the same Linear output.
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -20,6 +21,8 @@
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/linear_tiled.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace tessera {
@@ -197,6 +200,89 @@ TEST(CudaDequantizeTest, UploadedQuantizedWeightEqualsHostDequantizedBf16) {
   StatusOr<WeightView> refused = gpu->UploadWeight(WeightView{raw.data(), DType::kQ6_K, 1, 100});
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().ToString().find("q6_k"), std::string::npos) << refused.status().ToString();
+}
+
+// y = x w^T by QuantGemv against LinearTiled on the f32-dequantized weight (the same
+// products summed in another order: |difference| <= 2 k 2^-24 sum |x w|), every row of
+// a batch bitwise equal to its result in any other batch, padding columns untouched.
+TEST(CudaQuantGemvTest, MatchesDequantizedTiledGemmAndIsBatchInvariant) {
+  TESSERA_REQUIRE_CUDA_DEVICE();
+  namespace kc = kernels::cuda;
+  const int64_t n = 37, k = 512, ldy = n + 3, mmax = 17;  // 37: a partial thread block
+  const float kPad = -7.25f;
+  uint32_t seed = 300;
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const std::vector<uint8_t> raw = RandomBlocks(t, n * k / 256, seed++, 0.05f);
+    std::vector<float> wf(static_cast<size_t>(n * k));
+    DequantizeRow(raw.data(), t, n * k, wf.data());
+    const std::vector<float> x = cuda_test::RandomNormal(mmax * k, seed++), bias = cuda_test::RandomNormal(n, seed++);
+    DeviceBuffer<uint8_t> dw(raw);
+    DeviceBuffer<float> dwf(wf.size()), dx(x), dbias(bias), ref(std::vector<float>(mmax * ldy, kPad));
+    ASSERT_EQ(kc::Dequantize(dw.get(), t, n * k, dwf.get(), ElemType::kF32, nullptr), cudaSuccess);
+    ASSERT_EQ(kc::LinearTiled(dx.get(), mmax, k, dwf.get(), ElemType::kF32, n, dbias.get(), ref.get(), ldy, nullptr),
+              cudaSuccess);
+    const std::vector<float> want = ref.Download();
+    std::vector<float> full;
+    for (int64_t m : {mmax, int64_t{1}, int64_t{3}, int64_t{9}}) {
+      DeviceBuffer<float> dy(std::vector<float>(m * ldy, kPad));
+      ASSERT_EQ(kc::QuantGemv(dx.get(), m, k, dw.get(), t, n, dbias.get(), dy.get(), ldy, nullptr), cudaSuccess);
+      const std::vector<float> got = dy.Download();
+      if (m == mmax) full = got;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldy; ++j) {
+          const float g = got[i * ldy + j];
+          if (j >= n) {
+            ASSERT_EQ(g, kPad) << "padding column written";
+            continue;
+          }
+          ASSERT_EQ(std::memcmp(&g, &full[i * ldy + j], 4), 0)
+              << DTypeName(t) << " m=" << m << ": row " << i << " differs from the same row in the m=17 batch";
+          double mass = std::fabs(bias[j]);
+          for (int64_t c = 0; c < k; ++c) mass += std::fabs(static_cast<double>(x[i * k + c]) * wf[j * k + c]);
+          EXPECT_LE(std::fabs(static_cast<double>(g) - want[i * ldy + j]), 2.0 * k * 0x1p-24 * mass)
+              << DTypeName(t) << " y[" << i << ", " << j << "]";
+        }
+      }
+    }
+    // The last row alone, from an offset x.
+    DeviceBuffer<float> one(static_cast<size_t>(n));
+    ASSERT_EQ(kc::QuantGemv(dx.get() + (mmax - 1) * k, 1, k, dw.get(), t, n, dbias.get(), one.get(), n, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(std::memcmp(one.Download().data(), &full[(mmax - 1) * ldy], n * 4), 0) << DTypeName(t);
+  }
+}
+
+// x rows that are one-hot (a 1 at column c_i) read single weights out: y[i, j] must
+// be w[j, c_i] exactly (the lane decoders reproduce DequantizeRow), for columns that
+// cover every lane and position within a lane's 8.
+TEST(CudaQuantGemvTest, OneHotRowsReadExactWeights) {
+  TESSERA_REQUIRE_CUDA_DEVICE();
+  const int64_t n = 9, k = 512, m = 128;
+  uint32_t seed = 400;
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const std::vector<uint8_t> raw = RandomBlocks(t, n * k / 256, seed++);
+    std::vector<float> wf(static_cast<size_t>(n * k));
+    DequantizeRow(raw.data(), t, n * k, wf.data());
+    std::vector<float> x(static_cast<size_t>(m * k), 0.0f);
+    for (int64_t i = 0; i < m; ++i) x[i * k + 4 * i + i % 4] = 1.0f;
+    DeviceBuffer<uint8_t> dw(raw);
+    DeviceBuffer<float> dx(x), dy(static_cast<size_t>(m * n));
+    ASSERT_EQ(kernels::cuda::QuantGemv(dx.get(), m, k, dw.get(), t, n, nullptr, dy.get(), n, nullptr), cudaSuccess);
+    const std::vector<float> y = dy.Download();
+    int bad = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) bad += y[i * n + j] != wf[j * k + 4 * i + i % 4];
+    }
+    EXPECT_EQ(bad, 0) << DTypeName(t) << ": weights read through one-hot rows differing from DequantizeRow's";
+  }
+  DeviceBuffer<float> buf(1024);
+  namespace kc = kernels::cuda;
+  EXPECT_EQ(kc::QuantGemv(buf.get(), 1, 256, buf.get(), DType::kQ4_0, 1, nullptr, buf.get(), 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kc::QuantGemv(buf.get(), 1, 100, buf.get(), DType::kQ4_K, 1, nullptr, buf.get(), 1, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kc::QuantGemv(buf.get() + 1, 1, 256, buf.get(), DType::kQ6_K, 1, nullptr, buf.get(), 1, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace
