@@ -707,7 +707,6 @@ def router_drain_checks(res, tessera, inst, workdir):
     finish_reason abort + [DONE], a plain request with 503 (the router relays
     an instance's answer whole: it holds no partial one); the instance behind
     aborts them too (KV idle); exit 0."""
-    long_body = {"model": NAME, "prompt": PROMPT, "max_tokens": 4000, "ignore_eos": True}
     for timeout in (0, 2):
         router = Server(tessera, ["--role", "router", "--decode-instances", f"127.0.0.1:{inst.port}",
                                   "--drain-timeout", str(timeout), "--router-poll-interval", "0.1"],
@@ -717,27 +716,7 @@ def router_drain_checks(res, tessera, inst, workdir):
             if not res.run(f"router: drain router (--drain-timeout {timeout}) ready", router.wait_ready):
                 continue
             port = router.port
-            out = {}
-
-            def streamer():
-                out["stream"] = stream_events(port, "/v1/completions", dict(long_body, stream=True), timeout=60)
-
-            def unary():
-                out["unary"] = complete(port, **long_body)
-
-            def short():
-                out["short"] = complete(port, model=NAME, prompt=PROMPT, max_tokens=8, ignore_eos=True)
-
-            threads = [threading.Thread(target=f) for f in (streamer, unary)]
-            for t in threads:
-                t.start()
-            t0 = time.monotonic()
-            while get_metrics(inst.port).get("tessera:num_requests_running", 0) < 2 and time.monotonic() - t0 < 20:
-                time.sleep(0.02)
-            if timeout > 0:
-                threads.append(threading.Thread(target=short))
-                threads[-1].start()
-                time.sleep(0.2)
+            threads, out = drain_load(port, inst.port, 4000, timeout > 0)
             sent = time.monotonic()
             router.proc.send_signal(15)
             if timeout > 0:  # while draining; "at once": as soon as the signal is handled
@@ -756,12 +735,7 @@ def router_drain_checks(res, tessera, inst, workdir):
             def check(timeout=timeout, code=code, took=took):
                 assert code == 0, f"exit status {code}"
                 assert took < timeout + 3, f"exited {took:.1f} s after SIGTERM (--drain-timeout {timeout})"
-                status, _, events, done = out["stream"]
-                assert status == 200, (status, events)
-                assert done, "stream ended without [DONE]"
-                reasons = [c.get("finish_reason") for e in events for c in e.get("choices", [])
-                           if c.get("finish_reason")]
-                assert reasons == ["abort"], f"finish reasons {reasons}"
+                aborted_stream(out["stream"])
                 status, _, body = out["unary"]
                 e = error_check(status, body, 503)
                 assert "drain" in e["message"], e
@@ -818,6 +792,44 @@ def max_tokens_null_checks(res, tessera, model, workdir, max_len=80):
         srv.stop()
 
 
+def aborted_stream(result):
+    """A stream_events() result that the drain deadline ended: its one finish_reason is abort, then [DONE]."""
+    status, _, events, done = result
+    assert status == 200, (status, events)
+    assert done, "stream ended without [DONE]"
+    reasons = [c.get("finish_reason") for e in events for c in e.get("choices", []) if c.get("finish_reason")]
+    assert reasons == ["abort"], f"finish reasons {reasons}"
+
+
+def drain_load(port, engine_port, max_tokens, with_short):
+    """What the drain checks run into SIGTERM: a long stream and a long plain
+    request, both running on the engine (`engine_port`'s /metrics), and with
+    `with_short` a short request just sent. Returns (threads, out)."""
+    out = {}
+    body = {"model": NAME, "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True}
+
+    def streamer():
+        out["stream"] = stream_events(port, "/v1/completions", dict(body, stream=True), timeout=60)
+
+    def unary():
+        out["unary"] = complete(port, **body)
+
+    def short():
+        out["short"] = complete(port, model=NAME, prompt=PROMPT, max_tokens=8, ignore_eos=True)
+
+    threads = [threading.Thread(target=f) for f in (streamer, unary)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    while get_metrics(engine_port).get("tessera:num_requests_running", 0) < 2 and time.monotonic() - t0 < 20:
+        time.sleep(0.02)
+    if with_short:
+        threads.append(threading.Thread(target=short))
+        threads[-1].start()
+        time.sleep(0.2)
+    return threads, out
+
+
 def drain_checks(res, tessera, model, workdir):
     for timeout in (0, 2):
         srv = Server(tessera, ["--model", model, "--served-model-name", NAME, "--drain-timeout", str(timeout),
@@ -826,30 +838,7 @@ def drain_checks(res, tessera, model, workdir):
         try:
             if not res.run(f"drain server (--drain-timeout {timeout}) ready", srv.wait_ready):
                 continue
-            port = srv.port
-            out = {}
-
-            def streamer():
-                out["stream"] = stream_events(port, "/v1/completions", {
-                    "model": NAME, "prompt": PROMPT, "max_tokens": 3000, "ignore_eos": True, "stream": True},
-                    timeout=60)
-
-            def unary():
-                out["unary"] = complete(port, model=NAME, prompt=PROMPT, max_tokens=3000, ignore_eos=True)
-
-            def short():
-                out["short"] = complete(port, model=NAME, prompt=PROMPT, max_tokens=8, ignore_eos=True)
-
-            threads = [threading.Thread(target=f) for f in (streamer, unary)]
-            for t in threads:
-                t.start()
-            t0 = time.monotonic()
-            while get_metrics(port).get("tessera:num_requests_running", 0) < 2 and time.monotonic() - t0 < 20:
-                time.sleep(0.02)
-            if timeout > 0:
-                threads.append(threading.Thread(target=short))
-                threads[-1].start()
-                time.sleep(0.2)
+            threads, out = drain_load(srv.port, srv.port, 3000, timeout > 0)
             srv.proc.send_signal(15)
             for t in threads:
                 t.join(60)
@@ -857,12 +846,7 @@ def drain_checks(res, tessera, model, workdir):
 
             def check(timeout=timeout, code=code):
                 assert code == 0, f"exit status {code}"
-                status, _, events, done = out["stream"]
-                assert status == 200, (status, events)
-                assert done, "stream ended without [DONE]"
-                reasons = [c.get("finish_reason") for e in events for c in e.get("choices", [])
-                           if c.get("finish_reason")]
-                assert reasons == ["abort"], f"finish reasons {reasons}"
+                aborted_stream(out["stream"])
                 status, _, body = out["unary"]
                 assert status == 200, (status, body)
                 assert body["choices"][0]["finish_reason"] == "abort", body["choices"][0]
