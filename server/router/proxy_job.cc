@@ -82,6 +82,7 @@ class Proxy {
   }
 
   void Run() {
+    if (Stopping()) return Aborted();
     if (!body_.is_object()) return SendError(HttpStatus::bad_request, "the request body must be a JSON object");
     if (auto it = body_.find("kv_transfer_params"); it != body_.end() && !it->is_null()) {
       return SendError(HttpStatus::bad_request, "'kv_transfer_params' is set by the router; remove it");
@@ -145,6 +146,7 @@ class Proxy {
     Json relay_kv = kv;
     for (int attempt = 0; attempt <= ctx_.flags.max_migrations; ++attempt) {
       if (ex_->closed()) return;
+      if (Stopping()) return Aborted();
       std::optional<RouteDecision> route = ctx_.kv_router->Choose(InstanceRole::kDecode, prompt_, salt,
                                                                   max_tokens_ ? *max_tokens_ * n_ : -1, failed);
       if (!route) break;
@@ -177,6 +179,7 @@ class Proxy {
       ChoiceState& c = choices_[static_cast<size_t>(i)];
       for (int attempt = 0; !c.finished && attempt < ctx_.flags.max_migrations; ++attempt) {
         if (ex_->closed()) return;
+        if (Stopping()) return Aborted();
         std::optional<InstanceRef> next = ctx_.registry->Pick(InstanceRole::kDecode, failed);
         if (!next) break;
         ctx_.metrics->Migration();
@@ -207,6 +210,22 @@ class Proxy {
     if (!it->is_array() || it->empty()) return true;  // the instance refuses it
     if ((*it)[0].is_number_integer()) return true;
     return it->size() == 1;
+  }
+
+  bool Stopping() const { return ctx_.stopping != nullptr && ctx_.stopping->load(std::memory_order_relaxed); }
+
+  // Whether the upstream call must end now: the client left (a queued or
+  // prefilling request sends nothing for seconds, so this is polled through
+  // HttpCallOptions::abandon, not only between relayed bytes), or the drain
+  // deadline passed. Either way the connection to the instance closes, which
+  // the instance takes as its client leaving: it aborts and frees the blocks.
+  bool Gone() const { return ex_->closed() || Stopping(); }
+
+  // After a leg ended by Gone(): nothing more for a departed client; the
+  // drain's answer otherwise.
+  LegOutcome EndGone() {
+    if (!ex_->closed()) Aborted();
+    return LegOutcome::kClientAnswered;
   }
 
   // --------------------------------------------------------------- upstream
@@ -273,10 +292,11 @@ class Proxy {
     HttpCallResult r;
     HttpCallOptions o = ctx_.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
+    o.abandon = [this] { return Gone(); };
     std::string pending, upstream_body;
     bool done_seen = false, upstream_error = false;
     Status s = HttpCall(inst.host, inst.port, "POST", path, Dump(b), o, &r, [&](std::string_view d) {
-      if (ex_->closed()) return false;
+      if (Gone()) return false;
       if (r.status != 200 || !stream_) {
         upstream_body.append(d);
         return true;
@@ -297,7 +317,7 @@ class Proxy {
       });
     });
     ctx_.registry->AddOutstanding(inst.address, -estimate);
-    if (ex_->closed()) return LegOutcome::kClientAnswered;
+    if (Gone()) return EndGone();
     const int status = r.status;
     if (s.ok() && status != 200 && status != 0 && status < 500 && status != 429 && !stream_started_) {
       ctx_.metrics->Decision(inst.address, "decode", true);
@@ -400,10 +420,11 @@ class Proxy {
     HttpCallResult r;
     HttpCallOptions o = ctx_.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
+    o.abandon = [this] { return Gone(); };
     int status = 0;
     std::string error_body;
     Status s = HttpCall(inst.host, inst.port, "POST", "/v1/completions", b.dump(), o, &r, [&](std::string_view d) {
-      if (ex_->closed()) return false;
+      if (Gone()) return false;
       if (r.status != 200) {
         error_body.append(d);
         return true;
@@ -431,7 +452,7 @@ class Proxy {
     });
     status = r.status;
     ctx_.registry->AddOutstanding(inst.address, -estimate);
-    if (ex_->closed()) return LegOutcome::kClientAnswered;
+    if (Gone()) return EndGone();
     if (s.ok() && status != 200 && status != 0 && status < 500 && status != 429) {
       ctx_.metrics->Decision(inst.address, "decode", true);
       if (!stream_started_) {
@@ -480,6 +501,12 @@ class Proxy {
     if (!stream_) return;
     if (text.empty() && finish.is_null() && !(return_token_ids_ && !ids.empty())) return;
     StartStream();
+    ex_->WriteChunk(ChoiceChunk(index, text, finish, ids));
+  }
+
+  // One SSE event carrying one choice's delta (its role first, on chat).
+  std::string ChoiceChunk(int index, const std::string& text, const Json& finish, const std::vector<int32_t>& ids) {
+    ChoiceState& c = choices_[static_cast<size_t>(index)];
     Json choice;
     choice["index"] = index;
     if (chat_) {
@@ -497,7 +524,30 @@ class Proxy {
     if (return_token_ids_) choice["token_ids"] = ids;
     Json chunk = Header(chat_ ? "chat.completion.chunk" : "text_completion");
     chunk["choices"] = Json::array({choice});
-    ex_->WriteChunk("data: " + Dump(chunk) + "\n\n");
+    return "data: " + Dump(chunk) + "\n\n";
+  }
+
+  // The drain deadline passed (ProxyContext::stopping) before the instance
+  // finished: a stream ends as an instance ends one at its own deadline, each
+  // unfinished choice with finish_reason "abort", usage if asked, [DONE]. A
+  // plain response gets 503: the router relays an instance's answer whole,
+  // so it holds no partial text to return.
+  void Aborted() {
+    if (!stream_) {
+      return SendError(HttpStatus::service_unavailable,
+                       "router: shutting down (--drain-timeout passed); the request was aborted");
+    }
+    StartStream();
+    std::string tail;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      ChoiceState& c = choices_[i];
+      if (c.finished) continue;
+      c.finished = true;
+      c.finish_reason = "abort";
+      tail += ChoiceChunk(static_cast<int>(i), "", c.finish_reason, {});
+    }
+    migrated_ = true;  // the decode's usage chunk, if any, predates the abort
+    EndStreamWith(std::move(tail));
   }
 
   Json Header(const char* object) const {
@@ -517,25 +567,27 @@ class Proxy {
     ex_->StartStream(SseResponseHead());
   }
 
-  void Finish() {
-    if (stream_) {
-      StartStream();
-      std::string tail;
-      if (include_usage_ && !migrated_ && usage_chunk_.is_object()) {
-        usage_chunk_["id"] = id_;
-        usage_chunk_["created"] = created_;
-        tail += "data: " + Dump(usage_chunk_) + "\n\n";
-      } else if (include_usage_) {
-        Json u = Header(chat_ ? "chat.completion.chunk" : "text_completion");
-        u["choices"] = Json::array();
-        u["usage"] = Usage();
-        tail += "data: " + Dump(u) + "\n\n";
-      }
-      tail += openai::SseDone();
-      ex_->WriteChunk(std::move(tail));
-      ex_->EndStream();
-      return;
+  // The end of a stream: `tail` (last choice events), the usage chunk if
+  // asked (the decode's own, or recomputed after a migration or an abort), [DONE].
+  void EndStreamWith(std::string tail) {
+    StartStream();
+    if (include_usage_ && !migrated_ && usage_chunk_.is_object()) {
+      usage_chunk_["id"] = id_;
+      usage_chunk_["created"] = created_;
+      tail += "data: " + Dump(usage_chunk_) + "\n\n";
+    } else if (include_usage_) {
+      Json u = Header(chat_ ? "chat.completion.chunk" : "text_completion");
+      u["choices"] = Json::array();
+      u["usage"] = Usage();
+      tail += "data: " + Dump(u) + "\n\n";
     }
+    tail += openai::SseDone();
+    ex_->WriteChunk(std::move(tail));
+    ex_->EndStream();
+  }
+
+  void Finish() {
+    if (stream_) return EndStreamWith("");
     Json choices = Json::array();
     for (int i = 0; i < n_; ++i) {
       const ChoiceState& c = choices_[static_cast<size_t>(i)];
@@ -721,7 +773,9 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
     o.idle_timeout = std::chrono::milliseconds(120000);  // a long prompt's prefill sends nothing until done
     // A prefill that stops answering (frozen, partitioned) fails the health polls within about a
     // second; the call ends then instead of at idle_timeout.
-    o.abandon = [&ctx, p] { return !ctx.registry->Healthy(p->address); };
+    // So does the drain deadline (ProxyContext::stopping).
+    const auto stopping = [&ctx] { return ctx.stopping != nullptr && ctx.stopping->load(std::memory_order_relaxed); };
+    o.abandon = [&ctx, p, &stopping] { return stopping() || !ctx.registry->Healthy(p->address); };
     HttpCallResult r;
     const auto t0 = std::chrono::steady_clock::now();
     Status s = HttpCall(p->host, p->port, "POST", "/v1/completions", b.dump(), o, &r);
@@ -735,6 +789,7 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
       ctx.metrics->ObservePrefill(took);
       return j["kv_transfer_params"];
     }
+    if (stopping()) return nullptr;  // not the prefill's fault; the caller ends the request
     spdlog::warn("router: {}: prefill {} failed ({}); {}", id, p->address,
                  s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
                  attempt == 0 ? "trying another" : "the decode instance computes the prompt");

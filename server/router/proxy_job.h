@@ -5,6 +5,7 @@
 // client through HttpExchange, which is thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,11 @@ struct ProxyContext {
   RouterMetrics* metrics = nullptr;
   RouterFlags flags;
   KvRouter* kv_router = nullptr;  // --routing-logic (always set by the router)
+  // Set (once, never cleared) when the router's drain deadline passes: every
+  // job drops its upstream call within ~250 ms (the instance aborts the
+  // request and frees its blocks) and ends its client's answer as an instance
+  // does at its own deadline (docs/architecture.md, "Router"). Null: never.
+  const std::atomic<bool>* stopping = nullptr;
 };
 
 // Blocks until the client is answered (or gone). `body`: the request body,

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,11 @@ namespace {
 constexpr int kIoThreads = 2;
 constexpr int kFrontEndThreads = 2;
 constexpr int kFrontEndNice = 5;
+// Drain (as cli/serve_run.cc's): how often the drain checks what is left, and
+// how long requests get to end once the deadline has aborted them (each job
+// notices within ~250 ms, HttpCallOptions::abandon).
+constexpr auto kDrainPoll = std::chrono::milliseconds(20);
+constexpr auto kAbortGrace = std::chrono::seconds(2);
 
 HttpResponse TooManyRequests(int64_t max_pending) {
   HttpResponse res = ErrorResponse({ApiStatus::kTooManyRequests,
@@ -47,6 +53,38 @@ HttpResponse TooManyRequests(int64_t max_pending) {
                                     "server_error", "", "too_many_requests"});
   res.set(http::field::retry_after, "1");
   return res;
+}
+
+// A decode (or unified) instance's own answer to `method path`, status and
+// body as they came (another instance is tried when one fails); 503 when none
+// answers. Blocking: runs on a ProxyPool worker.
+HttpResponse ForwardToDecode(InstanceRegistry& registry, const std::string& method, const std::string& path,
+                             const std::string& body) {
+  // The path goes into the upstream request line, sent with the router's
+  // credential: the HTTP parser already refuses such targets, and this keeps
+  // the no-smuggling argument local.
+  const auto control = [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; };
+  if (std::any_of(path.begin(), path.end(), control)) {
+    return ErrorResponse(
+        {ApiStatus::kBadRequest, "invalid request target", "invalid_request_error", "", "invalid_request"});
+  }
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<InstanceRef> inst = registry.Pick(InstanceRole::kDecode);
+    if (!inst) break;
+    HttpCallResult r;
+    if (!HttpCall(inst->host, inst->port, method, path, body, registry.CallOptions(), &r).ok() || r.status == 0 ||
+        r.status >= 500) {
+      registry.MarkFailed(inst->address);
+      continue;
+    }
+    HttpResponse res{static_cast<HttpStatus>(r.status), 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+    return res;
+  }
+  return ErrorResponse({ApiStatus::kServiceUnavailable, "no decode instance answered", "server_error", "",
+                        "unavailable"});
 }
 
 }  // namespace
@@ -81,6 +119,8 @@ int RunRouter(const RouterServeOptions& o) {
   }
   ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
   pctx.flags.isolate_api_keys = o.cache_isolation == "api-key";
+  std::atomic<bool> stopping{false};  // the drain deadline passed (ProxyContext::stopping)
+  pctx.stopping = &stopping;
 
   net::io_context ioc{kIoThreads};
   // Body parsing runs here, never on the io threads.
@@ -153,24 +193,29 @@ int RunRouter(const RouterServeOptions& o) {
     res.body() = std::move(body);
     ex->Send(std::move(res));
   }, open);
-  server.Handle(http::verb::get, "/v1/models", [&](std::shared_ptr<HttpExchange> ex) {
-    ProxyPool::Slot slot = pool.TryAcquire();
-    if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests));
-    pool.Submit(std::move(slot), [&, ex = std::move(ex)] {
-      std::optional<InstanceRef> inst = (*registry)->Pick(InstanceRole::kDecode);
-      HttpCallResult r;
-      if (inst && HttpCall(inst->host, inst->port, "GET", "/v1/models", "", (*registry)->CallOptions(), &r).ok() &&
-          r.status == 200) {
-        HttpResponse res{HttpStatus::ok, 11};
-        res.set(http::field::content_type, "application/json");
-        res.body() = r.body;
-        ex->Send(std::move(res));
-      } else {
-        ex->Send(JsonResponse(HttpStatus::service_unavailable,
-                              {{"error", {{"message", "no decode instance answered"}, {"type", "server_error"}}}}));
-      }
-    });
-  });
+  // What an instance answers alone (the model list, tokenization): one
+  // decode's answer, passed through, on a pool worker under the same bound.
+  // A JSON body goes through the bounded parser first, as a proxied request's.
+  auto forward = [&](const char* method, const char* route, bool json_body) {
+    return [&, method, route, json_body](std::shared_ptr<HttpExchange> ex) {
+      metrics.Request(route);
+      ProxyPool::Slot slot = pool.TryAcquire();
+      if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests));
+      auto run = [&, method, ex] { ex->Send(ForwardToDecode(**registry, method, ex->path(), ex->request().body())); };
+      if (!json_body) return pool.Submit(std::move(slot), std::move(run));
+      net::post(front_end, [&, ex, slot = std::move(slot), run = std::move(run)]() mutable {
+        nlohmann::ordered_json body;
+        if (std::optional<ApiError> e = openai::ParseJsonBounded(ex->request().body(), {}, &body)) {
+          return ex->Send(ErrorResponse(*e));
+        }
+        pool.Submit(std::move(slot), std::move(run));
+      });
+    };
+  };
+  server.Handle(http::verb::get, "/v1/models", forward("GET", "/v1/models", false));
+  server.HandlePrefix(http::verb::get, "/v1/models/", forward("GET", "/v1/models/{id}", false));
+  server.Handle(http::verb::post, "/tokenize", forward("POST", "/tokenize", true), json_route);
+  server.Handle(http::verb::post, "/detokenize", forward("POST", "/detokenize", true), json_route);
 
   if (Status s = server.Listen(); !s.ok()) {
     spdlog::error("{}", s.ToString());
@@ -201,22 +246,36 @@ int RunRouter(const RouterServeOptions& o) {
                o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file, o.flags.routing_logic);
   server.Start();
 
-  // SIGINT/SIGTERM: stop taking requests, let those in flight finish (bounded), exit.
+  // SIGINT/SIGTERM: /ready and new requests get 503 at once; requests in
+  // flight finish, and those still running at --drain-timeout are aborted
+  // (ProxyContext::stopping: streams end with finish_reason "abort" and
+  // [DONE], plain requests get 503, the instances abort their side); exit 0.
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   net::steady_timer timer(ioc);
   std::chrono::steady_clock::time_point deadline;
   std::function<void()> poll = [&] {
-    if ((pool.pending() == 0 && server.in_flight() == 0) || std::chrono::steady_clock::now() >= deadline) {
+    const auto now = std::chrono::steady_clock::now();
+    // gRPC calls hold pool places too; the ones left after the abort are
+    // cancelled by the gRPC shutdown below (their upstream calls with them).
+    const bool idle = stopping.load() ? server.in_flight() == 0 : pool.pending() == 0 && server.in_flight() == 0;
+    if (idle || (stopping.load() && now >= deadline)) {
       server.StopAccepting();
       ioc.stop();
       return;
     }
-    timer.expires_after(std::chrono::milliseconds(20));
+    if (!stopping.load() && now >= deadline) {
+      spdlog::warn("serve: router: {} requests still in flight after {}s; aborting them", pool.pending(),
+                   o.drain_timeout_s);
+      stopping.store(true);
+      deadline = now + kAbortGrace;
+    }
+    timer.expires_after(kDrainPoll);
     timer.async_wait([&](boost::system::error_code) { poll(); });
   };
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
-    spdlog::info("serve: router received signal {}; draining", sig);
+    spdlog::info("serve: router received signal {}; draining: /ready is 503, new requests get 503; waiting up to "
+                 "{}s for {} in flight", sig, o.drain_timeout_s, pool.pending());
     server.BeginDrain();
     if (grpc) grpc->BeginDrain();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
@@ -234,7 +293,8 @@ int RunRouter(const RouterServeOptions& o) {
   }
   for (int i = 0; i < kIoThreads; ++i) io.emplace_back([&ioc] { ioc.run(); });
   for (auto& t : io) t.join();
-  if (grpc) grpc->Shutdown(std::chrono::seconds(o.drain_timeout_s));
+  // Nothing is held any more, or the deadline has passed: calls still open end now.
+  if (grpc) grpc->Shutdown(std::chrono::milliseconds(0));
   server.MarkStopped();
   spdlog::info("serve: router stopped");
   spdlog::default_logger()->flush();

@@ -10,8 +10,14 @@
 // equivalent GenerateRequest: HTTP must refuse it (400 naming the case's
 // param), and gRPC must refuse it with INVALID_ARGUMENT (OUT_OF_RANGE for
 // context_length_exceeded) whose message quotes the same param; a body over
-// --max-body-bytes (413) is a message over gRPC's size limit (RESOURCE_EXHAUSTED). Prints one
-// line per check and `N passed, M failed`. Bounded in time.
+// --max-body-bytes (413) is a message over gRPC's size limit (RESOURCE_EXHAUSTED).
+// Then a router (`serve --role router`, HTTP and gRPC, the same limits) in front
+// of that instance takes every case again, on both of its front ends, and must
+// refuse each with the same status and param; its gRPC front must also refuse
+// calls beyond --max-pending-requests with RESOURCE_EXHAUSTED (HTTP: 429) and,
+// when a client cancels a stream mid-generation, cancel its upstream call so
+// the instance aborts the request (KV idle on the instance's /metrics).
+// Prints one line per check and `N passed, M failed`. Bounded in time.
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -37,9 +43,11 @@ const require = createRequire(path.join(path.resolve(npmDir), 'node_modules/'));
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
+const ROUTER_MAX_PENDING = 4;
+
 let passed = 0;
 let failed = 0;
-let server = null;
+const servers = [];  // started processes, the router last: stopped in reverse order
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera_grpc_bad_'));
 
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
@@ -55,7 +63,7 @@ async function check(name, fn) {
 }
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function stopServer() {
+async function stopServer(server) {
   if (!server || server.exitCode !== null || server.signalCode !== null) return null;
   const exited = new Promise((r) => server.once('exit', (code, sig) => r({ code, sig })));
   server.kill('SIGTERM');
@@ -68,7 +76,7 @@ async function stopServer() {
 }
 
 async function finish(code) {
-  await stopServer().catch(() => {});
+  for (const s of [...servers].reverse()) await stopServer(s).catch(() => {});
   if (!keep) fs.rmSync(work, { recursive: true, force: true });
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(code);
@@ -236,43 +244,84 @@ async function main() {
     failed += 1;
     return finish(1);
   }
-  const portFile = path.join(work, 'ports.json');
-  const logPath = path.join(work, 'serve.log');
-  const log = fs.openSync(logPath, 'w');
-  server = spawn(tessera, ['serve', '--model', model, '--served-model-name', doc.model, '--port', '0',
-    '--grpc-port', '0', '--port-file', portFile, '--threads', '2',
-    '--max-body-bytes', String(256 * 1024)],  // as test_bad_input.py: its (400, 413) cases get 413 fast
-  { stdio: ['ignore', log, log] });
-  let ports = null;
-  let ready = false;
-  const readyBy = Date.now() + READY_TIMEOUT_MS;
-  while (Date.now() < readyBy && server.exitCode === null) {
-    try { ports = JSON.parse(fs.readFileSync(portFile, 'utf8')); } catch { /* not yet */ }
-    if (ports && ports.http > 0 && ports.grpc > 0) {
-      try { ready = (await fetch(`http://127.0.0.1:${ports.http}/ready`)).status === 200; } catch { /* not yet */ }
-      if (ready) break;
-    }
-    await sleep(100);
-  }
-  await check('server ready (port file + /ready)', () => {
-    assert(ready, `not ready; log: ${fs.readFileSync(logPath, 'utf8').slice(-2000)}`);
-  });
-  if (!ready) return finish(1);
+  const instance = await startServe('instance', ['--model', model, '--served-model-name', doc.model, '--threads', '2']);
+  await check('server ready (port file + /ready)', () => assert(instance.ready, instance.why));
+  if (!instance.ready) return finish(1);
 
   const def = protoLoader.loadSync(['proto/tessera.proto'], {
     includeDirs: [repo], keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
   });
   const pkg = grpc.loadPackageDefinition(def);
-  const client = new pkg.tessera.v1.Tessera(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure(),
+  const clientOf = (ports) => new pkg.tessera.v1.Tessera(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure(),
     { 'grpc.max_send_message_length': 64 << 20 });
+  const client = clientOf(instance.ports);
+  const greedy = { token_ids: { ids: doc.bases.completions.prompt }, params: { temperature: 0, max_tokens: 3,
+    ignore_eos: true } };
 
+  await runCases('', doc, cases, instance.ports.http, client);
+
+  await check('server still serves a greedy request over gRPC', async () => {
+    const { err, resp } = await unary(client, greedy);
+    assert(!err, String(err));
+    assert(resp.choices[0].token_ids.length === 3, JSON.stringify(resp.choices[0]));
+  });
+
+  // The same cases through a router in front of the instance.
+  const router = await startServe('router', ['--role', 'router', '--decode-instances',
+    `127.0.0.1:${instance.ports.http}`, '--max-pending-requests', String(ROUTER_MAX_PENDING),
+    '--router-poll-interval', '0.1']);
+  await check('router ready (port file + /ready)', () => assert(router.ready, router.why));
+  if (router.ready) {
+    const rclient = clientOf(router.ports);
+    await runCases('router: ', doc, cases, router.ports.http, rclient);
+    await routerChecks(rclient, router.ports, instance.ports, greedy);
+    rclient.close();
+  }
+
+  client.close();
+  await check('SIGTERM -> exits', async () => {
+    for (const s of [...servers].reverse()) {
+      const res = await stopServer(s);
+      assert(res !== null, 'did not exit within the timeout (killed)');
+    }
+  });
+  return finish(failed === 0 ? 0 : 1);
+}
+
+// Starts `tessera serve ARGS` on free HTTP and gRPC ports, with the bad-input
+// body limit (as test_bad_input.py: its (400, 413) cases get 413 fast); waits
+// for /ready. {ready, ports, why}.
+async function startServe(name, args) {
+  const portFile = path.join(work, `${name}.ports.json`);
+  const logPath = path.join(work, `${name}.log`);
+  const log = fs.openSync(logPath, 'w');
+  const proc = spawn(tessera, ['serve', ...args, '--port', '0', '--grpc-port', '0', '--port-file', portFile,
+    '--max-body-bytes', String(256 * 1024)], { stdio: ['ignore', log, log] });
+  servers.push(proc);
+  let ports = null;
+  const readyBy = Date.now() + READY_TIMEOUT_MS;
+  while (Date.now() < readyBy && proc.exitCode === null) {
+    try { ports = JSON.parse(fs.readFileSync(portFile, 'utf8')); } catch { /* not yet */ }
+    if (ports && ports.http > 0 && ports.grpc > 0) {
+      try {
+        if ((await fetch(`http://127.0.0.1:${ports.http}/ready`)).status === 200) return { ready: true, ports };
+      } catch { /* not yet */ }
+    }
+    await sleep(100);
+  }
+  return { ready: false, ports, why: `${name} not ready; log: ${fs.readFileSync(logPath, 'utf8').slice(-2000)}` };
+}
+
+// Every proto-expressible case, over HTTP (httpPort) and gRPC (client): refused
+// with the case's status and param on both.
+async function runCases(label, doc, cases, httpPort, client) {
   const skipped = {};
   const sent = {};
   const sentNames = new Set();
   const groups = [...new Set(cases.map((c) => c.group))];
   for (const group of groups) {
     const mine = cases.filter((c) => c.group === group);
-    await check(`group ${group}: every proto-expressible case refused alike by HTTP and gRPC`, async () => {
+    await check(`${label}group ${group}: every proto-expressible case refused alike by HTTP and gRPC`, async () => {
       const bad = [];
       for (const c of mine) {
         const { req, why } = toProto(c.endpoint, c.body, doc.model);
@@ -282,7 +331,7 @@ async function main() {
         }
         sent[group] = (sent[group] ?? 0) + 1;
         sentNames.add(c.name);
-        const http = await postJson(ports.http, c.endpoint, c.body);
+        const http = await postJson(httpPort, c.endpoint, c.body);
         const httpErr = http.json && http.json.error;
         if (!c.statuses.includes(http.status) || !httpErr) {
           bad.push(`${c.name}: HTTP ${http.status} ${short(http.json, 200)}`);
@@ -309,7 +358,7 @@ async function main() {
   }
   console.log(`  not expressible in the proto (by reason): ${JSON.stringify(skipped)}`);
 
-  await check('the cases gRPC must carry were sent (17 stop strings, unknown role, ids outside the vocabulary)',
+  await check(`${label}the cases gRPC must carry were sent (17 stop strings, unknown role, ids outside the vocabulary)`,
     () => {
       for (const g of ['range', 'tokens', 'messages', 'huge']) assert((sent[g] ?? 0) > 0, `no ${g} case was sent`);
       for (const n of ['chat messages unknown role', 'completions 17 stop strings (the proto says at most 16)',
@@ -317,20 +366,88 @@ async function main() {
         assert(sentNames.has(n), `case '${n}' was not sent through gRPC`);
       }
     });
+}
 
-  await check('server still serves a greedy request over gRPC', async () => {
-    const { err, resp } = await unary(client, { token_ids: { ids: doc.bases.completions.prompt },
-      params: { temperature: 0, max_tokens: 3, ignore_eos: true } });
-    assert(!err, String(err));
-    assert(resp.choices[0].token_ids.length === 3, JSON.stringify(resp.choices[0]));
+// Prometheus text -> {name: value}, summed over labels (as serve_util.py's parse_metrics).
+async function metrics(httpPort) {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
+  const out = {};
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (m) out[m[1]] = (out[m[1]] ?? 0) + Number(m[3]);
+  }
+  return out;
+}
+
+// Nothing running or waiting on the instance and its KV cache empty.
+async function instanceIdle(httpPort) {
+  const by = Date.now() + 10_000;
+  let m = {};
+  while (Date.now() < by) {
+    m = await metrics(httpPort);
+    if (m['tessera:num_requests_running'] === 0 && m['tessera:num_requests_waiting'] === 0 &&
+        m['tessera:kv_cache_usage_perc'] === 0) return;
+    await sleep(20);
+  }
+  throw new Error(`instance not idle after 10 s: running ${m['tessera:num_requests_running']}, waiting ` +
+    `${m['tessera:num_requests_waiting']}, kv ${m['tessera:kv_cache_usage_perc']}`);
+}
+
+// A GenerateStream that reports once its first message arrived; cancel() ends it.
+function longStream(client, ids) {
+  const call = client.GenerateStream({ token_ids: { ids },
+    params: { temperature: 0, max_tokens: 3000, ignore_eos: true } }, new grpc.Metadata(),
+  { deadline: new Date(Date.now() + CALL_TIMEOUT_MS) });
+  let messages = 0;
+  let first;
+  const firstMessage = new Promise((r) => { first = r; });
+  const ended = new Promise((resolve) => {
+    call.on('data', () => { messages += 1; first(); });
+    call.on('error', (err) => { first(); resolve(err); });
+    call.on('end', () => { first(); resolve(null); });
+  });
+  return { call, firstMessage, ended, messages: () => messages };
+}
+
+async function routerChecks(rclient, rports, iports, greedy) {
+  await check('router: a stream cancelled mid-generation -> CANCELLED, the instance aborts it (KV idle)', async () => {
+    const s = longStream(rclient, greedy.token_ids.ids);
+    await s.firstMessage;
+    s.call.cancel();
+    const err = await s.ended;
+    assert(err && err.code === grpc.status.CANCELLED, `got ${err && err.code}`);
+    assert(s.messages() >= 1 && s.messages() < 3000, `${s.messages()} messages`);
+    const t0 = Date.now();
+    await instanceIdle(iports.http);
+    console.log(`  instance idle ${Date.now() - t0} ms after the cancel`);
   });
 
-  client.close();
-  await check('SIGTERM -> exits', async () => {
-    const res = await stopServer();
-    assert(res !== null, 'did not exit within the timeout (killed)');
+  await check(`router: beyond --max-pending-requests ${ROUTER_MAX_PENDING} -> gRPC RESOURCE_EXHAUSTED (HTTP 429); ` +
+    'places come back when the held streams are cancelled', async () => {
+    const held = Array.from({ length: ROUTER_MAX_PENDING }, () => longStream(rclient, greedy.token_ids.ids));
+    try {
+      await Promise.all(held.map((h) => h.firstMessage));
+      for (const h of held) assert(h.messages() >= 1, 'a held stream ended before the check');
+      const { err } = await unary(rclient, greedy);
+      assert(err && err.code === grpc.status.RESOURCE_EXHAUSTED, `unary got ${err && err.code}: ${err && err.details}`);
+      const http = await postJson(rports.http, 'completions', { prompt: greedy.token_ids.ids, max_tokens: 1 });
+      assert(http.status === 429, `HTTP got ${http.status}`);
+    } finally {
+      for (const h of held) h.call.cancel();
+    }
+    const errs = await Promise.all(held.map((h) => h.ended));
+    assert(errs.every((e) => e && e.code === grpc.status.CANCELLED), `held streams ended ${errs.map((e) => e && e.code)}`);
+    await instanceIdle(iports.http);
+    // The router releases a place when the call's handler returns (its upstream call cancelled).
+    const by = Date.now() + 5_000;
+    let out = await unary(rclient, greedy);
+    while (out.err && out.err.code === grpc.status.RESOURCE_EXHAUSTED && Date.now() < by) {
+      await sleep(20);
+      out = await unary(rclient, greedy);
+    }
+    assert(!out.err, `after the cancels: ${out.err}`);
+    assert(out.resp.choices[0].token_ids.length === 3, JSON.stringify(out.resp.choices[0]));
   });
-  return finish(failed === 0 ? 0 : 1);
 }
 
 main().catch((e) => { console.log(`FAIL unexpected: ${e && e.stack}`); failed += 1; finish(1); });
