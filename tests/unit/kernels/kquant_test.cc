@@ -195,14 +195,7 @@ TEST_P(KQuantPathTest, LinearIsBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, KQuantPathTest,
                          ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
-                         [](const ::testing::TestParamInfo<Path>& info) {
-                           switch (info.param) {
-                             case Path::kScalar: return std::string("Scalar");
-                             case Path::kAvx2: return std::string("Avx2");
-                             case Path::kVnni: return std::string("Vnni");
-                             default: return std::string("Default");
-                           }
-                         });
+                         PathName);
 
 // Every SIMD path computes the scalar sequence (kernel_test_util.h: special rows, NaN
 // in its own row) for every fill, with partial column groups (n % 8, n % 16 != 0) and
@@ -240,8 +233,12 @@ TEST(KQuantKernelsTest, PathSelection) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     ASSERT_TRUE(UsePath(Path::kScalar));
     EXPECT_STREQ(QuantLinearPath(type, 16), "scalar");
-    if (UsePath(Path::kAvx2)) EXPECT_STREQ(QuantLinearPath(type, 16), "avx2");
-    if (UsePath(Path::kVnni)) EXPECT_STREQ(QuantLinearPath(type, 1), "vnni");
+    if (UsePath(Path::kAvx2)) {
+      EXPECT_STREQ(QuantLinearPath(type, 16), "avx2");
+    }
+    if (UsePath(Path::kVnni)) {
+      EXPECT_STREQ(QuantLinearPath(type, 1), "vnni");
+    }
     ClearPath();
     if (UseAvx2() && UseAvx512Vnni()) {
       EXPECT_STREQ(QuantLinearPath(type, 1), "avx2");
