@@ -356,6 +356,9 @@ int RegisterAll() {
   for (DType type : {DType::kBF16, DType::kF32}) {
     for (const auto& s : shapes) add(type, s);
   }
+  // The 256-element types beside Q4_K on a 7B-sized square matrix.
+  for (DType type : {DType::kQ4_K, DType::kQ6_K, DType::kQ5_K, DType::kIQ4_XS, DType::kQ3_K, DType::kQ2_K})
+    add(type, {"4096x4096", 4096, 4096});
   add(DType::kBF16, qshapes[1]);
   benchmark::RegisterBenchmark("PagedAttentionDecode", BM_PagedAttentionDecode)
       ->ArgNames({"ctx", "seqs", "threads"})

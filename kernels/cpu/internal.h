@@ -23,24 +23,34 @@ void LinearColsAvx2(const float* x, int64_t m, int64_t k, const void* w, DType w
 // Activations quantized per row for the int8 dot products with block-quantized
 // weights (one buffer per Linear call, written by QuantizeActs*, read by all threads).
 // Per row of k: q int8 [k]; d f32 scale per block of ActBlock(w_type) (x ~ d * q);
-// sums int16 per 32 values (sum of q, for Q4_0's -8 offset and Q4_K's mins).
+// sums int16 per 32 values (sum of q, for Q4_0's -8 offset and Q4_K's mins); sums16
+// per 16 values (llama.cpp's Q8_K bsums: for the offsets, scales and mins per 16 of
+// Q2_K/Q3_K/Q6_K; |sum| <= 2032), only where NeedsSums16(w_type), else null.
 struct QuantActs {
   const int8_t* q = nullptr;     // [m, k]
   const float* d = nullptr;      // [m, k / ActBlock]
   const int16_t* sums = nullptr;  // [m, k / 32]
   int64_t m = 0;
   int64_t k = 0;
+  const int16_t* sums16 = nullptr;  // [m, k / 16]
 };
 // 32 for the 32-element types (Q8_0-style blocks), 256 for the K-quants and IQ4_XS
 // (Q8_K-style blocks).
 inline int64_t ActBlock(DType w_type) { return IsSuperBlockQuant(w_type) ? 256 : 32; }
+// The 256-element types other than Q4_K read the sums per 16 (kquant.h).
+inline bool NeedsSums16(DType w_type) {
+  return IsSuperBlockQuant(w_type) && w_type != DType::kQ4_K;
+}
 // Quantizes rows [0, rows) of x (k a multiple of block): per block d = amax / 127,
 // q = round-half-even(clamp(x / d, -127, 127)) (0 for NaN; d = NaN when the block
-// has a NaN). Scalar and AVX2 produce identical bytes.
+// has a NaN), then the sums of q (sums16 may be null: not computed). Scalar and AVX2
+// produce identical bytes.
 void QuantizeActsScalar(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
-                        float* d, int16_t* sums);
+                        float* d, int16_t* sums, int16_t* sums16);
 void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
-                      float* d, int16_t* sums);
+                      float* d, int16_t* sums, int16_t* sums16);
+// The sums of one quantized row of k (both QuantizeActs call it: one definition).
+void QuantActSums(const int8_t* q, int64_t k, int16_t* sums, int16_t* sums16);
 // Linear output columns [n_begin, n_end) of all a.m rows with quantized weights w
 // (Q8_0/Q4_0/Q4_K rows of a.k). Per output element: s = 0; per weight block in k
 // order, an exact int32 block dot, then s = fma(d_w * d_x, isum, s) (Q4_K: two fmas
@@ -49,10 +59,27 @@ void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int6
                            int64_t n_end, const float* bias, float* y, int64_t ldy);
 void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                          int64_t n_end, const float* bias, float* y, int64_t ldy);
+// Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS (kquant_*.cc; arithmetic defined in kquant_scalar.cc):
+// one output element of row i (scalar), and the column ranges (AVX2, AVX-512 VNNI).
+float KQuantRowScalar(const QuantActs& a, int64_t i, const void* w_row, DType w_type);
+void KQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                    int64_t n_end, const float* bias, float* y, int64_t ldy);
+void KQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                      int64_t n_end, const float* bias, float* y, int64_t ldy);
 // AVX-512 VNNI, bitwise equal to the above; only for types where
 // LinearQuantAvx512Supports() (others take the AVX2 kernel).
 inline bool LinearQuantAvx512Supports(DType w_type) {
-  return w_type == DType::kQ8_0 || w_type == DType::kQ4_0 || w_type == DType::kQ4_K;
+  switch (w_type) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: return true;
+    default: return false;
+  }
 }
 // Whether the VNNI kernel is also the faster one for m rows: it transposes each weight
 // block once per 64-row chunk, which at small m costs more than it saves (measured on
@@ -61,6 +88,9 @@ inline bool LinearQuantAvx512Supports(DType w_type) {
 // Bitwise equal results either way, so this choice never changes a value.
 inline bool LinearQuantAvx512Preferred(DType w_type, int64_t m) {
   if (w_type == DType::kQ4_0) return m >= 2;
+  if (w_type == DType::kQ2_K || w_type == DType::kQ3_K || w_type == DType::kQ5_K ||
+      w_type == DType::kQ6_K || w_type == DType::kIQ4_XS)
+    return m >= 4;  // 4096x4096, 1 thread: AVX2 faster at m = 1, even at 2, VNNI from 4
   return (w_type == DType::kQ8_0 || w_type == DType::kQ4_K) && m >= 8;
 }
 void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,

@@ -157,6 +157,7 @@ namespace {
 thread_local std::vector<int8_t> t_act_q;
 thread_local std::vector<float> t_act_d;
 thread_local std::vector<int16_t> t_act_sums;
+thread_local std::vector<int16_t> t_act_sums16;
 
 // Quantized weights: x is quantized once per call (rows in parallel, each row alone),
 // then threads split the columns like the float path.
@@ -172,14 +173,18 @@ void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_ty
   t_act_q.resize(static_cast<size_t>(m * k));
   t_act_d.resize(static_cast<size_t>(m * (k / block)));
   t_act_sums.resize(static_cast<size_t>(m * (k / 32)));
+  const bool need16 = internal::NeedsSums16(w_type);
+  if (need16) t_act_sums16.resize(static_cast<size_t>(m * (k / 16)));
   int8_t* q = t_act_q.data();
   float* d = t_act_d.data();
   int16_t* sums = t_act_sums.data();
+  int16_t* sums16 = need16 ? t_act_sums16.data() : nullptr;
   ForItems(pool, m, 4 * k, [&](int64_t b, int64_t e) {
     auto fn = avx2 ? internal::QuantizeActsAvx2 : internal::QuantizeActsScalar;
-    fn(x + b * k, e - b, k, block, q + b * k, d + b * (k / block), sums + b * (k / 32));
+    fn(x + b * k, e - b, k, block, q + b * k, d + b * (k / block), sums + b * (k / 32),
+       need16 ? sums16 + b * (k / 16) : nullptr);
   });
-  const internal::QuantActs acts{q, d, sums, m, k};
+  const internal::QuantActs acts{q, d, sums, m, k, sums16};
   const bool vnni = std::strcmp(QuantLinearPath(w_type, m), "vnni") == 0;
   // Column blocks of 24 (multiple of the 8-column AVX2 tiles) or 32 (16-column VNNI
   // groups). Cost of a block ~ its m*k int8 MACs (~32 per 16 vector ops) plus its

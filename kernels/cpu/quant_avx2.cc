@@ -224,7 +224,7 @@ struct Q4_K {
 }  // namespace
 
 void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
-                      float* d, int16_t* sums) {
+                      float* d, int16_t* sums, int16_t* sums16) {
   const int64_t nb = k / block;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
@@ -259,12 +259,7 @@ void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, in
                             _mm256_permutevar8x32_epi32(p, order));
       }
     }
-    for (int64_t g = 0; g < k / 32; ++g) {
-      int s = 0;
-#pragma GCC unroll 8
-      for (int l = 0; l < 32; ++l) s += qr[32 * g + l];
-      sums[r * (k / 32) + g] = static_cast<int16_t>(s);
-    }
+    QuantActSums(qr, k, sums + r * (k / 32), sums16 != nullptr ? sums16 + r * (k / 16) : nullptr);
   }
 }
 
@@ -275,6 +270,11 @@ void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_
     case DType::kQ8_0: return Cols<Q8_0>(a, wb, n_begin, n_end, bias, y, ldy);
     case DType::kQ4_0: return Cols<Q4_0>(a, wb, n_begin, n_end, bias, y, ldy);
     case DType::kQ4_K: return Cols<Q4_K>(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: return KQuantColsAvx2(a, w, w_type, n_begin, n_end, bias, y, ldy);
     default: break;
   }
 }

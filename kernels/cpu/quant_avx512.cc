@@ -231,6 +231,11 @@ void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int6
     case DType::kQ8_0: return Cols<Q8_0>(a, wb, n_begin, n_end, bias, y, ldy);
     case DType::kQ4_0: return Cols<Q4_0>(a, wb, n_begin, n_end, bias, y, ldy);
     case DType::kQ4_K: return ColsQ4K(a, wb, n_begin, n_end, bias, y, ldy);
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: return KQuantColsAvx512(a, w, w_type, n_begin, n_end, bias, y, ldy);
     default: break;
   }
 }

@@ -10,6 +10,7 @@
 //           isc = sum_t sc_t * sum_l q[l] * xq[l];  imin = sum_t m_t * sum_l xq[l]
 //           s = fma(d[b] * d_x[b], float(isc), s);  s = fma(-(dmin[b] * d_x[b]), float(imin), s)
 //   then y = s + bias[j].
+//   Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS: see kquant_scalar.cc.
 // Integer sums are exact in any order; the float steps are one fixed chain.
 #include <algorithm>
 #include <cmath>
@@ -21,8 +22,22 @@
 
 namespace tessera::kernels::cpu::internal {
 
+void QuantActSums(const int8_t* q, int64_t k, int16_t* sums, int16_t* sums16) {
+  for (int64_t g = 0; g < k / 32; ++g) {
+    int s = 0;
+    for (int l = 0; l < 32; ++l) s += q[32 * g + l];
+    sums[g] = static_cast<int16_t>(s);
+  }
+  if (sums16 == nullptr) return;
+  for (int64_t g = 0; g < k / 16; ++g) {
+    int s = 0;
+    for (int l = 0; l < 16; ++l) s += q[16 * g + l];
+    sums16[g] = static_cast<int16_t>(s);
+  }
+}
+
 void QuantizeActsScalar(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
-                        float* d, int16_t* sums) {
+                        float* d, int16_t* sums, int16_t* sums16) {
   const int64_t nb = k / block;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * k;
@@ -46,11 +61,7 @@ void QuantizeActsScalar(const float* x, int64_t rows, int64_t k, int64_t block, 
         qr[b * block + l] = static_cast<int8_t>(std::nearbyint(v));  // half-even
       }
     }
-    for (int64_t g = 0; g < k / 32; ++g) {
-      int s = 0;
-      for (int l = 0; l < 32; ++l) s += qr[32 * g + l];
-      sums[r * (k / 32) + g] = static_cast<int16_t>(s);
-    }
+    QuantActSums(qr, k, sums + r * (k / 32), sums16 != nullptr ? sums16 + r * (k / 16) : nullptr);
   }
 }
 
@@ -122,6 +133,11 @@ void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int6
         case DType::kQ8_0: s = RowQ8_0(a, i, static_cast<const BlockQ8_0*>(wr)); break;
         case DType::kQ4_0: s = RowQ4_0(a, i, static_cast<const BlockQ4_0*>(wr)); break;
         case DType::kQ4_K: s = RowQ4_K(a, i, static_cast<const BlockQ4_K*>(wr)); break;
+        case DType::kQ2_K:
+        case DType::kQ3_K:
+        case DType::kQ5_K:
+        case DType::kQ6_K:
+        case DType::kIQ4_XS: s = KQuantRowScalar(a, i, wr, w_type); break;
         default: break;
       }
       if (bias != nullptr) s = s + bias[j];

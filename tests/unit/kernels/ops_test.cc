@@ -14,16 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/kernels/kernel_test_util.h"
+
 namespace tessera::kernels::cpu {
 namespace {
-
-std::vector<float> RandomVec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // Weights stored as `type` plus their exact f32 values (for the reference).
 struct Weights {
@@ -45,10 +39,6 @@ Weights MakeWeights(DType type, int64_t count, uint32_t seed) {
     std::memcpy(w.bytes.data() + 2 * i, &h, 2);
   }
   return w;
-}
-
-bool BitEqual(const float* a, const float* b, int64_t n) {
-  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
 }
 
 // Runs each test once on the AVX2 path and once on the scalar path.

@@ -17,17 +17,10 @@
 #include "common/quant.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/ops.h"
+#include "tests/unit/kernels/kernel_test_util.h"
 
 namespace tessera::kernels::cpu {
 namespace {
-
-std::vector<float> RandomVec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // n rows of k quantized with the reference quantizer, plus the dequantized values.
 struct QWeights {
@@ -71,35 +64,7 @@ std::vector<double> QuantDequantActs(const float* x, int64_t k, int64_t block) {
 
 int64_t ActBlockOf(DType t) { return t == DType::kQ4_K ? 256 : 32; }
 
-bool BitEqual(const float* a, const float* b, int64_t n) {
-  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
-}
-
-// kDefault: the detected dispatch, which on a VNNI CPU mixes AVX2 (small m) and VNNI.
-enum class Path { kScalar, kAvx2, kVnni, kDefault };
-
-void ClearPath() {
-  ClearUseAvx2ForTesting();
-  ClearUseAvx512VnniForTesting();
-}
-
-// Selects one kernel path; false when this CPU lacks it.
-bool UsePath(Path p) {
-  if (p == Path::kDefault) {
-    ClearPath();
-    return true;
-  }
-  if (!SetUseAvx2ForTesting(p != Path::kScalar)) return false;
-  return SetUseAvx512VnniForTesting(p == Path::kVnni);
-}
-
-class QuantPathTest : public ::testing::TestWithParam<Path> {
- protected:
-  void SetUp() override {
-    if (!UsePath(GetParam())) GTEST_SKIP() << "CPU lacks this path (AVX2/FMA/F16C or AVX-512 VNNI)";
-  }
-  void TearDown() override { ClearPath(); }
-};
+class QuantPathTest : public PathTest {};
 
 struct Shape {
   int64_t m, k, n;
@@ -210,35 +175,9 @@ void CheckPathEqualsScalar(Path path) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     for (const Shape& s : {Shape{1, 256, 37}, Shape{6, 512, 64}, Shape{70, 768, 29},
                            Shape{3, 1024, 100}, Shape{130, 256, 47}}) {
+      SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n));
       const QWeights w = MakeQWeights(type, s.n, s.k, 31);
-      auto x = RandomVec(s.m * s.k, 32, -4.0f, 4.0f);
-      if (s.m > 3) {
-        std::fill(x.begin() + s.k, x.begin() + 2 * s.k, 0.0f);         // row 1 zero
-        for (int64_t i = 0; i < s.k; ++i) x[2 * s.k + i] *= 1e30f;     // row 2 huge
-        x[3 * s.k + 17] = std::numeric_limits<float>::quiet_NaN();     // row 3 NaN
-        x[2 * s.k + 5] = 1e-42f;                                       // a denormal
-      }
-      if (s.m > 5) {  // row 5: +-127 extremes everywhere (|x| equal in each block)
-        for (int64_t i = 0; i < s.k; ++i) x[5 * s.k + i] = (i % 3 == 0) ? -1.0f : 1.0f;
-      }
-      const auto bias = RandomVec(s.n, 33);
-      std::vector<float> ya(s.m * s.n), ys(s.m * s.n);
-      ASSERT_TRUE(UsePath(path));
-      Linear(x.data(), s.m, s.k, w.bytes.data(), type, s.n, bias.data(), ya.data(), s.n, &pool);
-      ASSERT_TRUE(UsePath(Path::kScalar));
-      Linear(x.data(), s.m, s.k, w.bytes.data(), type, s.n, bias.data(), ys.data(), s.n, &pool);
-      for (int64_t i = 0; i < s.m * s.n; ++i) {
-        if (std::isnan(ya[i]) && std::isnan(ys[i])) continue;  // NaN sign/payload may differ
-        ASSERT_TRUE(BitEqual(&ya[i], &ys[i], 1)) << "m=" << s.m << " at " << i << ": " << ya[i]
-                                                 << " vs " << ys[i];
-      }
-      if (s.m > 3) {
-        for (int64_t j = 0; j < s.n; ++j) {
-          EXPECT_EQ(ya[s.n + j], bias[j]);               // zero row -> bias exactly
-          EXPECT_TRUE(std::isnan(ya[3 * s.n + j]));      // NaN propagates
-          EXPECT_TRUE(std::isfinite(ya[4 * s.n + j]));   // and stays in its row
-        }
-      }
+      ExpectPathEqualsScalar(path, type, s.m, s.k, s.n, w.bytes.data(), &pool);
     }
   }
   ClearPath();
@@ -435,20 +374,6 @@ TEST_P(QuantPathTest, EmbeddingAndConvertDequantize) {
   }
 }
 
-void PrintTo(Path p, std::ostream* os) {
-  static const char* const kNames[] = {"Scalar", "Avx2", "Vnni", "Default"};
-  *os << kNames[static_cast<int>(p)];
-}
-
-std::string PathName(const ::testing::TestParamInfo<Path>& info) {
-  switch (info.param) {
-    case Path::kScalar: return "Scalar";
-    case Path::kAvx2: return "Avx2";
-    case Path::kVnni: return "Vnni";
-    case Path::kDefault: return "Default";
-  }
-  return "Unknown";
-}
 INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest,
                          ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
                          PathName);
