@@ -42,17 +42,30 @@ void QuantizeActsScalar(const float* x, int64_t rows, int64_t k, int64_t block, 
 void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, int8_t* q,
                       float* d, int16_t* sums);
 // Linear output columns [n_begin, n_end) of all a.m rows with quantized weights w
-// (Q8_0/Q4_0/Q4_K rows of a.k). Per output element: s = 0; per weight block in k
+// (Q8_0/Q4_0/Q4_K and the 32-element types, rows of a.k). Per output element: s = 0; per weight block in k
 // order, an exact int32 block dot, then s = fma(d_w * d_x, isum, s) (Q4_K: two fmas
 // per 256-block, see quant_scalar.cc); y = s + bias. Scalar and AVX2 bitwise equal.
 void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                            int64_t n_end, const float* bias, float* y, int64_t ldy);
 void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                          int64_t n_end, const float* bias, float* y, int64_t ldy);
+// The 32-element types Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (arithmetic: quant32_scalar.cc),
+// entered from the three LinearQuantCols* above: y[i][j] before bias for weight row w_row
+// (scalar), and column ranges like LinearQuantCols* (AVX2, AVX-512).
+float LinearQuant32RowScalar(const QuantActs& a, int64_t i, const void* w_row, DType w_type);
+void LinearQuant32ColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                           int64_t n_end, const float* bias, float* y, int64_t ldy);
+void LinearQuant32ColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                             int64_t n_end, const float* bias, float* y, int64_t ldy);
 // AVX-512 VNNI, bitwise equal to the above; only for types where
 // LinearQuantAvx512Supports() (others take the AVX2 kernel).
 inline bool LinearQuantAvx512Supports(DType w_type) {
-  return w_type == DType::kQ8_0 || w_type == DType::kQ4_0 || w_type == DType::kQ4_K;
+  switch (w_type) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_K:
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL: case DType::kMXFP4:
+      return true;
+    default: return false;
+  }
 }
 // Whether the VNNI kernel is also the faster one for m rows: it transposes each weight
 // block once per 64-row chunk, which at small m costs more than it saves (measured on
@@ -61,6 +74,11 @@ inline bool LinearQuantAvx512Supports(DType w_type) {
 // Bitwise equal results either way, so this choice never changes a value.
 inline bool LinearQuantAvx512Preferred(DType w_type, int64_t m) {
   if (w_type == DType::kQ4_0) return m >= 2;
+  switch (w_type) {  // the 32-element types (measured as above): TODO set
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL: case DType::kMXFP4:
+      return m >= 8;
+    default: break;
+  }
   return (w_type == DType::kQ8_0 || w_type == DType::kQ4_K) && m >= 8;
 }
 void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,

@@ -9,7 +9,7 @@
 //   Q4_K: per 256-block b with sub-blocks t = 0..7 (scale sc_t, min m_t):
 //           isc = sum_t sc_t * sum_l q[l] * xq[l];  imin = sum_t m_t * sum_l xq[l]
 //           s = fma(d[b] * d_x[b], float(isc), s);  s = fma(-(dmin[b] * d_x[b]), float(imin), s)
-//   then y = s + bias[j].
+//   then y = s + bias[j]. Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: quant32_scalar.cc.
 // Integer sums are exact in any order; the float steps are one fixed chain.
 #include <algorithm>
 #include <cmath>
@@ -122,6 +122,8 @@ void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int6
         case DType::kQ8_0: s = RowQ8_0(a, i, static_cast<const BlockQ8_0*>(wr)); break;
         case DType::kQ4_0: s = RowQ4_0(a, i, static_cast<const BlockQ4_0*>(wr)); break;
         case DType::kQ4_K: s = RowQ4_K(a, i, static_cast<const BlockQ4_K*>(wr)); break;
+        case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL:
+        case DType::kMXFP4: s = LinearQuant32RowScalar(a, i, wr, w_type); break;
         default: break;
       }
       if (bias != nullptr) s = s + bias[j];
