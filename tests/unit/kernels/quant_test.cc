@@ -17,17 +17,12 @@
 #include "common/quant.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/ops.h"
+#include "tests/unit/kernels/quant_test_util.h"
 
 namespace tessera::kernels::cpu {
 namespace {
 
-std::vector<float> RandomVec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using namespace qtest;  // NOLINT: the shared helpers (quant_test_util.h)
 
 // n rows of k quantized with the reference quantizer, plus the dequantized values.
 struct QWeights {
@@ -52,46 +47,7 @@ QWeights MakeQWeights(DType type, int64_t n, int64_t k, uint32_t seed) {
   return w;
 }
 
-// The activation quantization Linear documents (ops.h), written independently:
-// per block of `block`, d = amax / 127, q = round-half-even(clamp(x / d, +-127)).
-std::vector<double> QuantDequantActs(const float* x, int64_t k, int64_t block) {
-  std::vector<double> out(k);
-  for (int64_t b = 0; b < k / block; ++b) {
-    float amax = 0.0f;
-    for (int64_t l = 0; l < block; ++l) amax = std::max(amax, std::fabs(x[b * block + l]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int64_t l = 0; l < block; ++l) {
-      const float v = std::clamp(x[b * block + l] * id, -127.0f, 127.0f);
-      out[b * block + l] = static_cast<double>(d) * std::nearbyint(v);
-    }
-  }
-  return out;
-}
-
 int64_t ActBlockOf(DType t) { return t == DType::kQ4_K ? 256 : 32; }
-
-bool BitEqual(const float* a, const float* b, int64_t n) {
-  return std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0;
-}
-
-// kDefault: the detected dispatch, which on a VNNI CPU mixes AVX2 (small m) and VNNI.
-enum class Path { kScalar, kAvx2, kVnni, kDefault };
-
-void ClearPath() {
-  ClearUseAvx2ForTesting();
-  ClearUseAvx512VnniForTesting();
-}
-
-// Selects one kernel path; false when this CPU lacks it.
-bool UsePath(Path p) {
-  if (p == Path::kDefault) {
-    ClearPath();
-    return true;
-  }
-  if (!SetUseAvx2ForTesting(p != Path::kScalar)) return false;
-  return SetUseAvx512VnniForTesting(p == Path::kVnni);
-}
 
 class QuantPathTest : public ::testing::TestWithParam<Path> {
  protected:
@@ -435,23 +391,9 @@ TEST_P(QuantPathTest, EmbeddingAndConvertDequantize) {
   }
 }
 
-void PrintTo(Path p, std::ostream* os) {
-  static const char* const kNames[] = {"Scalar", "Avx2", "Vnni", "Default"};
-  *os << kNames[static_cast<int>(p)];
-}
-
-std::string PathName(const ::testing::TestParamInfo<Path>& info) {
-  switch (info.param) {
-    case Path::kScalar: return "Scalar";
-    case Path::kAvx2: return "Avx2";
-    case Path::kVnni: return "Vnni";
-    case Path::kDefault: return "Default";
-  }
-  return "Unknown";
-}
 INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest,
                          ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
-                         PathName);
+                         [](const ::testing::TestParamInfo<Path>& info) { return std::string(PathName(info.param)); });
 
 }  // namespace
 }  // namespace tessera::kernels::cpu
