@@ -6,7 +6,8 @@
 // per output element. AVX2/FMA paths are chosen at run time (CpuFeatures());
 // a scalar path runs elsewhere; quantized Linear also has an AVX-512 VNNI path,
 // bitwise equal to both. Activations are f32; weights may be f32/f16/bf16 or
-// block-quantized (Q8_0/Q4_0/Q4_K, common/quant.h) for Linear, Embedding, ConvertToF32.
+// block-quantized for Linear, Embedding, ConvertToF32 (common/quant.h: Q8_0/Q4_0/Q4_K, and
+// the 32-element Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4).
 //
 // Layouts are dense row-major unless stated. `pool` may be null (single thread).
 #pragma once
@@ -35,7 +36,7 @@ bool UseAvx2();
 bool SetUseAvx2ForTesting(bool use_avx2);
 // Testing only: back to the detected default (features and TESSERA_CPU_SCALAR).
 void ClearUseAvx2ForTesting();
-// True when quantized Linear (Q8_0/Q4_0/Q4_K) may use the AVX-512 VNNI kernels: requires
+// True when quantized Linear may use the AVX-512 VNNI kernels: requires
 // UseAvx2() and CpuFeatures().avx512vnni; TESSERA_CPU_NO_AVX512=1 (read once)
 // turns it off. Results are bitwise the same either way; only speed differs.
 bool UseAvx512Vnni();
@@ -53,10 +54,11 @@ void ClearUseAvx512VnniForTesting();
 // x: [M, K] f32; w: [N, K] of w_type; bias: [N] f32 or null; y: [M, N] f32 with row
 // stride ldy (>= N).
 // f32/f16/bf16 weights: f32 FMA dot products (weights converted exactly).
-// Q8_0/Q4_0/Q4_K weights (K a multiple of the block, else abort): each x row is first
+// Quantized weights (K a multiple of the block, else abort): each x row is first
 // quantized on its own to int8 blocks (32 values; 256 for Q4_K): d = amax/127,
 // q = round-half-even(x/d); then per weight block an exact integer dot, scaled by
-// d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc).
+// d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc and
+// quant32_scalar.cc; Q4_1/Q5_1 add their min times d_x * sum(x) as a second fma).
 // So the result is the float64 product of the dequantized weights and the
 // quantize-dequantized activations up to f32 rounding; AVX-512 VNNI, AVX2 and
 // scalar are bitwise equal. A NaN in x makes its row NaN.
