@@ -267,6 +267,12 @@ TEST(Quant32KernelsTest, PathSelection) {
     }
   }
   ClearPath();
+  if (UseAvx2() && UseAvx512Vnni()) {  // by default from the measured m (internal.h)
+    EXPECT_STREQ(QuantLinearPath(DType::kIQ4_NL, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kMXFP4, 2), "vnni");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ5_0, 3), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_1, 4), "vnni");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Quant32PathTest,
