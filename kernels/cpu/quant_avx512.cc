@@ -89,12 +89,7 @@ TESSERA_AVX512 void ColsQ4K(const QuantActs& a, const uint8_t* w, int64_t n0, in
     const int64_t rows = std::min(a.m, mb + kMc) - mb;
     for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
       const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
-      const uint8_t* w0 = w + j0 * rb;
-      if (nc < kCols) {
-        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
-        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
-        w0 = t_tail.data();
-      }
+      const uint8_t* w0 = Group16(w, j0, nc, rb);
       const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {

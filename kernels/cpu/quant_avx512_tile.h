@@ -72,6 +72,17 @@ TESSERA_AVX512 inline void Transpose16x4(const uint8_t* p, int64_t rb, __m512i* 
 inline thread_local std::vector<uint8_t> t_tail;  // a last group of < 16 columns, zero-padded
 inline thread_local std::vector<int32_t> t_off;   // -kOffset * sum(x) per (row, block)
 
+// The 16 weight rows (row stride rb) of the column group at j0, nc of them real: blocks
+// always read 16 rows, so a last group of nc < 16 is copied to t_tail with zero padding
+// (zero scales; those columns are never stored).
+inline const uint8_t* Group16(const uint8_t* w, int64_t j0, int nc, int64_t rb) {
+  const uint8_t* w0 = w + j0 * rb;
+  if (nc == kCols) return w0;
+  t_tail.assign(static_cast<size_t>(kCols * rb), 0);
+  std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
+  return t_tail.data();
+}
+
 // Linear columns [n0, n1) of all rows for a type of 32-element blocks, described by Kind:
 //   kType, kBlockBytes; Unpack(w0, rb, off, wv) fills wv[0..7] with the 16 columns' block
 //   as u8 (wv[t] dword c = column c's elements 4t..4t+3, the same layout Transpose16x4
@@ -93,12 +104,7 @@ TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64
     const int64_t rows = std::min(a.m, mb + kMc) - mb;
     for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
       const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
-      const uint8_t* w0 = w + j0 * rb;
-      if (nc < kCols) {  // blocks always read 16 rows; padding rows (zero scales) not stored
-        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
-        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
-        w0 = t_tail.data();
-      }
+      const uint8_t* w0 = Group16(w, j0, nc, rb);
       // Next group's weights (16 contiguous rows), fetched while this one runs.
       const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
