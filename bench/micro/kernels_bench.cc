@@ -339,7 +339,8 @@ int RegisterAll() {
   const LinearShape qshapes[] = {{"896x896", 896, 896},
                                  {"896x4864", 896, 4864},
                                  {"4864x896", 4864, 896},
-                                 {"896x151936", 896, 151936}};
+                                 {"896x151936", 896, 151936},
+                                 {"4096x4096", 4096, 4096}};  // a 7-8B model's attention
   auto add = [](DType type, const LinearShape& s) {
     if (DTypeRowBytes(type, s.k) < 0) return;  // Q4_K needs K % 256 == 0 (not 896)
     const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
@@ -350,7 +351,8 @@ int RegisterAll() {
       for (int threads : {1, 2}) b->Args({m, threads});
     }
   };
-  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                     DType::kIQ4_NL, DType::kMXFP4}) {
     for (const auto& s : qshapes) add(type, s);
   }
   for (DType type : {DType::kBF16, DType::kF32}) {

@@ -52,7 +52,7 @@ void QuantizeActsAvx2(const float* x, int64_t rows, int64_t k, int64_t block, in
 // The sums of one quantized row of k (both QuantizeActs call it: one definition).
 void QuantActSums(const int8_t* q, int64_t k, int16_t* sums, int16_t* sums16);
 // Linear output columns [n_begin, n_end) of all a.m rows with quantized weights w
-// (Q8_0/Q4_0/Q4_K rows of a.k). Per output element: s = 0; per weight block in k
+// (Q8_0/Q4_0/Q4_K and the 32-element types, rows of a.k). Per output element: s = 0; per weight block in k
 // order, an exact int32 block dot, then s = fma(d_w * d_x, isum, s) (Q4_K: two fmas
 // per 256-block, see quant_scalar.cc); y = s + bias. Scalar and AVX2 bitwise equal.
 void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
@@ -66,6 +66,14 @@ void KQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_b
                     int64_t n_end, const float* bias, float* y, int64_t ldy);
 void KQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
                       int64_t n_end, const float* bias, float* y, int64_t ldy);
+// The 32-element types Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 (arithmetic: quant32_scalar.cc),
+// entered from the three LinearQuantCols* above: y[i][j] before bias for weight row w_row
+// (scalar), and column ranges like LinearQuantCols* (AVX2, AVX-512).
+float LinearQuant32RowScalar(const QuantActs& a, int64_t i, const void* w_row, DType w_type);
+void LinearQuant32ColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                           int64_t n_end, const float* bias, float* y, int64_t ldy);
+void LinearQuant32ColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,
+                             int64_t n_end, const float* bias, float* y, int64_t ldy);
 // AVX-512 VNNI, bitwise equal to the above; only for types where
 // LinearQuantAvx512Supports() (others take the AVX2 kernel).
 inline bool LinearQuantAvx512Supports(DType w_type) {
@@ -77,7 +85,9 @@ inline bool LinearQuantAvx512Supports(DType w_type) {
     case DType::kQ3_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
-    case DType::kIQ4_XS: return true;
+    case DType::kIQ4_XS:
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL: case DType::kMXFP4:
+      return true;
     default: return false;
   }
 }
@@ -91,6 +101,11 @@ inline bool LinearQuantAvx512Preferred(DType w_type, int64_t m) {
   if (w_type == DType::kQ2_K || w_type == DType::kQ3_K || w_type == DType::kQ5_K ||
       w_type == DType::kQ6_K || w_type == DType::kIQ4_XS)
     return m >= 4;  // 4096x4096, 1 thread: AVX2 faster at m = 1, even at 2, VNNI from 4
+  switch (w_type) {  // the 32-element types, measured alike (Zen 4, 4096x4096, 1 thread)
+    case DType::kIQ4_NL: case DType::kMXFP4: return m >= 2;  // table lookups cost AVX2 more
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: return m >= 4;
+    default: break;
+  }
   return (w_type == DType::kQ8_0 || w_type == DType::kQ4_K) && m >= 8;
 }
 void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int64_t n_begin,

@@ -32,7 +32,7 @@ struct MoeExpertsArgs {
   int64_t tokens = 0, hidden = 0, inter = 0, top_k = 0, num_experts = 0;
   const int32_t* topk_ids = nullptr;     // [tokens, top_k], each in [0, num_experts)
   const float* topk_weights = nullptr;   // [tokens, top_k]
-  DType dtype = DType::kF32;             // of every expert matrix (f32/f16/bf16/Q8_0/Q4_0/Q4_K)
+  DType dtype = DType::kF32;             // of every expert matrix (any type Linear takes)
   const void* const* gate = nullptr;     // per expert [inter, hidden]
   const void* const* up = nullptr;       // per expert [inter, hidden]
   const void* const* down = nullptr;     // per expert [hidden, inter]

@@ -6,8 +6,8 @@
 // per output element. AVX2/FMA paths are chosen at run time (CpuFeatures());
 // a scalar path runs elsewhere; quantized Linear also has an AVX-512 VNNI path,
 // bitwise equal to both. Activations are f32; weights may be f32/f16/bf16 or
-// block-quantized (Q8_0/Q4_0/Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/IQ4_XS, common/quant.h) for Linear,
-// Embedding, ConvertToF32.
+// block-quantized (common/quant.h: Q8_0/Q4_0/Q4_K, the 32-element Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4
+// and the 256-element Q2_K/Q3_K/Q5_K/Q6_K/IQ4_XS) for Linear, Embedding, ConvertToF32.
 //
 // Layouts are dense row-major unless stated. `pool` may be null (single thread).
 #pragma once
@@ -58,7 +58,8 @@ void ClearUseAvx512VnniForTesting();
 // quantized on its own to int8 blocks (32 values; 256 for the K-quants and IQ4_XS,
 // with sums per 16 as llama.cpp's Q8_K): d = amax/127,
 // q = round-half-even(x/d); then per weight block an exact integer dot, scaled by
-// d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc).
+// d_w * d_x and accumulated in f32 in k order (see kernels/cpu/quant_scalar.cc and
+// quant32_scalar.cc; Q4_1/Q5_1 add their min times d_x * sum(x) as a second fma).
 // So the result is the float64 product of the dequantized weights and the
 // quantize-dequantized activations up to f32 rounding; AVX-512 VNNI, AVX2 and
 // scalar are bitwise equal. A NaN in x makes its row NaN.

@@ -44,7 +44,6 @@ struct Q8_0 {
   static void Tile(const QuantActs& a, int64_t i0, const uint8_t* w0, int64_t rb, int nc,
                    const float* bias, float* y, int64_t ldy, const char* pf) {
     const int64_t nb = a.k / 32;
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[MR];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
@@ -65,15 +64,7 @@ struct Q8_0 {
         const int64_t row = i0 + r;
         const int8_t* xb = a.q + row * a.k + 32 * b;
         const __m256i xl = Bcast16(xb), xh = Bcast16(xb + 16);
-        __m256i p[4];
-#pragma GCC unroll 8
-        for (int i = 0; i < 4; ++i) {  // |w| * sign(x, w) = w * x; pairs <= 2*128*127
-          const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(aa[i], _mm256_sign_epi8(xl, wa[i])), ones);
-          const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(ab[i], _mm256_sign_epi8(xh, wb[i])), ones);
-          p[i] = _mm256_add_epi32(pa, pb);
-        }
-        // Per half: [p0 pair sums x2, p1 x2 | ...] then [p0, p1, p2, p3]: columns 0..3 | 4..7.
-        const __m256i isum = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        const __m256i isum = SignedDot(aa, ab, wa, wb, xl, xh);
         const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(a.d[row * nb + b]));
         acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), acc[r]);
       }
@@ -275,6 +266,8 @@ void LinearQuantColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kIQ4_XS: return KQuantColsAvx2(a, w, w_type, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL: case DType::kMXFP4:
+      return LinearQuant32ColsAvx2(a, w, w_type, n_begin, n_end, bias, y, ldy);
     default: break;
   }
 }

@@ -99,6 +99,24 @@ inline void Transpose8x8(const uint64_t* rows, __m256i* out) {
   }
 }
 
+// Exact int32 dots of signed weights with x for the 4 column pairs (i, i + 4): weights
+// given as |w| (ua: elements 0..15, ub: 16..31, |w| <= 128 as u8) and w itself (wa, wb)
+// for the sign, moved onto x (|x| <= 127): int16 pairs <= 2 * 128 * 127, widened at once.
+// Lanes: columns 0..3 | 4..7.
+inline __m256i SignedDot(const __m256i* ua, const __m256i* ub, const __m256i* wa, const __m256i* wb,
+                         __m256i xl, __m256i xh) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i p[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m256i pa = _mm256_madd_epi16(_mm256_maddubs_epi16(ua[i], _mm256_sign_epi8(xl, wa[i])), ones);
+    const __m256i pb = _mm256_madd_epi16(_mm256_maddubs_epi16(ub[i], _mm256_sign_epi8(xh, wb[i])), ones);
+    p[i] = _mm256_add_epi32(pa, pb);
+  }
+  // Per half: [p0 pair sums x2, p1 x2 | ...] then [p0, p1, p2, p3].
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+}
+
 inline thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
 
 template <class Kind>

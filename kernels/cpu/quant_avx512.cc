@@ -33,10 +33,13 @@ namespace {
 
 using namespace avx512q;  // NOLINT: the shared helpers (quant_avx512_tile.h)
 
-// Each Kind fills wv[0..7] for one 32-element block so that wv[t] (u8, per column)
-// pairs with x bytes 4t..4t+3, and isum = dot - kOffset * sum(x).
+// Kinds for avx512q::Cols (quant_avx512_tile.h): each fills wv[0..7] for one 32-element
+// block so that wv[t] (u8, per column) pairs with x bytes 4t..4t+3, and
+// isum = dot - kOffset * sum(x).
 struct Q8_0 {
   static constexpr DType kType = DType::kQ8_0;
+  static constexpr bool kMin = false;
+  TESSERA_AVX512 static __m512 Scale16(const uint8_t* w0, int64_t rb, int64_t off) { return LoadD16(w0, rb, off); }
   static constexpr int64_t kBlockBytes = 34;
   static constexpr int32_t kOffset = 128;
   TESSERA_AVX512 static void Unpack(const uint8_t* w0, int64_t rb, int64_t off, __m512i* wv) {
@@ -54,6 +57,8 @@ struct Q8_0 {
 
 struct Q4_0 {
   static constexpr DType kType = DType::kQ4_0;
+  static constexpr bool kMin = false;
+  TESSERA_AVX512 static __m512 Scale16(const uint8_t* w0, int64_t rb, int64_t off) { return LoadD16(w0, rb, off); }
   static constexpr int64_t kBlockBytes = 18;
   static constexpr int32_t kOffset = 8;
   TESSERA_AVX512 static void Unpack(const uint8_t* w0, int64_t rb, int64_t off, __m512i* wv) {
@@ -67,67 +72,6 @@ struct Q4_0 {
     }
   }
 };
-
-thread_local std::vector<uint8_t> t_tail;  // a last group of < 16 columns, zero-padded
-thread_local std::vector<int32_t> t_off;   // -kOffset * sum(x) per (row, block)
-
-template <class Kind>
-TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64_t n1,
-                         const float* bias, float* y, int64_t ldy) {
-  const int64_t rb = DTypeRowBytes(Kind::kType, a.k);
-  const int64_t nb = a.k / 32;
-  // The dots start at -kOffset * sum(x): one broadcast load per row and block.
-  t_off.resize(static_cast<size_t>(a.m * nb));
-  for (int64_t i = 0; i < a.m * nb; ++i) t_off[i] = -Kind::kOffset * int32_t{a.sums[i]};
-  const int32_t* off0 = t_off.data();
-  __m512 acc[kMc];
-  for (int64_t mb = 0; mb < a.m; mb += kMc) {
-    const int64_t rows = std::min(a.m, mb + kMc) - mb;
-    for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
-      const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
-      const uint8_t* w0 = w + j0 * rb;
-      if (nc < kCols) {  // blocks always read 16 rows; padding rows (zero scales) not stored
-        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
-        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
-        w0 = t_tail.data();
-      }
-      // Next group's weights (16 contiguous rows), fetched while this one runs.
-      const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
-      for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t off = b * Kind::kBlockBytes;
-        if (pf != nullptr) {
-          for (int64_t o = 0; o < kCols * Kind::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-          pf += kCols * Kind::kBlockBytes;
-        }
-        __m512i wv[8];
-        Kind::Unpack(w0, rb, off, wv);
-        const __m512 dw = LoadD16(w0, rb, off);
-#pragma GCC unroll 2
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t row = mb + r;
-          const int8_t* xb = a.q + row * a.k + 32 * b;
-          // Two independent dpbusd chains; integer sums are exact in any order.
-          __m512i s0 = _mm512_set1_epi32(off0[row * nb + b]), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 4
-          for (int t = 0; t < 4; ++t) {
-            s0 = _mm512_dpbusd_epi32(s0, wv[2 * t], _mm512_set1_epi32(Ld32(xb + 8 * t)));
-            s1 = _mm512_dpbusd_epi32(s1, wv[2 * t + 1], _mm512_set1_epi32(Ld32(xb + 8 * t + 4)));
-          }
-          const __m512i isum = _mm512_add_epi32(s0, s1);
-          const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d[row * nb + b]));
-          acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[r]);
-        }
-      }
-      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 v = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
-        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, v);
-      }
-    }
-  }
-}
 
 // Q4_K: per 256-block, isc = sum_t sc_t * dot_t (dot_t of sub-block t by 8 vpdpbusd,
 // times sc_t by vpmulld; |isc| < 2^25) and imin = sum_t m_t * bsum_t (vpdpwssd on
@@ -145,12 +89,7 @@ TESSERA_AVX512 void ColsQ4K(const QuantActs& a, const uint8_t* w, int64_t n0, in
     const int64_t rows = std::min(a.m, mb + kMc) - mb;
     for (int64_t j0 = n0; j0 < n1; j0 += kCols) {
       const int nc = static_cast<int>(std::min<int64_t>(kCols, n1 - j0));
-      const uint8_t* w0 = w + j0 * rb;
-      if (nc < kCols) {
-        t_tail.assign(static_cast<size_t>(kCols * rb), 0);
-        std::memcpy(t_tail.data(), w0, static_cast<size_t>(nc * rb));
-        w0 = t_tail.data();
-      }
+      const uint8_t* w0 = Group16(w, j0, nc, rb);
       const char* pf = j0 + kCols < n1 ? reinterpret_cast<const char*>(w + (j0 + kCols) * rb) : nullptr;
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
@@ -236,6 +175,8 @@ void LinearQuantColsAvx512(const QuantActs& a, const void* w, DType w_type, int6
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kIQ4_XS: return KQuantColsAvx512(a, w, w_type, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL: case DType::kMXFP4:
+      return LinearQuant32ColsAvx512(a, w, w_type, n_begin, n_end, bias, y, ldy);
     default: break;
   }
 }

@@ -10,7 +10,8 @@
 //           isc = sum_t sc_t * sum_l q[l] * xq[l];  imin = sum_t m_t * sum_l xq[l]
 //           s = fma(d[b] * d_x[b], float(isc), s);  s = fma(-(dmin[b] * d_x[b]), float(imin), s)
 //   then y = s + bias[j].
-//   Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS: see kquant_scalar.cc.
+//   Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS: see kquant_scalar.cc; Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4:
+//   quant32_scalar.cc.
 // Integer sums are exact in any order; the float steps are one fixed chain.
 #include <algorithm>
 #include <cmath>
@@ -138,6 +139,8 @@ void LinearQuantColsScalar(const QuantActs& a, const void* w, DType w_type, int6
         case DType::kQ5_K:
         case DType::kQ6_K:
         case DType::kIQ4_XS: s = KQuantRowScalar(a, i, wr, w_type); break;
+        case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kIQ4_NL:
+        case DType::kMXFP4: s = LinearQuant32RowScalar(a, i, wr, w_type); break;
         default: break;
       }
       if (bias != nullptr) s = s + bias[j];

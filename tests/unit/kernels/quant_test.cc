@@ -18,9 +18,12 @@
 #include "common/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "tests/unit/kernels/kernel_test_util.h"
+#include "tests/unit/kernels/quant_test_util.h"
 
 namespace tessera::kernels::cpu {
 namespace {
+
+using namespace qtest;  // NOLINT: the shared helpers (quant_test_util.h)
 
 // n rows of k quantized with the reference quantizer, plus the dequantized values.
 struct QWeights {
@@ -43,23 +46,6 @@ QWeights MakeQWeights(DType type, int64_t n, int64_t k, uint32_t seed) {
     DequantizeRow(w.bytes.data() + j * rb, type, k, w.deq.data() + j * k);
   }
   return w;
-}
-
-// The activation quantization Linear documents (ops.h), written independently:
-// per block of `block`, d = amax / 127, q = round-half-even(clamp(x / d, +-127)).
-std::vector<double> QuantDequantActs(const float* x, int64_t k, int64_t block) {
-  std::vector<double> out(k);
-  for (int64_t b = 0; b < k / block; ++b) {
-    float amax = 0.0f;
-    for (int64_t l = 0; l < block; ++l) amax = std::max(amax, std::fabs(x[b * block + l]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int64_t l = 0; l < block; ++l) {
-      const float v = std::clamp(x[b * block + l] * id, -127.0f, 127.0f);
-      out[b * block + l] = static_cast<double>(d) * std::nearbyint(v);
-    }
-  }
-  return out;
 }
 
 int64_t ActBlockOf(DType t) { return t == DType::kQ4_K ? 256 : 32; }
@@ -376,7 +362,7 @@ TEST_P(QuantPathTest, EmbeddingAndConvertDequantize) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, QuantPathTest,
                          ::testing::Values(Path::kScalar, Path::kAvx2, Path::kVnni, Path::kDefault),
-                         PathName);
+                         [](const ::testing::TestParamInfo<Path>& info) { return std::string(PathName(info.param)); });
 
 }  // namespace
 }  // namespace tessera::kernels::cpu
