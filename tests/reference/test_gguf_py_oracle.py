@@ -110,10 +110,10 @@ def extreme_blocks(rng, t):
         kind = block_dtype(t)[f].base
         if kind == np.float16:
             values = [np.uint16(v).view(np.float16) for v in F16_EXTREMES]
-        elif f in BYTE_EXTREMES:
-            values = BYTE_EXTREMES[f]
         elif kind == np.int8 and f == "scales":
             values = I8_EXTREMES
+        elif f in BYTE_EXTREMES:
+            values = BYTE_EXTREMES[f]
         elif kind == np.uint16:
             values = U16_EXTREMES
         else:
