@@ -21,11 +21,11 @@ struct Bound {
 // Measured on this data (gaussian rows with 1% outliers of 8x) and given ~25% room; a
 // broken layout or scale gives errors of the order of the values themselves (rel_rms ~1).
 constexpr Bound kBounds[] = {
-    {DType::kQ8_0, 0.006, 0.005},  {DType::kQ4_0, 0.12, 0.08},  {DType::kQ4_1, 0.10, 0.06},
-    {DType::kQ5_0, 0.06, 0.04},    {DType::kQ5_1, 0.05, 0.03},  {DType::kQ2_K, 0.45, 0.30},
-    {DType::kQ3_K, 0.25, 0.15},    {DType::kQ4_K, 0.12, 0.08},  {DType::kQ5_K, 0.06, 0.04},
-    {DType::kQ6_K, 0.03, 0.02},    {DType::kIQ4_NL, 0.12, 0.08}, {DType::kIQ4_XS, 0.12, 0.08},
-    {DType::kMXFP4, 0.20, 0.13},
+    {DType::kQ8_0, 0.010, 0.005},  {DType::kQ4_0, 0.16, 0.08},  {DType::kQ4_1, 0.12, 0.075},
+    {DType::kQ5_0, 0.082, 0.04},   {DType::kQ5_1, 0.06, 0.035}, {DType::kQ2_K, 0.46, 0.27},
+    {DType::kQ3_K, 0.24, 0.16},    {DType::kQ4_K, 0.12, 0.075}, {DType::kQ5_K, 0.06, 0.035},
+    {DType::kQ6_K, 0.03, 0.02},    {DType::kIQ4_NL, 0.13, 0.10}, {DType::kIQ4_XS, 0.13, 0.10},
+    {DType::kMXFP4, 0.17, 0.27},
 };
 
 std::vector<float> Rows(int rows, int k, uint32_t seed) {

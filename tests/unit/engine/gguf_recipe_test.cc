@@ -47,7 +47,7 @@ TEST(GgufRecipe, Q4KMGivesAttnVAndFfnDownMoreBitsInSomeLayers) {
     EXPECT_EQ(TypeOf(15, m, "blk." + std::to_string(i) + ".attn_v.weight", i), DType::kQ6_K) << i;
     EXPECT_EQ(TypeOf(15, m, "blk." + std::to_string(i) + ".ffn_down.weight", i), DType::kQ6_K) << i;
   }
-  for (int64_t i : {4, 5, 7, 27}) {
+  for (int64_t i : {4, 5, 7, 26}) {
     EXPECT_EQ(TypeOf(15, m, "blk." + std::to_string(i) + ".attn_v.weight", i), DType::kQ4_K) << i;
     EXPECT_EQ(TypeOf(15, m, "blk." + std::to_string(i) + ".ffn_down.weight", i), DType::kQ4_K) << i;
   }
@@ -90,7 +90,7 @@ TEST(GgufRecipe, RowsThatAreNotWholeBlocksFallBackAsLlamaCpps) {
   EXPECT_FALSE(fell);
   EXPECT_EQ(RecipeTensorType(q4km, m, {"blk.2.ffn_up.weight", 2, 896, 2}, &fell), DType::kQ5_0);
   EXPECT_TRUE(fell);
-  EXPECT_EQ(RecipeTensorType(q4km, m, {"blk.0.ffn_down.weight", 2, 4864, 0}, &fell), DType::kQ8_0);  // Q6_K's
+  EXPECT_EQ(RecipeTensorType(q4km, m, {"blk.3.ffn_down.weight", 2, 896, 3}, &fell), DType::kQ8_0);  // Q6_K's
   EXPECT_EQ(RecipeFallback(DType::kQ5_K, 96), DType::kQ5_1);
   EXPECT_EQ(RecipeFallback(DType::kIQ4_XS, 96), DType::kIQ4_NL);
   EXPECT_EQ(RecipeFallback(DType::kQ3_K, 64), DType::kQ4_0);
