@@ -1,8 +1,10 @@
 // `tessera gguf-info FILE`: the header, metadata and tensor table of a GGUF
-// file, validated as the loader validates it (text, or JSON with --json).
+// file, validated as the loader validates it (text, or JSON with --json), with a
+// per-type count/bytes summary and the file's llama.cpp recipe (general.file_type).
 // Exits 1 when the file or its model metadata is invalid.
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,7 @@
 
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
+#include "engine/gguf_recipe.h"
 #include "cli/commands.h"
 
 namespace tessera {
@@ -40,6 +43,29 @@ ojson ValueJson(const GgufValue& v, int64_t max_array) {
   return nullptr;
 }
 
+// Tensors and bytes per GGML type, in type-id order.
+struct TypeCount {
+  uint64_t tensors = 0, bytes = 0;
+};
+std::map<uint32_t, TypeCount> CountTypes(const GgufContents& c) {
+  std::map<uint32_t, TypeCount> out;
+  for (const GgufTensor& t : c.tensors) {
+    out[t.ggml_type].tensors += 1;
+    out[t.ggml_type].bytes += t.nbytes;
+  }
+  return out;
+}
+
+// general.file_type as llama.cpp names it; null when absent, "unknown" ids kept.
+ojson FileTypeJson(const GgufContents& c) {
+  const GgufValue* v = c.Find("general.file_type");
+  const auto id = v ? v->AsInt() : std::nullopt;
+  if (!id) return nullptr;
+  const LlamaFileType* f = *id >= 0 && *id <= UINT32_MAX ? FindLlamaFileType(static_cast<uint32_t>(*id)) : nullptr;
+  if (f == nullptr) return {{"id", *id}, {"name", nullptr}, {"recipe", nullptr}, {"description", "unknown"}};
+  return {{"id", *id}, {"name", f->enum_name}, {"recipe", f->recipe}, {"description", f->description}};
+}
+
 int Run(const std::string& path, bool as_json, int64_t max_array) {
   auto f = GgufFile::Open(path);
   if (!f.ok()) {
@@ -59,10 +85,16 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
     j["metadata"] = std::move(md);
     ojson ts = ojson::array();
     for (const GgufTensor& t : c.tensors) {
-      ts.push_back({{"name", t.name}, {"ne", t.ne}, {"type", GgmlTypeName(t.ggml_type)}, {"type_id", t.ggml_type},
-                    {"offset", t.offset}, {"nbytes", t.nbytes}});
+      ts.push_back({{"name", t.name}, {"ne", t.ne}, {"shape", t.shape()}, {"type", GgmlTypeName(t.ggml_type)},
+                    {"type_id", t.ggml_type}, {"offset", t.offset}, {"nbytes", t.nbytes}});
     }
     j["tensors"] = std::move(ts);
+    ojson types = ojson::array();
+    for (const auto& [id, n] : CountTypes(c)) {
+      types.push_back({{"type", GgmlTypeName(id)}, {"type_id", id}, {"tensors", n.tensors}, {"bytes", n.bytes}});
+    }
+    j["types"] = std::move(types);
+    j["file_type"] = FileTypeJson(c);
     j["model"] = config.ok() ? ojson(config->Summary()) : ojson(nullptr);
     if (!config.ok()) j["model_error"] = config.status().ToString();
     // Invalid UTF-8 in strings is replaced rather than aborting the dump.
@@ -85,9 +117,21 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
   for (const GgufTensor& t : c.tensors) {
     std::string ne;
     for (int64_t d : t.ne) ne += (ne.empty() ? "" : ", ") + std::to_string(d);
-    std::printf("  %-32s %-5s ne [%s] offset %llu bytes %llu\n", t.name.c_str(),
+    std::printf("  %-32s %-6s ne [%s] offset %llu bytes %llu\n", t.name.c_str(),
                 std::string(GgmlTypeName(t.ggml_type)).c_str(), ne.c_str(),
                 static_cast<unsigned long long>(t.offset), static_cast<unsigned long long>(t.nbytes));
+  }
+  for (const auto& [id, n] : CountTypes(c)) {
+    std::printf("type %-6s %5llu tensors %14llu bytes\n", std::string(GgmlTypeName(id)).c_str(),
+                static_cast<unsigned long long>(n.tensors), static_cast<unsigned long long>(n.bytes));
+  }
+  const ojson ft = FileTypeJson(c);
+  if (ft.is_null()) {
+    std::printf("file type: not set (no general.file_type)\n");
+  } else {
+    std::printf("file type: %lld %s (%s)\n", static_cast<long long>(ft["id"].get<int64_t>()),
+                ft["recipe"].is_null() ? "unknown" : ft["recipe"].get<std::string>().c_str(),
+                ft["description"].get<std::string>().c_str());
   }
   std::printf("model: %s\n", config.ok() ? config->Summary().c_str() : config.status().ToString().c_str());
   // The container may be well formed while the model metadata is not: that is

@@ -1,12 +1,14 @@
 // `tessera kernel`: runs one CPU kernel on raw little-endian files, for independent
-// oracles (tests/reference/test_quant_reference.py) and debugging. Not a serving path.
+// oracles (tests/reference/test_quant_reference.py, test_gguf_py_oracle.py) and debugging. Not a serving path.
 //
 //   tessera kernel --op dequantize --dtype q4_k --k 512 --n 3 --weights w.bin --out deq.f32
+//   tessera kernel --op quantize --dtype q5_1 --k 512 --n 3 --x rows.f32 --out w.bin
 //   tessera kernel --op linear --dtype q8_0 --k 512 --n 3 --m 5 --weights w.bin
 //       --x x.f32 [--bias b.f32] [--threads 2] --out y.f32
 //
 // weights: n rows of k elements in the dtype's byte layout (GGUF blocks for quantized
-// types); x: [m, k] f32; bias: [n] f32; out: [m, n] f32 (linear) or [n, k] f32.
+// types); x: [m, k] f32 ([n, k] for quantize); bias: [n] f32; out: [m, n] f32 (linear),
+// [n, k] f32 (dequantize) or n rows of blocks (quantize: common/quant.h's QuantizeRow).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/ops.h"
 #include "cli/commands.h"
@@ -47,9 +50,9 @@ bool ReadExact(const char* field, const std::string& path, int64_t bytes, std::v
   return true;
 }
 
-bool WriteAll(const std::string& path, const float* data, int64_t count) {
+bool WriteAll(const std::string& path, const void* data, int64_t bytes) {
   std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   if (!f) {
     std::fprintf(stderr, "error: --out: cannot write %s\n", path.c_str());
     return false;
@@ -74,12 +77,25 @@ int RunKernel(const KernelArgs& a) {
                  static_cast<long long>(DTypeBlockElems(type)));
     return 2;
   }
+  if (a.op == "quantize") {
+    std::vector<uint8_t> x;
+    if (!IsQuantized(type)) {
+      std::fprintf(stderr, "error: --dtype: quantize needs a quantized type, got '%s'\n", a.dtype.c_str());
+      return 2;
+    }
+    if (!ReadExact("x", a.x, a.n * a.k * 4, &x)) return 2;
+    std::vector<float> xf(a.n * a.k);
+    std::memcpy(xf.data(), x.data(), x.size());
+    std::vector<uint8_t> out(row_bytes * a.n);
+    for (int64_t r = 0; r < a.n; ++r) QuantizeRow(xf.data() + r * a.k, a.k, type, out.data() + r * row_bytes);
+    return WriteAll(a.out, out.data(), row_bytes * a.n) ? 0 : 1;
+  }
   std::vector<uint8_t> w;
   if (!ReadExact("weights", a.weights, row_bytes * a.n, &w)) return 2;
   if (a.op == "dequantize") {
     std::vector<float> out(a.n * a.k);
     kernels::cpu::ConvertToF32(w.data(), type, a.n * a.k, out.data());
-    return WriteAll(a.out, out.data(), a.n * a.k) ? 0 : 1;
+    return WriteAll(a.out, out.data(), a.n * a.k * 4) ? 0 : 1;
   }
   std::vector<uint8_t> x, bias;
   if (!ReadExact("x", a.x, a.m * a.k * 4, &x)) return 2;
@@ -90,7 +106,7 @@ int RunKernel(const KernelArgs& a) {
   std::unique_ptr<ThreadPool> pool = a.threads > 1 ? std::make_unique<ThreadPool>(a.threads) : nullptr;
   kernels::cpu::Linear(xf.data(), a.m, a.k, w.data(), type, a.n, bias.empty() ? nullptr : bf.data(),
                        y.data(), a.n, pool.get());
-  return WriteAll(a.out, y.data(), a.m * a.n) ? 0 : 1;
+  return WriteAll(a.out, y.data(), a.m * a.n * 4) ? 0 : 1;
 }
 
 }  // namespace
@@ -98,21 +114,28 @@ int RunKernel(const KernelArgs& a) {
 void AddKernelCommand(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<KernelArgs>();
   CLI::App* cmd = app.add_subcommand("kernel", "Run one CPU kernel on raw files (test oracle)");
-  cmd->add_option("--op", args->op, "linear | dequantize")
+  cmd->add_option("--op", args->op, "linear | dequantize | quantize")
       ->required()
-      ->check(CLI::IsMember({"linear", "dequantize"}));
-  cmd->add_option("--dtype", args->dtype, "Weight type: f32 f16 bf16 q8_0 q4_0 q4_k")->required();
+      ->check(CLI::IsMember({"linear", "dequantize", "quantize"}));
+  cmd->add_option("--dtype", args->dtype,
+                  "Weight type: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs mxfp4")
+      ->required();
   cmd->add_option("--k", args->k, "Elements per weight row")->required();
   cmd->add_option("--n", args->n, "Weight rows (output columns)")->required();
   cmd->add_option("--m", args->m, "Activation rows (linear)")->capture_default_str();
-  cmd->add_option("--weights", args->weights, "Raw weight bytes, n rows")->required();
-  cmd->add_option("--x", args->x, "Raw f32 activations [m, k] (linear)");
+  cmd->add_option("--weights", args->weights, "Raw weight bytes, n rows (linear, dequantize)");
+  cmd->add_option("--x", args->x, "Raw f32 activations [m, k] (linear), or the [n, k] rows to quantize");
   cmd->add_option("--bias", args->bias, "Raw f32 bias [n] (linear, optional)");
   cmd->add_option("--threads", args->threads, "Kernel threads")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_option("--out", args->out, "Raw f32 output")->required();
   cmd->callback([args, exit_code] {
-    if (args->op == "linear" && args->x.empty()) {
-      std::fprintf(stderr, "error: --x is required for --op linear\n");
+    if (args->op != "dequantize" && args->x.empty()) {
+      std::fprintf(stderr, "error: --x is required for --op %s\n", args->op.c_str());
+      *exit_code = 2;
+      return;
+    }
+    if (args->op != "quantize" && args->weights.empty()) {
+      std::fprintf(stderr, "error: --weights is required for --op %s\n", args->op.c_str());
       *exit_code = 2;
       return;
     }

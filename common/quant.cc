@@ -1,87 +1,11 @@
 #include "common/quant.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
+
+#include "common/quant_fit.h"
 
 namespace tessera {
 namespace {
-
-void QuantizeQ8_0(const float* x, int64_t nb, BlockQ8_0* y) {
-  for (int64_t b = 0; b < nb; ++b, x += 32) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = F32ToF16(d);
-    for (int i = 0; i < 32; ++i) y[b].qs[i] = static_cast<int8_t>(std::lround(x[i] * id));
-  }
-}
-
-void QuantizeQ4_0(const float* x, int64_t nb, BlockQ4_0* y) {
-  for (int64_t b = 0; b < nb; ++b, x += 32) {
-    float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, with its sign
-    for (int i = 0; i < 32; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[b].d = F32ToF16(d);
-    for (int i = 0; i < 16; ++i) {
-      const int q0 = std::min(15, static_cast<int>(x[i] * id + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(x[i + 16] * id + 8.5f));
-      y[b].qs[i] = static_cast<uint8_t>(std::max(0, q0) | (std::max(0, q1) << 4));
-    }
-  }
-}
-
-void QuantizeQ4_K(const float* x, int64_t nb, BlockQ4_K* y) {
-  for (int64_t b = 0; b < nb; ++b, x += 256) {
-    float scale[8], min[8];  // per sub-block: x ~ scale * q - min, q in [0, 15]
-    float max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      float lo = 0.0f, hi = 0.0f;  // the fitted range always holds 0
-      for (int i = 0; i < 32; ++i) {
-        lo = std::min(lo, x[32 * j + i]);
-        hi = std::max(hi, x[32 * j + i]);
-      }
-      scale[j] = (hi - lo) / 15.0f;
-      min[j] = -lo;
-      max_scale = std::max(max_scale, scale[j]);
-      max_min = std::max(max_min, min[j]);
-    }
-    BlockQ4_K& blk = y[b];
-    blk.d = F32ToF16(max_scale / 63.0f);
-    blk.dmin = F32ToF16(max_min / 63.0f);
-    const float d = F16ToF32(blk.d), dmin = F16ToF32(blk.dmin);
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) {
-      sc[j] = d > 0.0f ? static_cast<uint8_t>(std::clamp<long>(std::lround(scale[j] / d), 0, 63)) : 0;
-      m[j] = dmin > 0.0f ? static_cast<uint8_t>(std::clamp<long>(std::lround(min[j] / dmin), 0, 63)) : 0;
-    }
-    for (int j = 0; j < 4; ++j) {
-      blk.scales[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-      blk.scales[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-      blk.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
-    }
-    uint8_t q[256];
-    for (int j = 0; j < 8; ++j) {
-      const float step = d * sc[j], off = dmin * m[j];
-      for (int i = 0; i < 32; ++i) {
-        const float v = step > 0.0f ? (x[32 * j + i] + off) / step : 0.0f;
-        q[32 * j + i] = static_cast<uint8_t>(std::clamp<long>(std::lround(v), 0, 15));
-      }
-    }
-    for (int c = 0; c < 4; ++c) {
-      for (int l = 0; l < 32; ++l) {
-        blk.qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
-      }
-    }
-  }
-}
 
 // The types added after Q8_0/Q4_0/Q4_K. Each value is computed with the very
 // operations (and order) of gguf-py's NumPy dequantization, in f32, so results are
@@ -222,13 +146,7 @@ void DequantizeRowMore(const void* src, DType type, int64_t n, float* dst) {
 }  // namespace
 
 void QuantizeRow(const float* src, int64_t n, DType type, void* dst) {
-  const int64_t nb = n / DTypeBlockElems(type);
-  switch (type) {
-    case DType::kQ8_0: QuantizeQ8_0(src, nb, static_cast<BlockQ8_0*>(dst)); break;
-    case DType::kQ4_0: QuantizeQ4_0(src, nb, static_cast<BlockQ4_0*>(dst)); break;
-    case DType::kQ4_K: QuantizeQ4_K(src, nb, static_cast<BlockQ4_K*>(dst)); break;
-    default: break;
-  }
+  internal::QuantizeRowFit(src, n, type, dst);
 }
 
 void DequantizeRow(const void* src, DType type, int64_t n, float* dst) {

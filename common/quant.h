@@ -158,8 +158,9 @@ inline float E8M0ToF32Half(uint8_t e) {
 }
 
 // Quantizes n f32 values (n a multiple of DTypeBlockElems(type)) into dst
-// (n / BlockElems blocks). type must be quantized. Deterministic; llama.cpp's
-// reference rounding for Q8_0/Q4_0, a min/max fit for Q4_K.
+// (n / BlockElems blocks). type must be quantized. Deterministic: byte-equal to gguf-py's
+// quantize for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and MXFP4; a simple min/max or amax fit for
+// the K-quants and IQ4 (common/quant_fit.h says which and how good).
 void QuantizeRow(const float* src, int64_t n, DType type, void* dst);
 
 // Inverse: n values of a quantized row (or of an f32/f16/bf16 row) to f32.

@@ -73,7 +73,8 @@ struct GgufValue {
 
 // GGML tensor type ids (ggml.h `enum ggml_type`).
 std::string_view GgmlTypeName(uint32_t type_id);  // "" for unknown ids
-// Tessera dtype of a GGML type id, when supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K).
+// Tessera dtype of a GGML type id, when supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0, Q2_K .. Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 std::optional<DType> DTypeFromGgml(uint32_t type_id);
 uint32_t GgmlTypeFromDType(DType t);  // dtype must be one of the supported ones
 
@@ -125,7 +126,7 @@ class GgufFile {
 
 struct GgufTensorToWrite {
   std::string name;
-  DType dtype = DType::kF32;        // F32, F16, BF16, Q8_0, Q4_0 or Q4_K
+  DType dtype = DType::kF32;        // F32, F16, BF16 or a quantized type
   std::vector<int64_t> shape;       // ours: outermost first; written reversed as ne
   std::function<void(uint8_t* dst)> fill;  // writes exactly the tensor's byte size
 };

@@ -1,5 +1,6 @@
 #include "engine/synth.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "common/quant.h"
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
+#include "engine/gguf_recipe.h"
 #include "engine/gguf_vocab.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
@@ -215,26 +217,21 @@ StatusOr<std::string> ReadText(const fs::path& path) {
   return ss.str();
 }
 
-// llama.cpp's general.file_type for a weight dtype.
-uint32_t GgufFileType(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 7;
-    case DType::kQ4_K: return 15;  // Q4_K_M (the closest named mix)
-    default: return 32;            // BF16
-  }
-}
-
 // The GGUF twin of the safetensors checkpoint: same f32 values per tensor,
 // Q/K rows permuted for arch llama as llama.cpp's converter does.
 Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const fs::path& tok_dir,
                           const std::string& path) {
   const std::string arch = GgufArchFor(cfg.model_type);
   auto md = GgufModelMetadata(cfg, arch, "tessera synth " + o.arch + " " + o.size);
-  md.emplace_back("general.file_type", GgufValue::U32(GgufFileType(o.dtype)));
-  if (IsQuantized(o.dtype)) md.emplace_back("general.quantization_version", GgufValue::U32(2));
+  const LlamaFileType* mix = o.llama_ftype >= 0 ? FindLlamaFileType(static_cast<uint32_t>(o.llama_ftype)) : nullptr;
+  if (o.llama_ftype >= 0 && (mix == nullptr || !mix->base)) {
+    return InvalidArgument("synth: llama.cpp file type " + std::to_string(o.llama_ftype) + " cannot be written");
+  }
+  md.emplace_back("general.file_type",
+                  GgufValue::U32(mix ? mix->id : LlamaFileTypeForDType(o.dtype)));
+  if (IsQuantized(mix ? *mix->base : o.dtype)) md.emplace_back("general.quantization_version", GgufValue::U32(2));
+  const RecipeModel recipe_model{cfg.num_layers, cfg.num_q_heads / std::max<int64_t>(1, cfg.num_kv_heads),
+                                 cfg.moe.num_experts, cfg.tie_word_embeddings};
   ASSIGN_OR_RETURN(std::string tj, ReadText(tok_dir / "tokenizer.json"));
   ASSIGN_OR_RETURN(std::string cj, ReadText(tok_dir / "tokenizer_config.json"));
   ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tj, cj, (tok_dir / "tokenizer.json").string(),
@@ -288,29 +285,36 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
   for (const WeightSpec& spec : specs) {
     if (spec.IsExpert() && spec.expert != 0) continue;  // written with expert 0's stacked tensor
     const bool matrix = spec.shape.size() >= 2;
+    const std::string name = GgufTensorName(spec);
     DType dt = o.dtype;
-    if (!matrix && IsQuantized(dt)) dt = DType::kF32;
-    if (matrix && IsQuantized(dt) && spec.shape[1] % DTypeBlockElems(dt) != 0) {
-      // llama.cpp also falls back for rows that are not whole blocks.
-      dt = spec.shape[1] % 32 == 0 ? DType::kQ4_0 : DType::kF32;
-      ++fallbacks;
+    bool fell_back = false;
+    if (mix != nullptr) {  // llama-quantize's recipe, tensor by tensor
+      const RecipeTensor rt{name, spec.IsExpert() ? 3 : static_cast<int>(spec.shape.size()), spec.shape.back(),
+                            spec.layer};
+      dt = RecipeTensorType(*mix, recipe_model, rt, &fell_back);
+    } else if (!matrix && IsQuantized(dt)) {
+      dt = DType::kF32;
+    } else if (IsQuantized(dt)) {  // rows that are not whole blocks fall back as llama.cpp's do
+      dt = RecipeFallback(dt, spec.shape[1]);
+      fell_back = dt != o.dtype;
     }
+    fallbacks += fell_back ? 1 : 0;
     if (!spec.IsExpert()) {
-      tensors.push_back({GgufTensorName(spec), dt, spec.shape,
+      tensors.push_back({name, dt, spec.shape,
                          [fill_one, spec, dt](uint8_t* dst) { fill_one(spec, dt, dst); }});
       continue;
     }
     const std::vector<WeightSpec>& experts = stacked[{spec.layer, spec.role}];
     const int64_t per_expert = spec.shape[0] * DTypeRowBytes(dt, spec.shape[1]);
-    tensors.push_back({GgufTensorName(spec), dt,
+    tensors.push_back({name, dt,
                        {static_cast<int64_t>(experts.size()), spec.shape[0], spec.shape[1]},
                        [fill_one, &experts, dt, per_expert](uint8_t* dst) {
                          for (size_t e = 0; e < experts.size(); ++e) fill_one(experts[e], dt, dst + e * per_expert);
                        }});
   }
   if (fallbacks > 0 && o.progress) {
-    std::fprintf(stderr, "synth: %d matrices have rows that are not whole %s blocks; written as q4_0/f32\n",
-                 fallbacks, std::string(DTypeName(o.dtype)).c_str());
+    std::fprintf(stderr, "synth: %d matrices have rows that are not whole blocks; written in llama.cpp's fallback type\n",
+                 fallbacks);
   }
   RETURN_IF_ERROR(WriteGguf(path, md, tensors));
   if (o.progress) std::fprintf(stderr, "\rsynth: writing gguf 100%%\n");
@@ -361,7 +365,10 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
                            " is a GGUF type; use --format gguf or both");
   }
   if (!IsQuantized(o.dtype) && o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16) {
-    return InvalidArgument("synth: --dtype must be f32, f16, bf16, q8_0, q4_0 or q4_k");
+    return InvalidArgument("synth: --dtype must be f32, f16, bf16, a GGML weight type or a llama-quantize recipe");
+  }
+  if (o.llama_ftype >= 0 && !want_gguf) {
+    return InvalidArgument("synth: a llama-quantize recipe is a GGUF file type; use --format gguf or both");
   }
   if (o.format == "gguf" && o.shards != 1) return InvalidArgument("synth: --shards applies to safetensors only");
   ASSIGN_OR_RETURN(json cfg_json, BaseConfig(o));

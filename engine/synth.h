@@ -16,9 +16,14 @@ struct SynthOptions {
   std::string arch = "qwen3";
   // tiny | 0.5b | 1.5b; MoE archs: tiny | 1b (~1B parameters, ~0.3B active per token)
   std::string size = "tiny";
-  // f32 | f16 | bf16, or (GGUF only) q8_0 | q4_0 | q4_k: matrices quantized
-  // from the f32 values, vectors f32; the safetensors copy of `both` is bf16.
+  // f32 | f16 | bf16, or (GGUF only) any GGML weight type (q4_0 .. q6_k, iq4_nl,
+  // iq4_xs, mxfp4): every matrix quantized from the f32 values ("pure"; rows that are not
+  // whole blocks fall back as llama.cpp's do), vectors f32; the safetensors copy of
+  // `both` is bf16.
   DType dtype = DType::kBF16;
+  // GGUF only, >= 0: write llama-quantize's recipe of this LLAMA_FTYPE (engine/gguf_recipe.h:
+  // 15 = Q4_K_M, 17 = Q5_K_M, 30 = IQ4_XS, ...) instead of a pure `dtype` file.
+  int llama_ftype = -1;
   // safetensors: out_dir is an HF checkpoint directory. gguf: out_dir is the
   // .gguf file path. both: the directory plus "<out_dir>.gguf" next to it,
   // holding the same weights (and the same tokenizer, as GGUF metadata).

@@ -140,11 +140,25 @@ TEST(GgufParse, CorruptionsNameTheField) {
   ExpectError(OneTensor(0, {1, 1, 1, 1, 1}).str(), StatusCode::kInvalidArgument, {"tensor 'a' n_dims 5"});
   ExpectError(OneTensor(99).str(), StatusCode::kInvalidArgument, {"tensor 'a'", "unknown GGML type id 99"});
   ExpectError(OneTensor(4).str(), StatusCode::kInvalidArgument, {"unknown GGML type id 4"});
-  ExpectError(OneTensor(3).str(), StatusCode::kUnimplemented, {"tensor 'a'", "Q4_1"});
-  ExpectError(OneTensor(14).str(), StatusCode::kUnimplemented, {"tensor 'a'", "Q6_K"});
+  ExpectError(OneTensor(43).str(), StatusCode::kInvalidArgument, {"tensor 'a'", "unknown GGML type id 43"});
   ExpectError(OneTensor(28).str(), StatusCode::kUnimplemented, {"F64"});
+  // The types llama.cpp has and Tessera refuses name themselves and the tensor.
+  for (const auto& [id, name] : std::vector<std::pair<uint32_t, std::string>>{
+           {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"}, {21, "IQ3_S"}, {22, "IQ2_S"},
+           {29, "IQ1_M"}, {34, "TQ1_0"}, {35, "TQ2_0"}, {40, "NVFP4"}, {9, "Q8_1"}, {15, "Q8_K"}}) {
+    ExpectError(OneTensor(id, {256}).str(), StatusCode::kUnimplemented, {"tensor 'a'", "GGML type " + name + ","});
+  }
   ExpectError(OneTensor(8, {33}).str(), StatusCode::kInvalidArgument, {"tensor 'a' row length", "Q8_0 block size 32"});
   ExpectError(OneTensor(12, {32}).str(), StatusCode::kInvalidArgument, {"Q4_K block size 256"});
+  ExpectError(OneTensor(14, {128, 2}).str(), StatusCode::kInvalidArgument, {"tensor 'a' row length ne[0] = 128", "Q6_K block size 256"});
+  ExpectError(OneTensor(23, {96}).str(), StatusCode::kInvalidArgument, {"IQ4_XS block size 256"});
+  ExpectError(OneTensor(20, {48}).str(), StatusCode::kInvalidArgument, {"IQ4_NL block size 32"});
+  ExpectError(OneTensor(39, {16}).str(), StatusCode::kInvalidArgument, {"MXFP4 block size 32"});
+  // A K-quant tensor whose blocks run past the end of the file: 2 rows of Q6_K are 420
+  // bytes; the file holds 416 after the data section starts.
+  ExpectError(OneTensor(14, {256, 2}, 0, 416).str(), StatusCode::kDataLoss,
+              {"tensor 'a' data [0, +420) runs past the end of the file"});
+  ASSERT_TRUE(Parse(OneTensor(14, {256, 2}, 0, 420).str()).ok());
   {
     Bytes b;
     b.Header(2, 0).Info("a", {8}, 0, 0).Info("a", {8}, 0, 32).Align().Zeros(64);
@@ -202,7 +216,9 @@ TEST(GgufWriter, RoundTripsAllMetadataTypesAndDtypes) {
   for (float& x : src) x = u(rng);
   std::map<std::string, std::vector<uint8_t>> expect;
   std::vector<GgufTensorToWrite> ts;
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ4_1,
+                  DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL,
+                  DType::kIQ4_XS, DType::kMXFP4}) {
     const std::string name = "t_" + std::string(DTypeName(d));
     const int64_t row = DTypeRowBytes(d, 256);
     std::vector<uint8_t> bytes(2 * row);
@@ -246,6 +262,17 @@ TEST(GgufWriter, RoundTripsAllMetadataTypesAndDtypes) {
   EXPECT_EQ(c.FindTensor("vec3d")->ne, (std::vector<int64_t>{5, 3, 2}));
   EXPECT_EQ(c.FindTensor("t_q4_k")->ggml_type, 12u);
   EXPECT_EQ(c.FindTensor("t_bf16")->ggml_type, 30u);
+  // GGML's type ids (ggml.h), each mapped back to its dtype.
+  const std::vector<std::pair<std::string, uint32_t>> ids = {
+      {"q4_1", 3}, {"q5_0", 6}, {"q5_1", 7}, {"q2_k", 10}, {"q3_k", 11}, {"q5_k", 13}, {"q6_k", 14},
+      {"iq4_nl", 20}, {"iq4_xs", 23}, {"mxfp4", 39}};
+  for (const auto& [name, id] : ids) {
+    const GgufTensor* t = c.FindTensor("t_" + name);
+    ASSERT_NE(t, nullptr) << name;
+    EXPECT_EQ(t->ggml_type, id) << name;
+    EXPECT_EQ(DTypeName(t->dtype), name);
+    EXPECT_EQ(GgmlTypeFromDType(t->dtype), id);
+  }
 }
 
 TEST(GgufWriter, MatchesIndependentEncodingByteForByte) {
@@ -474,11 +501,22 @@ TEST(GgufModel, QuantizedGgufLoadsAndStaysClose) {
   if (FindNpmDir().empty()) GTEST_SKIP() << "no tokenizer packages (scripts/bootstrap)";
   TempDir tmp;
   const std::string ref = tmp.path() + "/ref";
-  ASSERT_TRUE(WriteSyntheticCheckpoint(Synth(ref, "qwen3", DType::kF32, "safetensors")).ok());
+  // Rows of 256 and 512, so Q4_K is Q4_K (narrower rows fall back to Q5_0, as llama.cpp's);
+  // a smaller vocabulary keeps the embedding as small as the tiny model's.
+  const std::vector<std::string> wide = {"hidden_size=256", "intermediate_size=512", "head_dim=64",
+                                         "vocab_size=32000"};
+  SynthOptions ref_o = Synth(ref, "qwen3", DType::kF32, "safetensors");
+  ref_o.overrides = wide;
+  ASSERT_TRUE(WriteSyntheticCheckpoint(ref_o).ok());
   const auto base = BatchLogits(ref);
   for (DType d : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K}) {
     const std::string path = tmp.path() + "/m_" + std::string(DTypeName(d)) + ".gguf";
-    ASSERT_TRUE(WriteSyntheticCheckpoint(Synth(path, "qwen3", d, "gguf")).ok());
+    SynthOptions o = Synth(path, "qwen3", d, "gguf");
+    o.overrides = wide;
+    ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+    auto file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok());
+    EXPECT_EQ((*file)->contents().FindTensor("blk.1.attn_output.weight")->dtype, d);
     const auto q = BatchLogits(path);
     ASSERT_EQ(q.size(), base.size());
     double err = 0, norm = 0;
