@@ -1,5 +1,6 @@
 #include "engine/gguf_vocab.h"
 
+#include <functional>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -64,8 +65,8 @@ struct TokenTable {
   }
   // The model's vocab, then added_tokens (special: control), then padding to vocab_size.
   // `type_of` gives each vocab entry's type.
-  template <class TypeOf>
-  Status Fill(const json& tj, const json& model, int64_t vocab_size, const std::string& label, TypeOf type_of) {
+  Status Fill(const json& tj, const json& model, int64_t vocab_size, const std::string& label,
+              const std::function<int32_t(const std::string&)>& type_of) {
     for (const auto& [text, id] : model["vocab"].items()) {
       if (!id.is_number_integer()) return InvalidArgument(label + ": field 'model.vocab' must map to integers");
       RETURN_IF_ERROR(Put(id.get<int64_t>(), text, type_of(text), label));
@@ -250,7 +251,7 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
                            "llama-bpe, qwen2, gpt2)");
   }
   TokenTable t;
-  RETURN_IF_ERROR(t.Fill(tj, model, vocab_size, label, [](const std::string&) { return kGgufTokenNormal; }));
+  RETURN_IF_ERROR(t.Fill(tj, model, vocab_size, label, [](const std::string&) -> int32_t { return kGgufTokenNormal; }));
   ASSIGN_OR_RETURN(std::vector<std::string> merges, MergeStrings(model, label));
   std::vector<std::pair<std::string, GgufValue>> md;
   md.emplace_back("tokenizer.ggml.model", GgufValue::Str("gpt2"));
