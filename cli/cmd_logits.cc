@@ -91,13 +91,15 @@ StatusOr<LogitsRequest> ParseLogitsRequest(const std::string& path) {
 // Runs all sequences together, chunk_size tokens per sequence per step, and
 // collects logits in sequence order then logits_at order.
 Status RunLogits(const std::string& model_dir, const std::string& batch_path, const std::string& out_path,
-                 int threads, const std::string& device, bool deterministic) {
+                 int threads, const std::string& device, bool deterministic, int64_t max_model_len) {
   ASSIGN_OR_RETURN(LogitsRequest req, ParseLogitsRequest(batch_path));
   CudaBackendOptions cuda;
   cuda.deterministic = deterministic;
   cuda.cuda_graphs = false;  // prefill only
   ASSIGN_OR_RETURN(auto backend, MakeBackend(device, threads, cuda));
   ASSIGN_OR_RETURN(auto model, Model::Load(model_dir, backend.get()));
+  // As serve does once per deployment (LongRoPE picks its factor set from it).
+  RETURN_IF_ERROR(model->SetMaxModelLen(max_model_len > 0 ? max_model_len : model->config().max_position_embeddings));
   const int64_t vocab = model->config().vocab_size;
   const int64_t block_size = 16;
   int64_t blocks = 0;
@@ -172,8 +174,14 @@ void AddLogitsCommand(CLI::App& app, int* exit_code) {
   auto deterministic = std::make_shared<bool>(false);
   cmd->add_option("--device", *device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--deterministic", *deterministic, "CUDA: batch-invariant kernels");
+  auto max_model_len = std::make_shared<int64_t>(0);
+  cmd->add_option("--max-model-len", *max_model_len,
+                  "the deployment's max model length (LongRoPE: long factors above the original context; "
+                  "0 = max_position_embeddings)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([=] {
-    Status s = RunLogits(*model, *batch, *out, *threads, *device, *deterministic);
+    Status s = RunLogits(*model, *batch, *out, *threads, *device, *deterministic, *max_model_len);
     if (!s.ok()) *exit_code = Fail(s);
   });
 }

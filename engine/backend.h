@@ -114,8 +114,10 @@ class Backend {
   virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
                           int64_t dim, float eps, float* out) = 0;
   virtual void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) = 0;
+  // Rotates the first rot_dim dims of each head (rot_dim <= head_dim, even;
+  // partial rotary when smaller); cos_sin rows are rot_dim floats (engine/rope.h).
   virtual void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride,
-                    const int32_t* positions, const float* cos_sin) = 0;
+                    int64_t rot_dim, const int32_t* positions, const float* cos_sin) = 0;
   virtual void WriteKv(const float* k, int64_t k_stride, const float* v, int64_t v_stride,
                        int64_t tokens, int64_t kv_heads, int64_t head_dim,
                        const int64_t* slot_mapping, KvLayerView cache) = 0;

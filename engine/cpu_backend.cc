@@ -126,9 +126,9 @@ class CpuBackend final : public Backend {
   void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
     k::SiluMul(gate_up, rows, inter, out, &pool_);
   }
-  void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride,
+  void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, int64_t rot_dim,
             const int32_t* positions, const float* cos_sin) override {
-    k::Rope(x, tokens, heads, head_dim, x_stride, head_dim, positions, cos_sin, &pool_);
+    k::Rope(x, tokens, heads, head_dim, x_stride, rot_dim, positions, cos_sin, &pool_);
   }
   void WriteKv(const float* kk, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens,
                int64_t kv_heads, int64_t head_dim, const int64_t* slots, KvLayerView c) override {

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/rope.h"
+
 namespace tessera {
 namespace {
 
@@ -166,7 +168,72 @@ Status GgufMoeConfig(const GgufContents& g, const Meta& m, const std::string& ar
   return Status::Ok();
 }
 
+// An f32 vector tensor of `n` entries, each finite and > 0 (LongRoPE factors).
+StatusOr<json> PositiveF32Vector(const GgufTensor& t, int64_t n, const std::string& label) {
+  if (t.dtype != DType::kF32 || t.ne.size() != 1 || t.ne[0] != n) {
+    return InvalidArgument(label + ": tensor '" + t.name + "' must be f32 [" + std::to_string(n) + "] (rope dims / 2)");
+  }
+  json out = json::array();
+  for (int64_t i = 0; i < n; ++i) {
+    float x;
+    std::memcpy(&x, t.data + 4 * i, 4);
+    if (!std::isfinite(x) || !(x > 0.0f)) {
+      return InvalidArgument(label + ": tensor '" + t.name + "' entry " + std::to_string(i) + " must be > 0");
+    }
+    out.push_back(static_cast<double>(x));
+  }
+  return out;
+}
+
+// Phi-3 / Phi-4 (llama.cpp "phi3"): rope.dimension_count below the head size
+// is partial rotary; a window on every layer (llama.cpp itself disables it, HF
+// and vLLM apply it: we follow the checkpoint); LongRoPE from the two factor
+// tensors, the pre-training context and the attention factor key.
+Status GgufPhi3Config(const GgufContents& g, const Meta& m, int64_t head_dim, int64_t ctx, json* c) {
+  const std::string p = "phi3.";
+  ASSIGN_OR_RETURN(int64_t rot, m.Int(p + "rope.dimension_count", head_dim));
+  if (rot < 2 || rot > head_dim || rot % 2 != 0) {
+    return InvalidArgument(m.label() + ": metadata '" + p + "rope.dimension_count' must be even in [2, " +
+                           std::to_string(head_dim) + "], got " + std::to_string(rot));
+  }
+  // ParseModelConfig turns the factor back into rot (exact for these ratios).
+  if (rot != head_dim) (*c)["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
+  ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", 0));
+  if (window > 0) (*c)["sliding_window"] = window;
+  const GgufTensor* lf = g.FindTensor("rope_factors_long.weight");
+  const GgufTensor* sf = g.FindTensor("rope_factors_short.weight");
+  if (!lf && !sf) return Status::Ok();
+  if (!lf || !sf) {
+    return NotFound(m.label() + ": missing tensor '" + std::string(lf ? "rope_factors_short" : "rope_factors_long") +
+                    ".weight' (LongRoPE needs both factor sets)");
+  }
+  json s = {{"rope_type", "longrope"}};
+  ASSIGN_OR_RETURN(s["long_factor"], PositiveF32Vector(*lf, rot / 2, m.label()));
+  ASSIGN_OR_RETURN(s["short_factor"], PositiveF32Vector(*sf, rot / 2, m.label()));
+  ASSIGN_OR_RETURN(int64_t orig, m.Int(p + "rope.scaling.original_context_length"));
+  if (orig <= 0) {
+    return InvalidArgument(m.label() + ": metadata '" + p + "rope.scaling.original_context_length' must be >= 1");
+  }
+  s["original_max_position_embeddings"] = orig;
+  // The converter stores sqrt(1 + ln(ctx / orig) / ln(orig)) (1 when ctx <= orig)
+  // as an f32; keep the derivation (exact in f64) unless the file says otherwise.
+  const double scale = static_cast<double>(ctx) / static_cast<double>(orig);
+  const double derived = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+  ASSIGN_OR_RETURN(double attn, m.Num(p + "rope.scaling.attn_factor", derived));
+  if (!(attn > 0.0)) return InvalidArgument(m.label() + ": metadata '" + p + "rope.scaling.attn_factor' must be > 0");
+  if (static_cast<float>(attn) != static_cast<float>(derived)) s["attention_factor"] = attn;
+  (*c)["rope_scaling"] = s;
+  return Status::Ok();
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, std::vector<float>>> GgufRopeFactorTensors(const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != RopeScalingType::kLongRope) return {};
+  auto f32 = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  return {{"rope_factors_long.weight", f32(s.long_factor)}, {"rope_factors_short.weight", f32(s.short_factor)}};
+}
 
 StatusOr<std::string> ResolveGgufPath(const std::string& path) {
   namespace fs = std::filesystem;
@@ -190,7 +257,7 @@ StatusOr<std::string> ResolveGgufPath(const std::string& path) {
 
 std::string GgufArchFor(const std::string& model_type) {
   if (model_type == "llama" || model_type == "mistral" || model_type == "mixtral") return "llama";
-  if (model_type == "qwen2" || model_type == "qwen3") return model_type;
+  if (model_type == "qwen2" || model_type == "qwen3" || model_type == "phi3") return model_type;
   if (model_type == "qwen2_moe" || model_type == "qwen2moe") return "qwen2moe";
   if (model_type == "qwen3_moe" || model_type == "qwen3moe") return "qwen3moe";
   return "";
@@ -210,9 +277,11 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     c["architectures"] = {"Qwen2MoeForCausalLM"};
   } else if (arch == "qwen3moe") {
     c["architectures"] = {"Qwen3MoeForCausalLM"};
+  } else if (arch == "phi3") {
+    c["architectures"] = {"Phi3ForCausalLM"};
   } else {
     return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
-                         "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)");
+                         "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, phi3)");
   }
   c["model_type"] = arch;
   const std::string p = arch + ".";
@@ -293,6 +362,7 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     RETURN_IF_ERROR(RopeFreqsToScaling(*rf, theta, hd, label, &s));
     if (!s.is_null()) c["rope_scaling"] = s;
   }
+  if (arch == "phi3") RETURN_IF_ERROR(GgufPhi3Config(g, m, head_dim > 0 ? head_dim : hidden / heads, ctx, &c));
   ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", 0));
   if (window > 0 && arch == "llama") {
     // Same weights; window on every layer (Mixtral keeps its architecture).
@@ -340,9 +410,17 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
     if (c.moe.shared_inter > 0) md.emplace_back(p + "expert_shared_feed_forward_length", u32(c.moe.shared_inter));
   }
   for (int64_t w : c.layer_sliding_window) {
-    if (w > 0 && arch == "llama") {
+    if (w > 0 && (arch == "llama" || arch == "phi3")) {
       md.emplace_back(p + "attention.sliding_window", u32(w));
       break;
+    }
+  }
+  if (arch == "phi3") {
+    md.emplace_back(p + "rope.dimension_count", u32(c.rotary_dim));
+    if (s.type == RopeScalingType::kLongRope) {
+      md.emplace_back(p + "rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
+      md.emplace_back(p + "rope.scaling.attn_factor",
+                      GgufValue::F32(static_cast<float>(ComputeRopeFrequencies(c).attention_factor)));
     }
   }
   return md;
@@ -359,15 +437,16 @@ std::string GgufTensorName(const WeightSpec& spec) {
     case R::kPostNorm: return b + "ffn_norm.weight";
     case R::kQNorm: return b + "attn_q_norm.weight";
     case R::kKNorm: return b + "attn_k_norm.weight";
-    case R::kQ: return b + "attn_q.weight";
-    case R::kK: return b + "attn_k.weight";
-    case R::kV: return b + "attn_v.weight";
+    // Phi-3: q/k/v fused as attn_qkv; gate/up fused as ffn_up ([gate | up] rows).
+    case R::kQ: return b + (spec.stored_rows > 0 ? "attn_qkv.weight" : "attn_q.weight");
+    case R::kK: return b + (spec.stored_rows > 0 ? "attn_qkv.weight" : "attn_k.weight");
+    case R::kV: return b + (spec.stored_rows > 0 ? "attn_qkv.weight" : "attn_v.weight");
     case R::kO: return b + "attn_output.weight";
     case R::kQBias: return b + "attn_q.bias";
     case R::kKBias: return b + "attn_k.bias";
     case R::kVBias: return b + "attn_v.bias";
     case R::kOBias: return b + "attn_output.bias";
-    case R::kGate: return b + "ffn_gate.weight";
+    case R::kGate: return b + (spec.stored_rows > 0 ? "ffn_up.weight" : "ffn_gate.weight");
     case R::kUp: return b + "ffn_up.weight";
     case R::kDown: return b + "ffn_down.weight";
     case R::kGateBias: return b + "ffn_gate.bias";
@@ -426,23 +505,24 @@ StatusOr<SourceTensor> GgufWeightSource::Get(const WeightSpec& spec) {
   }
   // llama.cpp declares ffn_gate_inp_shexp as [n_embd]; converters write [1, n_embd] or [n_embd].
   const bool shexp_vector = spec.role == WeightRole::kSharedExpertGate && t->shape() == std::vector{spec.shape[1]};
-  if (t->shape() != spec.shape && !shexp_vector) {
+  if (t->shape() != spec.StoredShape() && !shexp_vector) {
     return InvalidArgument(path + ": tensor '" + name + "' has shape " + ShapeStr(t->shape()) + " (ne " +
-                           ShapeStr(t->ne) + "), expected " + ShapeStr(spec.shape));
+                           ShapeStr(t->ne) + "), expected " + ShapeStr(spec.StoredShape()));
   }
   if (spec.shape.size() == 1 && IsQuantized(t->dtype)) {
     return Unimplemented(path + ": tensor '" + name + "' is a vector in " + std::string(GgmlTypeName(t->ggml_type)) +
                          "; vectors must be F32, F16 or BF16");
   }
-  SourceTensor out{t->data, t->dtype, static_cast<int64_t>(t->nbytes), path};
+  SourceTensor out = FusedPart(spec, {t->data, t->dtype, static_cast<int64_t>(t->nbytes), path});
   using R = WeightRole;
   const bool q = spec.role == R::kQ || spec.role == R::kQBias;
   const bool k = spec.role == R::kK || spec.role == R::kKBias;
   if (GgufPermutesQk(arch_) && (q || k)) {
     const int64_t rows = spec.shape[0];
-    const int64_t row_bytes = static_cast<int64_t>(t->nbytes) / rows;
-    auto buf = std::make_unique<uint8_t[]>(t->nbytes);
-    PermuteQkRows(t->data, buf.get(), q ? config_.num_q_heads : config_.num_kv_heads, rows, row_bytes, false);
+    const int64_t row_bytes = out.bytes / rows;
+    auto buf = std::make_unique<uint8_t[]>(static_cast<size_t>(out.bytes));
+    PermuteQkRows(static_cast<const uint8_t*>(out.data), buf.get(), q ? config_.num_q_heads : config_.num_kv_heads,
+                  rows, row_bytes, false);
     out.data = buf.get();
     owned_.push_back(std::move(buf));
   }

@@ -2,7 +2,9 @@
 // HF names, and the Q/K row permutation llama.cpp's converter applies to
 // arch "llama" (HF rotate-half layout -> interleaved pairs).
 //
-// Supported `general.architecture`: llama (also Mistral files), qwen2, qwen3.
+// Supported `general.architecture`: llama (also Mistral files), qwen2, qwen3,
+// qwen2moe, qwen3moe, phi3 (Phi-3 and Phi-4: fused attn_qkv, ffn_up holding
+// [gate | up], LongRoPE factors as rope_factors_{long,short} tensors).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,11 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& gguf, const std::strin
 std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConfig& config,
                                                                  const std::string& arch,
                                                                  const std::string& name);
+
+// LongRoPE factors as llama.cpp stores them: f32 tensors
+// "rope_factors_long.weight" and "rope_factors_short.weight" [rotary_dim / 2];
+// empty for other rope scaling.
+std::vector<std::pair<std::string, std::vector<float>>> GgufRopeFactorTensors(const ModelConfig& config);
 
 // GGUF architecture for an HF model_type ("mistral" -> "llama"); "" if unsupported.
 std::string GgufArchFor(const std::string& model_type);

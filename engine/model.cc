@@ -21,11 +21,11 @@ class SafetensorsSource : public WeightSource {
  public:
   explicit SafetensorsSource(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
   StatusOr<SourceTensor> Get(const WeightSpec& spec) override {
-    const auto& s = spec.shape;
+    const std::vector<int64_t> s = spec.StoredShape();
     StatusOr<const SafetensorsTensor*> t = s.size() == 1 ? store_->Require(spec.name, {s[0]})
                                                          : store_->Require(spec.name, {s[0], s[1]});
     if (!t.ok()) return t.status();
-    return SourceTensor{(*t)->data, *(*t)->dtype, static_cast<int64_t>((*t)->nbytes()), (*t)->file};
+    return FusedPart(spec, {(*t)->data, *(*t)->dtype, static_cast<int64_t>((*t)->nbytes()), (*t)->file});
   }
 
  private:
@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
   }
   RETURN_IF_ERROR(m->BindWeights());
   m->rope_ = std::make_unique<RopeTable>(m->config_);
+  m->rope_long_ = UseLongRopeFactors(m->config_, 0);
   RETURN_IF_ERROR(backend->TakeError());
   spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
                static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
@@ -233,6 +234,25 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
   return Status::Ok();
 }
 
+Status Model::SetMaxModelLen(int64_t max_model_len) {
+  const ModelConfig& c = config_;
+  if (c.rope_scaling.type != RopeScalingType::kLongRope) return Status::Ok();
+  if (max_model_len <= 0) return InvalidArgument("model: max model length must be positive");
+  const bool use_long = UseLongRopeFactors(c, max_model_len);
+  spdlog::info("rope: LongRoPE {} factors for every sequence (max model length {} {} original context {}; "
+               "attention factor {:.4f})",
+               use_long ? "long" : "short", max_model_len, use_long ? ">" : "<=",
+               c.rope_scaling.original_max_position_embeddings,
+               ComputeRopeFrequencies(c, max_model_len).attention_factor);
+  if (use_long == rope_long_) return Status::Ok();
+  ReleaseGraphs();  // captured graphs read the old table's device copy
+  rope_ = std::make_unique<RopeTable>(c, max_model_len);
+  rope_long_ = use_long;
+  rope_device_.reset();
+  rope_device_positions_ = 0;
+  return Status::Ok();
+}
+
 Status Model::EnsureRope(int64_t positions) {
   if (positions <= rope_device_positions_) return Status::Ok();
   ReleaseGraphs();
@@ -300,8 +320,9 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
     backend_->HeadRmsNorm(k, t, c.num_kv_heads, d, ld, F(L.k_norm), eps);
   }
   const float* cos_sin = F(rope_device_);
-  backend_->Rope(q, t, c.num_q_heads, d, ld, d_positions_, cos_sin);
-  backend_->Rope(k, t, c.num_kv_heads, d, ld, d_positions_, cos_sin);
+  const int64_t rot = rope_->rot_dim();  // partial rotary: only the leading dims turn
+  backend_->Rope(q, t, c.num_q_heads, d, ld, rot, d_positions_, cos_sin);
+  backend_->Rope(k, t, c.num_kv_heads, d, ld, rot, d_positions_, cos_sin);
   const KvLayerView kv = cache->layer(li);
   backend_->WriteKv(k, ld, v, ld, t, c.num_kv_heads, d, d_slots_, kv);
   AttentionParams p;

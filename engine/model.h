@@ -64,6 +64,12 @@ class Model {
   // Fails with the backend's first asynchronous error (Backend::TakeError).
   Status Forward(const ForwardBatch& batch, KvCache* cache, std::vector<float>* logits);
 
+  // The deployment's longest sequence, once, before serving (every rank of a
+  // parallel group alike). LongRoPE models choose their short or long factors
+  // from it (engine/rope.h UseLongRopeFactors) and log the choice; until called,
+  // max_position_embeddings stands in. Other models ignore it.
+  Status SetMaxModelLen(int64_t max_model_len);
+
   // Decode steps (each sequence one token, at most the largest size) then run
   // as graphs captured once per padded batch size (GraphBatchSizes), with fixed
   // step-input buffers and block tables ceil(max_model_len / block_size) wide.
@@ -115,6 +121,7 @@ class Model {
   std::shared_ptr<void> final_norm_;
   int64_t weight_bytes_ = 0;
   std::unique_ptr<RopeTable> rope_;
+  bool rope_long_ = false;  // longrope: the long factors are in use
   std::shared_ptr<void> rope_device_;
   int64_t rope_device_positions_ = 0;
 

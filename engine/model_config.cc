@@ -1,6 +1,7 @@
 #include "engine/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -73,6 +74,28 @@ class FieldReader {
     return Status::Ok();
   }
 
+  // A required list of exactly `len` finite numbers > 0 (longrope factors).
+  Status PositiveList(const char* key, size_t len, const std::string& len_why, std::vector<double>* out) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return InvalidArgument(label_ + ": missing required field '" + key + "'");
+    if (!it->is_array() || it->size() != len) {
+      return InvalidArgument(label_ + ": field '" + key + "' must be a list of " + std::to_string(len) +
+                             " numbers (" + len_why + "), got " +
+                             (it->is_array() ? std::to_string(it->size()) + " entries" : it->dump()));
+    }
+    out->clear();
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& v = (*it)[i];
+      const double x = v.is_number() ? v.get<double>() : 0.0;
+      if (!v.is_number() || !std::isfinite(x) || !(x > 0.0)) {
+        return InvalidArgument(label_ + ": field '" + key + "' entry " + std::to_string(i) +
+                               " must be a finite number > 0, got " + v.dump());
+      }
+      out->push_back(x);
+    }
+    return Status::Ok();
+  }
+
   // An int or a list of ints (eos_token_id takes both forms).
   Status IntList(const char* key, std::vector<int64_t>* out) const {
     auto it = obj_.find(key);
@@ -99,6 +122,28 @@ class FieldReader {
   std::string label_;
 };
 
+// LongRoPE (Phi-3 "longrope", formerly "su"): short and long per-frequency
+// divisors and the pre-training context they extend, which HF reads from
+// rope_scaling or, in Phi-3 configs, from the top level.
+Status ParseLongRope(const json& root, const FieldReader& r, const std::string& label, ModelConfig* c) {
+  RopeScaling& s = c->rope_scaling;
+  s.type = RopeScalingType::kLongRope;
+  const size_t n = static_cast<size_t>(c->rotary_dim / 2);
+  const std::string why = "rotary dims / 2 = " + std::to_string(n);
+  RETURN_IF_ERROR(r.PositiveList("short_factor", n, why, &s.short_factor));
+  RETURN_IF_ERROR(r.PositiveList("long_factor", n, why, &s.long_factor));
+  // >= 2: the attention factor divides by ln(original).
+  RETURN_IF_ERROR(r.Int("original_max_position_embeddings", &s.original_max_position_embeddings, false, 2));
+  if (s.original_max_position_embeddings == 0) {
+    RETURN_IF_ERROR(FieldReader(root, label)
+                        .Int("original_max_position_embeddings", &s.original_max_position_embeddings, true, 2));
+  }
+  s.factor = static_cast<double>(c->max_position_embeddings) / static_cast<double>(s.original_max_position_embeddings);
+  RETURN_IF_ERROR(r.Double("factor", &s.factor, false, 0.0));
+  RETURN_IF_ERROR(r.Double("attention_factor", &s.attention_factor, false, 0.0));
+  return Status::Ok();
+}
+
 Status ParseRopeScaling(const json& root, const std::string& label, ModelConfig* c) {
   auto it = root.find("rope_scaling");
   if (it == root.end() || it->is_null()) return Status::Ok();
@@ -121,9 +166,11 @@ Status ParseRopeScaling(const json& root, const std::string& label, ModelConfig*
     s.type = RopeScalingType::kLlama3;
   } else if (type == "yarn") {
     s.type = RopeScalingType::kYarn;
+  } else if (type == "longrope" || type == "su") {
+    return ParseLongRope(root, r, label, c);
   } else {
     return Unimplemented(sub + ": field 'rope_type' value '" + type +
-                         "' is not supported (supported: default, linear, llama3, yarn)");
+                         "' is not supported (supported: default, linear, llama3, yarn, longrope)");
   }
   RETURN_IF_ERROR(r.Double("factor", &s.factor, /*required=*/true, 0.0));
   if (s.type == RopeScalingType::kLlama3) {
@@ -212,7 +259,7 @@ const std::vector<std::string>& SupportedArchitectures() {
   static const std::vector<std::string> kArchs = {"LlamaForCausalLM",    "MistralForCausalLM",
                                                   "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
                                                   "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
-                                                  "Qwen3MoeForCausalLM"};
+                                                  "Qwen3MoeForCausalLM", "Phi3ForCausalLM"};
   return kArchs;
 }
 
@@ -258,6 +305,36 @@ std::string ModelConfig::Summary() const {
   }
   return os.str();
 }
+
+namespace {
+
+// partial_rotary_factor (Phi-4-mini): RoPE rotates the first int(head_dim *
+// factor) dims of each head, as HF computes it. Only Phi-3's attention
+// implements it; other architectures refuse a factor other than 1.
+Status ParseRotaryDim(const FieldReader& r, const std::string& label, ModelConfig* c) {
+  double factor = 1.0;
+  RETURN_IF_ERROR(r.Double("partial_rotary_factor", &factor, false, 0.0));
+  c->rotary_dim = c->head_dim;
+  if (factor == 1.0) return Status::Ok();
+  if (c->architecture != "Phi3ForCausalLM") {
+    return Unimplemented(label + ": field 'partial_rotary_factor' must be 1 for " + c->architecture);
+  }
+  // HF takes int(head_dim * factor); a product within 1e-9 of an integer is that
+  // integer (a factor written as rot / head_dim may land just below it).
+  const double x = static_cast<double>(c->head_dim) * factor;
+  const double near = std::round(x);
+  const auto dim = static_cast<int64_t>(std::abs(x - near) < 1e-9 ? near : std::floor(x));
+  if (factor > 1.0 || dim < 2 || dim % 2 != 0) {
+    std::ostringstream os;
+    os << label << ": field 'partial_rotary_factor' (" << factor << ") must give an even rotary dimension in [2, "
+       << "head_dim = " << c->head_dim << "], got " << dim;
+    return InvalidArgument(os.str());
+  }
+  c->rotary_dim = dim;
+  return Status::Ok();
+}
+
+}  // namespace
 
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& label) {
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
@@ -314,6 +391,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   RETURN_IF_ERROR(r.Int("max_position_embeddings", &c.max_position_embeddings, false));
   RETURN_IF_ERROR(r.Double("rms_norm_eps", &c.rms_norm_eps, false, 0.0));
   RETURN_IF_ERROR(r.Double("rope_theta", &c.rope_theta, false, 1.0));
+  RETURN_IF_ERROR(ParseRotaryDim(r, label, &c));
   RETURN_IF_ERROR(ParseRopeScaling(root, label, &c));
   RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c.tie_word_embeddings));
   RETURN_IF_ERROR(r.String("torch_dtype", &c.torch_dtype));
@@ -333,6 +411,11 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     RETURN_IF_ERROR(r.Bool("attention_bias", &c.qkv_bias));
     c.o_bias = c.qkv_bias;
   }
+  if (a == "Phi3ForCausalLM") {
+    // Phi3Attention / Phi3MLP: fused projections, no biases.
+    c.fused_qkv = true;
+    c.fused_gate_up = true;
+  }
   if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") {
     RETURN_IF_ERROR(r.Bool("attention_bias", &c.qkv_bias));
     c.o_bias = c.qkv_bias;
@@ -345,7 +428,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   int64_t window = 0;
   RETURN_IF_ERROR(r.Int("sliding_window", &window, false));
   if (window > 0) {
-    if (a == "MistralForCausalLM" || a == "MixtralForCausalLM") {
+    if (a == "MistralForCausalLM" || a == "MixtralForCausalLM" || a == "Phi3ForCausalLM") {
       c.layer_sliding_window.assign(c.num_layers, window);
     } else if (a != "LlamaForCausalLM") {  // Qwen2/3 and their MoE variants
       bool use = false;

@@ -1,8 +1,8 @@
 // ModelConfig: one decoder described as data, parsed from HF config.json.
 //
-// Llama, Mistral, Qwen2 and Qwen3 differ only in fields here (qkv bias, q/k norm,
-// sliding window, rope scaling); the forward pass reads these flags instead of
-// switching on the architecture name. Mixtral, Qwen2-MoE and Qwen3-MoE are the
+// Llama, Mistral, Qwen2, Qwen3 and Phi-3/Phi-4 differ only in fields here (qkv
+// bias, q/k norm, sliding window, rope scaling, partial rotary, fused projections);
+// the forward pass reads these flags instead of switching on the architecture name. Mixtral, Qwen2-MoE and Qwen3-MoE are the
 // same decoder with a mixture-of-experts FFN on the layers `layer_moe` marks
 // (MoeConfig; the block is engine/moe/).
 #pragma once
@@ -15,7 +15,7 @@
 
 namespace tessera {
 
-enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
+enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn, kLongRope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
@@ -31,6 +31,11 @@ struct RopeScaling {
   double mscale = 0.0;
   double mscale_all_dim = 0.0;
   bool truncate = true;
+  // longrope (Phi-3 "su"): per-frequency divisors, rotary_dim / 2 of each. Which
+  // set a deployment uses is chosen once from its max model length (engine/rope.h
+  // UseLongRopeFactors); `factor` is max_position_embeddings / original when the
+  // config gives none, and only sets the default attention factor.
+  std::vector<double> short_factor, long_factor;
 };
 
 // The routed-expert FFN of MoE layers (engine/moe/). num_experts == 0: dense model.
@@ -71,6 +76,13 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add)
   int64_t bos_token_id = -1;
   std::string torch_dtype;  // informational
+  // Leading dims of each head that RoPE rotates: head_dim * partial_rotary_factor
+  // (Phi-4-mini 0.75); == head_dim otherwise. Even, in [2, head_dim].
+  int64_t rotary_dim = 0;
+  // Phi-3: q/k/v stored as one qkv_proj [q | k | v rows] and gate/up as one
+  // gate_up_proj [gate | up rows]; the loader binds row ranges of them (weight_specs.h).
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
 
   // K and V bytes one token occupies across all layers, at `bytes_per_elem`.
   int64_t KvBytesPerToken(int64_t bytes_per_elem) const {

@@ -17,8 +17,14 @@ double YarnCorrectionDim(double rotations, double dim, double base, double max_p
 
 }  // namespace
 
-RopeFrequencies ComputeRopeFrequencies(const ModelConfig& c) {
-  const int64_t dim = c.head_dim;
+bool UseLongRopeFactors(const ModelConfig& c, int64_t max_model_len) {
+  if (c.rope_scaling.type != RopeScalingType::kLongRope) return false;
+  const int64_t len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
+  return len > c.rope_scaling.original_max_position_embeddings;
+}
+
+RopeFrequencies ComputeRopeFrequencies(const ModelConfig& c, int64_t max_model_len) {
+  const int64_t dim = c.rotary_dim > 0 ? c.rotary_dim : c.head_dim;
   const int64_t half = dim / 2;
   const double base = c.rope_theta;
   const RopeScaling& s = c.rope_scaling;
@@ -76,12 +82,27 @@ RopeFrequencies ComputeRopeFrequencies(const ModelConfig& c) {
       }
       break;
     }
+    case RopeScalingType::kLongRope: {
+      // HF _compute_longrope_parameters: inv_freq_i = 1 / (ext_i * base^(2i/dim));
+      // cos and sin scaled by sqrt(1 + ln(factor) / ln(original)) (1 when factor <= 1)
+      // unless the config sets attention_factor, for both factor sets alike.
+      const std::vector<double>& ext = UseLongRopeFactors(c, max_model_len) ? s.long_factor : s.short_factor;
+      for (int64_t i = 0; i < half; ++i) f.inv_freq[i] /= ext[i];
+      const double orig = static_cast<double>(s.original_max_position_embeddings);
+      if (s.attention_factor > 0) {
+        f.attention_factor = s.attention_factor;
+      } else if (s.factor > 1.0) {
+        f.attention_factor = std::sqrt(1.0 + std::log(s.factor) / std::log(orig));
+      }
+      break;
+    }
   }
   return f;
 }
 
-RopeTable::RopeTable(const ModelConfig& config)
-    : freqs_(ComputeRopeFrequencies(config)), rot_dim_(config.head_dim) {}
+RopeTable::RopeTable(const ModelConfig& config, int64_t max_model_len)
+    : freqs_(ComputeRopeFrequencies(config, max_model_len)),
+      rot_dim_(config.rotary_dim > 0 ? config.rotary_dim : config.head_dim) {}
 
 void RopeTable::EnsurePositions(int64_t n) {
   if (n <= num_positions_) return;

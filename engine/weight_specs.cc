@@ -13,10 +13,21 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     auto add = [&](const std::string& name, std::vector<int64_t> shape, R role) {
       w.push_back({p + name, std::move(shape), role, i});
     };
+    // Rows [offset, offset + shape[0]) of the fused tensor `name` of `total` rows.
+    auto part = [&](const std::string& name, std::vector<int64_t> shape, R role, int64_t offset, int64_t total) {
+      w.push_back({p + name, std::move(shape), role, i, -1, offset, total});
+    };
     add("input_layernorm.weight", {h}, R::kInputNorm);
-    add("self_attn.q_proj.weight", {q_out, h}, R::kQ);
-    add("self_attn.k_proj.weight", {kv_out, h}, R::kK);
-    add("self_attn.v_proj.weight", {kv_out, h}, R::kV);
+    if (c.fused_qkv) {
+      const int64_t rows = q_out + 2 * kv_out;
+      part("self_attn.qkv_proj.weight", {q_out, h}, R::kQ, 0, rows);
+      part("self_attn.qkv_proj.weight", {kv_out, h}, R::kK, q_out, rows);
+      part("self_attn.qkv_proj.weight", {kv_out, h}, R::kV, q_out + kv_out, rows);
+    } else {
+      add("self_attn.q_proj.weight", {q_out, h}, R::kQ);
+      add("self_attn.k_proj.weight", {kv_out, h}, R::kK);
+      add("self_attn.v_proj.weight", {kv_out, h}, R::kV);
+    }
     add("self_attn.o_proj.weight", {h, q_out}, R::kO);
     if (c.qkv_bias) {
       add("self_attn.q_proj.bias", {q_out}, R::kQBias);
@@ -53,8 +64,13 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       if (m.shared_gate) add("mlp.shared_expert_gate.weight", {1, h}, R::kSharedExpertGate);
       continue;
     }
-    add("mlp.gate_proj.weight", {inter, h}, R::kGate);
-    add("mlp.up_proj.weight", {inter, h}, R::kUp);
+    if (c.fused_gate_up) {
+      part("mlp.gate_up_proj.weight", {inter, h}, R::kGate, 0, 2 * inter);
+      part("mlp.gate_up_proj.weight", {inter, h}, R::kUp, inter, 2 * inter);
+    } else {
+      add("mlp.gate_proj.weight", {inter, h}, R::kGate);
+      add("mlp.up_proj.weight", {inter, h}, R::kUp);
+    }
     add("mlp.down_proj.weight", {h, inter}, R::kDown);
     if (c.mlp_bias) {
       add("mlp.gate_proj.bias", {inter}, R::kGateBias);

@@ -28,6 +28,15 @@ struct WeightSpec {
   WeightRole role;
   int64_t layer = -1;  // -1 for model-level tensors
   int64_t expert = -1;  // routed experts: the expert id
+  // Fused projections (Phi-3 qkv_proj, gate_up_proj): this matrix is rows
+  // [row_offset, row_offset + shape[0]) of the stored tensor `name`, which has
+  // stored_rows rows (0: not fused, the tensor is exactly `shape`). Rows of a
+  // row-major matrix are contiguous bytes, so a part is a zero-copy view.
+  int64_t row_offset = 0;
+  int64_t stored_rows = 0;
+  std::vector<int64_t> StoredShape() const {
+    return stored_rows > 0 ? std::vector<int64_t>{stored_rows, shape[1]} : shape;
+  }
   bool IsNorm() const {
     return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
            role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm;

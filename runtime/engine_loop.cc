@@ -148,7 +148,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
                      parallel::RankGroup::Create(options.parallel, options.model_dir, options.num_threads));
     auto model = Model::Load(options.model_dir, loop->backend_.get(), &loop->group_->leader_setup());
     if (!model.ok()) {
-      (void)loop->group_->Start(model.status(), 0, 0);  // releases the workers
+      (void)loop->group_->Start(model.status(), 0, 0, 0);  // releases the workers
       return model.status();
     }
     loop->model_ = std::move(*model);
@@ -180,14 +180,6 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   } else if (from_budget) {
     ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
   }
-  ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
-  if (loop->group_) RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size));
-  spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
-               so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
-               per_token,
-               from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
-               : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
-                             : std::string("block count set explicitly"));
   const int64_t kv_tokens = int64_t{so.kv.num_blocks} * so.kv.block_size;
   if (so.limits.max_model_len > kv_tokens) {
     if (auto_len) {
@@ -199,6 +191,17 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
                    so.limits.max_model_len, kv_tokens);
     }
   }
+  ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
+  if (loop->group_) {
+    RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size, so.limits.max_model_len));
+  }
+  spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
+               so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
+               per_token,
+               from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
+               : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
+                             : std::string("block count set explicitly"));
+  RETURN_IF_ERROR(loop->model_->SetMaxModelLen(so.limits.max_model_len));
   if (loop->backend_->SupportsGraphs()) {
     RETURN_IF_ERROR(loop->model_->EnableGraphs(so.max_num_seqs, so.limits.max_model_len, so.kv.block_size));
   }

@@ -7,9 +7,25 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_layout.h"
+#include "engine/rope.h"
 #include "runtime/engine_loop.h"
 
 namespace tessera {
+namespace {
+
+// The checkpoint's fingerprint, plus which LongRoPE factor set this deployment
+// rotates K with (chosen from its max model length, engine/rope.h): KV moves only
+// between instances whose keys agree, so a short-set block never lands in a
+// long-set pool.
+StatusOr<std::string> KvModelKey(const std::string& model_dir, const ModelConfig& mc, int64_t max_model_len) {
+  ASSIGN_OR_RETURN(std::string key, ModelFingerprint(model_dir));
+  if (mc.rope_scaling.type == RopeScalingType::kLongRope) {
+    key += UseLongRopeFactors(mc, max_model_len) ? "+longrope-long" : "+longrope-short";
+  }
+  return key;
+}
+
+}  // namespace
 
 Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions& so) {
   auto notify = [this] {
@@ -27,7 +43,7 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
     }
     if (!so.kv.enable_prefix_caching) return FailedPrecondition("--kv-offload-*: KV tiers need prefix caching");
     KvTierOptions to = std::move(*options.kv_tiers);
-    ASSIGN_OR_RETURN(to.model_fingerprint, ModelFingerprint(options.model_dir));
+    ASSIGN_OR_RETURN(to.model_fingerprint, KvModelKey(options.model_dir, mc, so.limits.max_model_len));
     to.layout = DescribeKvLayout(MakeKvLayout(mc, backend_->kv_dtype(), so.kv.block_size));
     to.block_bytes = cache_->BlockBytes();
     to.notify = notify;
@@ -43,7 +59,7 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
       return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
                                 "pool is not registered with UCX");
     }
-    ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(options.model_dir));
+    ASSIGN_OR_RETURN(std::string fingerprint, KvModelKey(options.model_dir, mc, so.limits.max_model_len));
     KvTransportOptions to = *options.kv_transfer;
     to.notify = notify;
     ASSIGN_OR_RETURN(std::unique_ptr<KvTransport> transport,

@@ -1,6 +1,7 @@
 #include "text/gguf_tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <unordered_map>
 
@@ -34,6 +35,18 @@ StatusOr<const std::vector<GgufValue>*> Array(const GgufContents& g, const std::
 std::optional<int64_t> OptInt(const GgufContents& g, const std::string& key) {
   const GgufValue* v = Key(g, key);
   return v ? v->AsInt() : std::nullopt;
+}
+
+// llama.cpp (llama-vocab.cpp) gives Phi-3 files, recognised by "phi-3" or
+// "phi3" in general.name, its tokenizer.json's behaviour: every special token
+// but <unk>, <s> and <|endoftext|> strips the whitespace after it (the chat
+// markers' rstrip), which GGUF has no field for.
+bool Phi3RstripsSpecials(const GgufContents& g) {
+  const GgufValue* v = g.Find("general.name");
+  if (!v || v->type != GgufType::kString) return false;
+  std::string name = v->str;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
 }
 
 bool OptBool(const GgufContents& g, const std::string& key, bool def) {
@@ -123,6 +136,7 @@ StatusOr<GgufTokenizerFiles> GgufToTokenizerJson(const GgufContents& g, const st
   std::vector<std::string> pieces(tokens->size());
   std::vector<float> piece_scores(tokens->size());
   std::vector<bool> usable(tokens->size());
+  const bool phi3 = Phi3RstripsSpecials(g);
   for (size_t i = 0; i < tokens->size(); ++i) {
     const std::string& text = (*tokens)[i].str;
     const int64_t type = types ? (*types)[i].AsInt().value_or(int64_t{kGgufTokenNormal}) : int64_t{kGgufTokenNormal};
@@ -131,8 +145,9 @@ StatusOr<GgufTokenizerFiles> GgufToTokenizerJson(const GgufContents& g, const st
     usable[i] = type != kGgufTokenUnused;
     if (type == kGgufTokenUnused) continue;
     if (type == kGgufTokenControl || type == kGgufTokenUserDefined || type == kGgufTokenUnknown) {
+      const bool rstrip = phi3 && text != "<unk>" && text != "<s>" && text != "<|endoftext|>";
       added.push_back({{"id", i}, {"content", text}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", type != kGgufTokenUserDefined}});
+                       {"rstrip", rstrip}, {"normalized", false}, {"special", type != kGgufTokenUserDefined}});
       // SentencePiece keeps control and unknown pieces in the model vocabulary.
       if (!spm && type != kGgufTokenUnknown) continue;
     }

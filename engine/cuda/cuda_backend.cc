@@ -231,9 +231,9 @@ class CudaBackend final : public Backend {
   void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
     Check(kc::SiluMul(gate_up, rows, inter, out, stream_), "SiluMul");
   }
-  void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, const int32_t* positions,
-            const float* cos_sin) override {
-    Check(kc::Rope(x, tokens, heads, head_dim, x_stride, head_dim, positions, cos_sin, stream_), "Rope");
+  void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, int64_t rot_dim,
+            const int32_t* positions, const float* cos_sin) override {
+    Check(kc::Rope(x, tokens, heads, head_dim, x_stride, rot_dim, positions, cos_sin, stream_), "Rope");
   }
   void WriteKv(const float* k, int64_t k_stride, const float* v, int64_t v_stride, int64_t tokens, int64_t kv_heads,
                int64_t head_dim, const int64_t* slots, KvLayerView c) override {

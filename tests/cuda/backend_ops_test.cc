@@ -203,7 +203,7 @@ TEST_P(BackendOpsTest, EmbeddingNormsActivationsAndCopies) {
     be[i]->SiluMul(mem.Put(gate_up), rows, inter, act);
     o[i].silu = mem.Get(act, rows * inter);
     float* rx = mem.Put(x);
-    be[i]->Rope(rx, rows, heads, head_dim, dim, mem.Put(positions), mem.Put(cos_sin));
+    be[i]->Rope(rx, rows, heads, head_dim, dim, head_dim, mem.Put(positions), mem.Put(cos_sin));
     o[i].rope = mem.Get(rx, rows * dim);
     float* g = mem.Zeros<float>(gather.size() * dim);
     be[i]->GatherRows(d_x, dim, mem.Put(gather), static_cast<int64_t>(gather.size()), g);

@@ -43,6 +43,12 @@ const std::string& Checkpoint(const std::string& arch, DType dtype) {
   // head_dim 32: the CUDA attention kernels take multiples of 32.
   std::vector<std::string> overrides;
   if (arch == "llama" || arch == "mixtral" || arch == "qwen2_moe") overrides.push_back("head_dim=32");
+  // Phi-3: fused projections, half the head rotating (partial rotary), LongRoPE long factors.
+  if (arch == "phi3") {
+    overrides = {"head_dim=32", "partial_rotary_factor=0.5", "original_max_position_embeddings=32",
+                 R"(rope_scaling={"type":"longrope","short_factor":[1,1,1,1,1,1,1,1],)"
+                 R"("long_factor":[1,1.5,2,3,4,6,8,12]})"};
+  }
   testing::MakeTinyModel(dirs.back()->path(), arch, dtype, overrides);
   return paths[key] = dirs.back()->path();
 }
@@ -139,7 +145,8 @@ TEST_F(ModelAgreementTest, GreedyTop1AgreesWithCpu) {
   // bf16-rounded activations in the cuBLAS GEMMs. Both stay well above chance.
   // (The deterministic mode's LinearTiled is slow under the emulator: one case.)
   const Case cases[] = {{"qwen3", DType::kF32, true, 0.9}, {"qwen3", DType::kBF16, false, 0.75},
-                        {"llama", DType::kF32, false, 0.9}, {"llama", DType::kBF16, false, 0.75}};
+                        {"llama", DType::kF32, false, 0.9}, {"llama", DType::kBF16, false, 0.75},
+                        {"phi3", DType::kF32, false, 0.9}};
   for (const Case& c : cases) {
     const std::string& dir = Checkpoint(c.arch, c.dtype);
     Loaded cpu = Load(dir, false);

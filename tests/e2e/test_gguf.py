@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end test of GGUF models: `tessera synth --format both` writes an HF
 safetensors directory and a GGUF twin; `tessera generate` must give IDENTICAL
-greedy tokens from both (bf16, f16, f32; qwen3 and llama, whose Q/K rows
-llama.cpp's converter permutes). Quantized GGUFs (q8_0, q4_0, q4_k) load and
+greedy tokens from both (bf16, f16, f32; qwen3, llama, whose Q/K rows
+llama.cpp's converter permutes, and phi3: fused tensors, SentencePiece vocabulary). Quantized GGUFs (q8_0, q4_0, q4_k) load and
 generate, and their greedy tokens are the argmax of `tessera logits` run on
 the same file. An independent NumPy reader of GGUF and safetensors (written
 from the format specs, not from Tessera's code) checks the files themselves:
@@ -278,11 +278,12 @@ def dir_with_one_gguf(t, tmp):
     assert generate(t, d) == generate(t, os.path.join(tmp, "qwen3_bf16"))
 
 
-def serve_gguf_like_dir(t, tmp):
+def serve_gguf_like_dir(t, tmp, arch="qwen3"):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import serve_util  # noqa: E402 - shared e2e helpers (stdlib only)
     answers = []
-    for name, model in (("dir", os.path.join(tmp, "qwen3_bf16")), ("gguf", os.path.join(tmp, "qwen3_bf16.gguf"))):
+    d = os.path.join(tmp, f"{arch}_bf16")  # written by the twin check
+    for name, model in (("dir", d), ("gguf", d + ".gguf")):
         srv = serve_util.Server(t, ["--model", model], tmp, f"serve_{name}")
         try:
             srv.wait_ready()
@@ -334,6 +335,10 @@ def main():
               lambda: twins_identical(t, tmp, "llama", "bf16"))
         check("llama gguf attn_q/attn_k rows are llama.cpp's permutation of HF's",
               lambda: llama_rows_permuted(t, tmp))
+        check("phi3 bf16: identical greedy tokens (fused attn_qkv / ffn_up, SentencePiece vocabulary in GGUF)",
+              lambda: twins_identical(t, tmp, "phi3", "bf16"))
+        check("tessera serve phi3: Phi-3's chat template answers, the .gguf like the directory",
+              lambda: serve_gguf_like_dir(t, tmp, "phi3"))
         check("gguf metadata, tokenizer and tensors match config/tokenizer/safetensors and gguf-info",
               lambda: gguf_file_matches_info_and_config(t, tmp))
         for dtype in ("q8_0", "q4_0"):

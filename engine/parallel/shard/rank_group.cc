@@ -216,13 +216,13 @@ Status RankGroup::Broken(const Status& s) {
   return error_;
 }
 
-Status RankGroup::Start(const Status& loaded, int64_t num_blocks, int64_t block_size) {
+Status RankGroup::Start(const Status& loaded, int64_t num_blocks, int64_t block_size, int64_t max_model_len) {
   std::lock_guard lock(mu_);
   Communicator* comm = setup0_.comm;
   Status s = Handshake(comm, loaded);
   if (!s.ok()) return Broken(s);
-  int64_t geometry[2] = {num_blocks, block_size};
-  if (Status b = comm->Broadcast(geometry, 2, DType::kI64, 0); !b.ok()) return Broken(b);
+  int64_t geometry[3] = {num_blocks, block_size, max_model_len};
+  if (Status b = comm->Broadcast(geometry, 3, DType::kI64, 0); !b.ok()) return Broken(b);
   started_ = true;
   last_plan_ = std::chrono::steady_clock::now();
   heartbeat_ = std::thread([this] { Heartbeat(); });
@@ -299,9 +299,10 @@ Status RunRankWorker(Communicator* comm, const ShardOptions& shard, const std::s
   ParallelSetup setup{shard, comm};
   StatusOr<std::unique_ptr<Model>> model = Model::Load(model_dir, backend.get(), &setup);
   RETURN_IF_ERROR(Handshake(comm, model.status()));
-  int64_t geometry[2] = {0, 0};
-  RETURN_IF_ERROR(comm->Broadcast(geometry, 2, DType::kI64, 0));
+  int64_t geometry[3] = {0, 0, 0};
+  RETURN_IF_ERROR(comm->Broadcast(geometry, 3, DType::kI64, 0));
   ASSIGN_OR_RETURN(auto cache, (*model)->CreateKvCache(geometry[0], geometry[1]));
+  RETURN_IF_ERROR((*model)->SetMaxModelLen(geometry[2]));
   spdlog::info("parallel: rank {} ready ({} KV blocks of {})", shard.rank, geometry[0], geometry[1]);
   std::vector<int64_t> words;
   std::vector<std::pair<int64_t, int64_t>> copies;

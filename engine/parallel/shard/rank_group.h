@@ -77,9 +77,10 @@ class RankGroup {
   int world_size() const { return options_.world_size(); }
 
   // After rank 0 loaded its shard (`loaded`: its status) and sized the KV pool:
-  // all ranks report their load, workers create pools of the same geometry.
+  // all ranks report their load, workers create pools of the same geometry and
+  // take the same max model length (Model::SetMaxModelLen).
   // Fails naming the ranks that could not load.
-  Status Start(const Status& loaded, int64_t num_blocks, int64_t block_size);
+  Status Start(const Status& loaded, int64_t num_blocks, int64_t block_size, int64_t max_model_len);
   // One step on every rank; logits as ShardedForward's rank 0.
   Status Step(Model& model, KvCache* cache, const std::vector<std::pair<int64_t, int64_t>>& copies,
               const ForwardBatch& batch, std::vector<float>* logits);

@@ -64,6 +64,9 @@ PROFILES = {
     "llama2": dict(parts=False, tools=False, tool_content=[""], string_args=None),
     "gemma3": dict(parts=True, tools=True, tool_content=["", "Let me check."], string_args=None),
     "deepseek_v3": dict(parts=False, tools=True, tool_content=[None], string_args=True),
+    "phi3": dict(parts=False, tools=False, tool_content=[""], string_args=None),
+    "phi4": dict(parts=False, tools=False, tool_content=[""], string_args=None),
+    "phi4_mini": dict(parts=False, tools=True, tool_content=["", "Let me check."], string_args=None),
     "features": dict(parts=True, tools=True, tool_content=[None, "", "Let me check."], string_args=None),
 }
 

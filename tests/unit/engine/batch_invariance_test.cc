@@ -106,8 +106,14 @@ class BatchInvarianceTest : public ::testing::TestWithParam<std::tuple<std::stri
     // Mistral and Mixtral run with a sliding window shorter than the prompts.
     const std::string arch = std::get<0>(GetParam());
     const bool window = arch == "mistral" || arch == "mixtral";
-    MakeTinyModel(dir_.path(), arch, std::get<1>(GetParam()),
-                  window ? std::vector<std::string>{"sliding_window=8"} : std::vector<std::string>{});
+    std::vector<std::string> sets;
+    if (window) sets = {"sliding_window=8"};
+    // Phi-3: fused projections, a window, partial rotary and LongRoPE (long factors).
+    if (arch == "phi3") {
+      sets = {"sliding_window=8", "partial_rotary_factor=0.5", "original_max_position_embeddings=32",
+              R"(rope_scaling={"type":"longrope","short_factor":[1,1.5,2,3],"long_factor":[1,3,5,9]})"};
+    }
+    MakeTinyModel(dir_.path(), arch, std::get<1>(GetParam()), sets);
     backend1_ = MakeCpuBackend({1});
     backend2_ = MakeCpuBackend({2});
     auto m1 = Model::Load(dir_.path(), backend1_.get());
@@ -174,7 +180,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
                                            std::make_tuple("mistral", DType::kBF16),
                                            std::make_tuple("mixtral", DType::kBF16),
                                            std::make_tuple("qwen2_moe", DType::kF32),
-                                           std::make_tuple("qwen3_moe", DType::kBF16)),
+                                           std::make_tuple("qwen3_moe", DType::kBF16),
+                                           std::make_tuple("phi3", DType::kBF16)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::string(DTypeName(std::get<1>(info.param)));

@@ -149,7 +149,8 @@ TEST_P(TensorParallel, LogitsWithinDenseToleranceOfOneRankAndBatchInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dense, TensorParallel,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "qwen2"), ::testing::Values(2, 4)));
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "qwen2", "phi3"),
+                                            ::testing::Values(2, 4)));
 INSTANTIATE_TEST_SUITE_P(Moe, TensorParallel,
                          ::testing::Combine(::testing::Values("mixtral", "qwen2_moe"), ::testing::Values(2)));
 
