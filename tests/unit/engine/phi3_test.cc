@@ -161,7 +161,7 @@ TEST(Phi3GgufTest, MetadataRoundTripsAndAMissingFactorTensorIsNamed) {
        [n = c.vocab_size * c.hidden_size](uint8_t* d) { std::memset(d, 0, static_cast<size_t>(n) * 4); }}};
   for (const auto& [name, v] : GgufRopeFactorTensors(c)) {
     tensors.push_back({name, DType::kF32, {static_cast<int64_t>(v.size())},
-                       [v](uint8_t* d) { std::memcpy(d, v.data(), v.size() * 4); }});
+                       [vals = v](uint8_t* d) { std::memcpy(d, vals.data(), vals.size() * 4); }});
   }
   ASSERT_EQ(tensors.size(), 3u);
   TempDir dir;
