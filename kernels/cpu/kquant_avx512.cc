@@ -86,10 +86,7 @@ TESSERA_AVX512 void ColsK(const QuantActs& a, const uint8_t* w, int64_t n0, int6
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t off = b * kTr.block_bytes;
-        if (pf != nullptr) {
-          for (int64_t o = 0; o < kCols * kTr.block_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-          pf += kCols * kTr.block_bytes;
-        }
+        PrefetchGroup(pf, kTr.block_bytes);
         for (int c = 0; c < kCols; ++c) unpack(w0 + c * rb + off, q[c], sc[c], mn[c]);
         __m512i sc32[16];
         Transpose16x16(sc, sc32);
@@ -133,12 +130,7 @@ TESSERA_AVX512 void ColsK(const QuantActs& a, const uint8_t* w, int64_t n0, int6
             acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dminw, dx), _mm512_cvtepi32_ps(DotSums16(mnp, bs)), acc[r]);
         }
       }
-      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 out = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
-        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, out);
-      }
+      StoreGroup(acc, rows, nc, bias, j0, y, ldy, mb);
     }
   }
 }

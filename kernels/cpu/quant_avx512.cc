@@ -94,10 +94,7 @@ TESSERA_AVX512 void ColsQ4K(const QuantActs& a, const uint8_t* w, int64_t n0, in
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t off = b * 144;
-        if (pf != nullptr) {
-          for (int64_t o = 0; o < kCols * 144; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-          pf += kCols * 144;
-        }
+        PrefetchGroup(pf, 144);
         const __m512 dw = LoadD16(w0, rb, off), dminw = LoadD16(w0, rb, off + 2);
         // 6-bit scales and mins, transposed: sct[t][c] = sc_t of column c.
         alignas(64) uint8_t sct[8][kCols], mnt[8][kCols];
@@ -151,12 +148,7 @@ TESSERA_AVX512 void ColsQ4K(const QuantActs& a, const uint8_t* w, int64_t n0, in
           acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dminw, dx), _mm512_cvtepi32_ps(imin), acc[r]);
         }
       }
-      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 out = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
-        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, out);
-      }
+      StoreGroup(acc, rows, nc, bias, j0, y, ldy, mb);
     }
   }
 }

@@ -83,6 +83,25 @@ inline const uint8_t* Group16(const uint8_t* w, int64_t j0, int nc, int64_t rb) 
   return t_tail.data();
 }
 
+// Prefetches the next column group's weight block (16 rows of block_bytes), and steps pf
+// to the following block; pf null: nothing to prefetch.
+TESSERA_AVX512 inline void PrefetchGroup(const char*& pf, int64_t block_bytes) {
+  if (pf == nullptr) return;
+  for (int64_t o = 0; o < kCols * block_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+  pf += kCols * block_bytes;
+}
+
+// y[mb + r][j0 .. j0 + nc) = acc[r] (+ bias[j0 ..]) for r < rows: the nc real columns only.
+TESSERA_AVX512 inline void StoreGroup(const __m512* acc, int64_t rows, int nc, const float* bias,
+                                      int64_t j0, float* y, int64_t ldy, int64_t mb) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
+  const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 v = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
+    _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, v);
+  }
+}
+
 // Linear columns [n0, n1) of all rows for a type of 32-element blocks, described by Kind:
 //   kType, kBlockBytes; Unpack(w0, rb, off, wv) fills wv[0..7] with the 16 columns' block
 //   as u8 (wv[t] dword c = column c's elements 4t..4t+3, the same layout Transpose16x4
@@ -110,10 +129,7 @@ TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t off = b * Kind::kBlockBytes;
-        if (pf != nullptr) {
-          for (int64_t o = 0; o < kCols * Kind::kBlockBytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
-          pf += kCols * Kind::kBlockBytes;
-        }
+        PrefetchGroup(pf, Kind::kBlockBytes);
         __m512i wv[8];
         Kind::Unpack(w0, rb, off, wv);
         const __m512 dw = Kind::Scale16(w0, rb, off);
@@ -139,12 +155,7 @@ TESSERA_AVX512 void Cols(const QuantActs& a, const uint8_t* w, int64_t n0, int64
           }
         }
       }
-      const __mmask16 mask = static_cast<__mmask16>((1u << nc) - 1);
-      const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 v = bias != nullptr ? _mm512_add_ps(acc[r], bv) : acc[r];
-        _mm512_mask_storeu_ps(y + (mb + r) * ldy + j0, mask, v);
-      }
+      StoreGroup(acc, rows, nc, bias, j0, y, ldy, mb);
     }
   }
 }
