@@ -386,6 +386,10 @@ int RunInstance(const ServeOptions& o) {
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
+  // Every role talks to peers that may die mid-write (clients, Redis, Gloo ranks,
+  // instances behind a router): a write to a closed socket must be an EPIPE error
+  // on that connection, never a SIGPIPE that ends the daemon.
+  std::signal(SIGPIPE, SIG_IGN);
   if (o.role == "router") return RunRouter(o.router);
   const parallel::GroupOptions& group = o.serving.loop.parallel;
   if (StatusOr<bool> worker = parallel::IsWorkerProcess(group); !worker.ok()) {

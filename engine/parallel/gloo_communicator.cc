@@ -1,5 +1,7 @@
 #include "engine/parallel/gloo_communicator.h"
 
+#include <signal.h>
+
 #include <cstring>
 #include <vector>
 
@@ -231,12 +233,30 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
+namespace {
+
+void IgnoreSigpipeIfDefault() {
+  struct sigaction old{};
+  if (::sigaction(SIGPIPE, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction ign{};
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  ::sigaction(SIGPIPE, &ign, nullptr);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const RendezvousOptions& rendezvous,
                                                                const GlooOptions& options) {
   ASSIGN_OR_RETURN(auto rv, JoinRendezvous(rendezvous));
   const RendezvousOptions& o = rv->options;
   std::string host = options.hostname;
   if (host.empty() && (o.leader_host == "127.0.0.1" || o.leader_host == "localhost")) host = "127.0.0.1";
+  // Gloo's TCP pairs write with writev, which raises SIGPIPE when a peer has died
+  // between its last read and our write; at the default disposition that kills this
+  // rank instead of failing the collective. Process-wide, set once, and only when
+  // nobody chose a disposition: every write here already checks for EPIPE.
+  IgnoreSigpipeIfDefault();
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = host;  // empty: Gloo resolves this host's name

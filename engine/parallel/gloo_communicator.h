@@ -31,7 +31,8 @@ struct GlooOptions {
 };
 
 // Joins the rendezvous (rendezvous.h) and connects the Gloo mesh. The timeout of
-// `rendezvous` bounds the join and every later call.
+// `rendezvous` bounds the join and every later call. Sets SIGPIPE to ignored if it
+// is at the default (a dead peer must fail a collective, not kill this process).
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const RendezvousOptions& rendezvous,
                                                                const GlooOptions& options = {});
 
