@@ -1,5 +1,7 @@
 #include "engine/gguf_vocab.h"
 
+#include <unordered_map>
+
 #include <nlohmann/json.hpp>
 
 namespace tessera {
@@ -74,12 +76,12 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
       !model["vocab"].is_object() || !model.contains("merges") || !model["merges"].is_array()) {
     return InvalidArgument(label + ": field 'model' must be a BPE model with vocab and merges");
   }
-  if (model.value("byte_fallback", false)) {
-    return InvalidArgument(label + ": field 'model.byte_fallback': SentencePiece-style BPE is not converted to GGUF");
-  }
+  // SentencePiece-style BPE (byte fallback, "▁" for spaces: Llama 2, Gemma) becomes
+  // llama.cpp's "llama" tokenizer model; byte-level BPE its "gpt2" model.
+  const bool spm = model.value("byte_fallback", false);
   const std::string regex = SplitRegex(tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json());
-  const GgufPreTokenizer* pre = FindGgufPreTokenizerByRegex(regex);
-  if (!pre) {
+  const GgufPreTokenizer* pre = spm ? nullptr : FindGgufPreTokenizerByRegex(regex);
+  if (!spm && !pre) {
     return InvalidArgument(label + ": field 'pre_tokenizer' has a regex with no llama.cpp name (known: "
                            "llama-bpe, qwen2, gpt2)");
   }
@@ -100,7 +102,8 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
   };
   for (const auto& [text, id] : model["vocab"].items()) {
     if (!id.is_number_integer()) return InvalidArgument(label + ": field 'model.vocab' must map to integers");
-    RETURN_IF_ERROR(put(id.get<int64_t>(), text, kGgufTokenNormal));
+    const bool byte = spm && text.size() == 6 && text.rfind("<0x", 0) == 0 && text.back() == '>';
+    RETURN_IF_ERROR(put(id.get<int64_t>(), text, byte ? kGgufTokenByte : kGgufTokenNormal));
   }
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
     for (const json& a : tj["added_tokens"]) {
@@ -127,8 +130,34 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
     }
   }
   std::vector<std::pair<std::string, GgufValue>> md;
-  md.emplace_back("tokenizer.ggml.model", GgufValue::Str("gpt2"));
-  md.emplace_back("tokenizer.ggml.pre", GgufValue::Str(pre->name));
+  if (spm) {
+    // llama.cpp's SentencePiece tokenizer merges by score: a piece's score is minus the
+    // rank of the first merge producing it (0 for pieces no merge produces). The merges
+    // are written too (Tessera's reader prefers them). A "▁" prefix is added only when
+    // the normalizer prepends one (Llama 2 yes, Gemma no).
+    const std::string norm = tj.contains("normalizer") ? tj["normalizer"].dump() : "";
+    md.emplace_back("tokenizer.ggml.model", GgufValue::Str("llama"));
+    md.emplace_back("tokenizer.ggml.add_space_prefix",
+                    GgufValue::Bool(norm.find("\"Prepend\"") != std::string::npos));
+    std::unordered_map<std::string, float> rank;
+    rank.reserve(merges.size());
+    for (size_t i = 0; i < merges.size(); ++i) {
+      std::string piece = merges[i];
+      // SentencePiece pieces hold no spaces ("▁" instead): the one space splits the pair.
+      if (const size_t sp = piece.find(' '); sp != std::string::npos) piece.erase(sp, 1);
+      rank.emplace(std::move(piece), -static_cast<float>(i));
+    }
+    std::vector<GgufValue> scores;
+    scores.reserve(tokens.size());
+    for (const std::string& t : tokens) {
+      auto it = rank.find(t);
+      scores.push_back(GgufValue::F32(it == rank.end() ? 0.0f : it->second));
+    }
+    md.emplace_back("tokenizer.ggml.scores", GgufValue::Array(GgufType::kFloat32, std::move(scores)));
+  } else {
+    md.emplace_back("tokenizer.ggml.model", GgufValue::Str("gpt2"));
+    md.emplace_back("tokenizer.ggml.pre", GgufValue::Str(pre->name));
+  }
   md.emplace_back("tokenizer.ggml.tokens", GgufValue::StrArray(tokens));
   std::vector<GgufValue> tv;
   tv.reserve(types.size());
