@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+import reference_gemma  # noqa: E402
 
 # Tolerance: max |tessera - ref| / max |ref| per row.  Tessera computes in f32 (the
 # reference in f64), so for f32 weights the gap is f32 rounding accumulated over a few
@@ -41,9 +42,11 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 LINEAR = {"rope_type": "linear", "factor": 2.0}
 
 
-def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1, skew=0.0):
+def case(name, arch, dtype="f32", sets=None, shards=None, chunk=None, seed=1, skew=0.0, gguf=False):
+    """gguf: also run Tessera on the GGUF twin `tessera synth --format both` writes (same
+    weights; llama.cpp's names, norms and metadata) against the same reference."""
     return {"name": name, "arch": arch, "dtype": dtype, "sets": sets or {}, "shards": shards,
-            "chunk": chunk, "seed": seed, "skew": skew}
+            "chunk": chunk, "seed": seed, "skew": skew, "gguf": gguf}
 
 
 # Sensitivity guard.  Each ablation is a plausible implementation mistake applied to the
@@ -98,11 +101,41 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "flip-norm-topk": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], norm=not m["cfg"]["moe"]["norm"])), None),
     "top-k-minus-1": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], top_k=m["cfg"]["moe"]["top_k"] - 1)), None),
     "no-shared-gate": (lambda m: m, lambda: _patched("sigmoid", lambda x: np.ones_like(x))),
+    # Gemma (reference_gemma.py): each of its equations left out or replaced by Llama's.
+    "no-norm-offset": (lambda m: _with(m, norm_offset=0.0), None),
+    "no-post-norms": (lambda m: _with(m, post_norms=False), None),
+    "silu-mlp": (lambda m: _with(m, gelu=False), None),
+    "no-embed-scale": (lambda m: _with(m, normalizer=1.0), None),
+    "no-attn-softcap": (lambda m: _with(m, attn_cap=None), None),
+    "no-final-softcap": (lambda m: _with(m, final_cap=None), None),
+    "head-dim-scale": (lambda m: _with(m, attn_scale=m["cfg"]["head_dim"] ** -0.5), None),
+    "one-rope": (lambda m: dict(m, rope_local=m["rope_global"]), None),
+    "no-sliding": (lambda m: _with(m, sliding=[False] * m["cfg"]["n_layers"]), None),
+    "default-rope-global": (lambda m: dict(m, rope_global=(_default_rope(m)["inv_freq"], 1.0)), None),
+    "sliding-all-layers": (lambda m: _with(m, sliding=[True] * m["cfg"]["n_layers"]), None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
+GEMMA_ARCHS = ("gemma2", "gemma3")
+
+
+def gemma_ablations_for(c):
+    names = ["gqa-interleaved", "rope-interleaved", "no-norm-offset", "no-post-norms", "silu-mlp",
+             "no-embed-scale", "no-sliding", "sliding-all-layers"]
+    names += ["no-qk-norm", "one-rope"] if c["arch"] == "gemma3" else ["no-final-softcap"]
+    if c["sets"].get("attn_logit_softcapping"):
+        names += ["no-attn-softcap"]
+    if c["sets"].get("final_logit_softcapping") and c["arch"] == "gemma3":
+        names += ["no-final-softcap"]
+    if "query_pre_attn_scalar" in c["sets"]:
+        names += ["head-dim-scale"]
+    if (c["sets"].get("rope_scaling") or {}).get("rope_type") == "linear":
+        names += ["default-rope-global"]
+    return names
 
 
 def ablations_for(c):
+    if c["arch"] in GEMMA_ARCHS:
+        return gemma_ablations_for(c)
     names = ["gqa-interleaved", "rope-interleaved"]
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
@@ -122,6 +155,8 @@ def reference_rows(model, seqs, ablation=None):
     fn, patch = ABLATIONS[ablation] if ablation else (lambda m: m, None)
     with (patch() if patch else contextlib.nullcontext()):
         m = fn(model)
+        if "rope_local" in m:  # a Gemma model (reference_gemma.load)
+            return np.concatenate([reference_gemma.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
         return np.concatenate([reference.forward(m, s["tokens"])[s["logits_at"]] for s in seqs])
 
 
@@ -149,6 +184,15 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("qwen3_moe-norm-topk-off-chunked-7", "qwen3_moe", "bf16", sets={"norm_topk_prob": False}, chunk=7, seed=61),
     case("mixtral-sliding-window-8", "mixtral", sets={"sliding_window": 8}, seed=62),
     case("qwen2_moe-f16-router-skew", "qwen2_moe", "f16", skew=3.0, seed=63),
+    # Gemma: tiny has 16-token windows on alternate layers (Gemma 3: pattern 2, so both
+    # RoPE tables run), query_pre_attn_scalar = head_dim (as llama.cpp assumes for GGUF).
+    case("gemma2-f32-hf-and-gguf", "gemma2", gguf=True, seed=70),
+    case("gemma3-f32-hf-and-gguf", "gemma3", gguf=True, seed=71),
+    case("gemma2-bf16-chunked-7", "gemma2", "bf16", chunk=7, seed=72),
+    case("gemma2-attn-softcap-1-qpas-24", "gemma2",
+         sets={"attn_logit_softcapping": 1.0, "query_pre_attn_scalar": 24}, seed=73),
+    case("gemma3-bf16-rope-linear-final-cap-hf-and-gguf", "gemma3", "bf16",
+         sets={"rope_scaling": LINEAR, "final_logit_softcapping": 30.0}, gguf=True, seed=74),
 ]
 
 
@@ -177,6 +221,8 @@ def run_case(tessera, c, work, threads):
         cmd += ["--router-skew", str(c["skew"])]
     for k, v in c["sets"].items():
         cmd += ["--set", f"{k}={json.dumps(v)}"]
+    if c["gguf"]:
+        cmd += ["--format", "both"]
     run(cmd)
     if c["shards"] and not os.path.exists(os.path.join(model_dir, "model.safetensors.index.json")):
         raise CaseError("--shards given but no model.safetensors.index.json written")
@@ -185,7 +231,7 @@ def run_case(tessera, c, work, threads):
     for k, v in c["sets"].items():  # the override must really be in the checkpoint we test
         if config.get(k) != v:
             raise CaseError(f"config.json {k}={config.get(k)!r}, --set asked for {v!r}")
-    model = reference.load(model_dir)
+    model = reference_gemma.load(model_dir) if reference_gemma.is_gemma(config) else reference.load(model_dir)
     vocab = model["cfg"]["vocab"]
     if c["sets"].get("sliding_window") and max(n for n, _ in SEQUENCES) <= c["sets"]["sliding_window"]:
         raise CaseError("window case needs a sequence longer than the window")
@@ -198,18 +244,25 @@ def run_case(tessera, c, work, threads):
     batch_path, out_path = os.path.join(work, "batch.json"), os.path.join(work, "out.npy")
     with open(batch_path, "w") as f:
         json.dump(batch, f)
-    run([tessera, "logits", "--model", model_dir, "--batch", batch_path, "--out", out_path,
-         "--threads", str(threads)])
-    ours = np.load(out_path)
     ref = reference_rows(model, seqs)
-    if ours.dtype != np.float32 or ours.shape != ref.shape:
-        raise CaseError(f"output {ours.dtype}{list(ours.shape)}, expected float32{list(ref.shape)}")
-    if not np.all(np.isfinite(ours)):
-        raise CaseError("non-finite logits")
+    problems = []
+    ours = None
+    # The GGUF twin holds the same values, so it must match the same reference.
+    for label, path in [("", model_dir)] + ([("gguf: ", model_dir + ".gguf")] if c["gguf"] else []):
+        run([tessera, "logits", "--model", path, "--batch", batch_path, "--out", out_path,
+             "--threads", str(threads)])
+        got = np.load(out_path)
+        if got.dtype != np.float32 or got.shape != ref.shape:
+            raise CaseError(f"{label}output {got.dtype}{list(got.shape)}, expected float32{list(ref.shape)}")
+        if not np.all(np.isfinite(got)):
+            raise CaseError(f"{label}non-finite logits")
+        if ours is None:
+            ours = got
+        elif row_rel(got, ref).max() >= REL_TOL:
+            problems.append(f"{label}max rel err {row_rel(got, ref).max():.2e} over tol {REL_TOL:g}")
 
     scale = np.max(np.abs(ref), axis=1)
     rel = row_rel(ours, ref)
-    problems = []
     sens = {a: float(row_rel(reference_rows(model, seqs, a), ref).max()) for a in ablations_for(c)}
     for a, v in sens.items():
         if v < SENSITIVITY_MIN:
@@ -254,13 +307,15 @@ def main():
     args = ap.parse_args()
 
     passed = failed = 0
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        ok = reference.self_check()
-    print(f"{'PASS' if ok else 'FAIL'} reference-self-check")
-    if not ok:
-        print(buf.getvalue())
-    passed, failed = (1, 0) if ok else (0, 1)
+    for name, check in (("reference-self-check", reference.self_check),
+                        ("reference-gemma-self-check", reference_gemma.self_check)):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            ok = check()
+        print(f"{'PASS' if ok else 'FAIL'} {name}")
+        if not ok:
+            print(buf.getvalue())
+        passed, failed = passed + ok, failed + (not ok)
 
     tessera = os.path.abspath(args.tessera)
     if not (os.path.isfile(tessera) and os.access(tessera, os.X_OK)):
