@@ -2,7 +2,9 @@
 """End-to-end test of GGUF models: `tessera synth --format both` writes an HF
 safetensors directory and a GGUF twin; `tessera generate` must give IDENTICAL
 greedy tokens from both (bf16, f16, f32; qwen3 and llama, whose Q/K rows
-llama.cpp's converter permutes). Quantized GGUFs (q8_0, q4_0, q4_k) load and
+llama.cpp's converter permutes; gemma3, whose norms the GGUF stores as 1 + w and
+whose tokenizer is SentencePiece-style), and `tessera serve` answers the same
+chats from both. Quantized GGUFs (q8_0, q4_0, q4_k) load and
 generate, and their greedy tokens are the argmax of `tessera logits` run on
 the same file. An independent NumPy reader of GGUF and safetensors (written
 from the format specs, not from Tessera's code) checks the files themselves:
@@ -278,12 +280,12 @@ def dir_with_one_gguf(t, tmp):
     assert generate(t, d) == generate(t, os.path.join(tmp, "qwen3_bf16"))
 
 
-def serve_gguf_like_dir(t, tmp):
+def serve_gguf_like_dir(t, tmp, twin="qwen3_bf16"):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import serve_util  # noqa: E402 - shared e2e helpers (stdlib only)
     answers = []
-    for name, model in (("dir", os.path.join(tmp, "qwen3_bf16")), ("gguf", os.path.join(tmp, "qwen3_bf16.gguf"))):
-        srv = serve_util.Server(t, ["--model", model], tmp, f"serve_{name}")
+    for name, model in (("dir", os.path.join(tmp, twin)), ("gguf", os.path.join(tmp, twin + ".gguf"))):
+        srv = serve_util.Server(t, ["--model", model], tmp, f"serve_{twin}_{name}")
         try:
             srv.wait_ready()
             out = []
@@ -345,6 +347,12 @@ def main():
         check("a directory holding one .gguf loads it", lambda: dir_with_one_gguf(t, tmp))
         check("tessera serve: chat template and completions from .gguf equal the directory's",
               lambda: serve_gguf_like_dir(t, tmp))
+        # Gemma 3: sandwich norms, GeGLU, two RoPE bases, (1 + w) norms folded in the GGUF
+        # file, Gemma's SentencePiece tokenizer and chat template carried as GGUF metadata.
+        check("gemma3 bf16: safetensors and gguf give identical greedy tokens",
+              lambda: twins_identical(t, tmp, "gemma3", "bf16"))
+        check("tessera serve gemma3: chat answers from .gguf equal the directory's",
+              lambda: serve_gguf_like_dir(t, tmp, "gemma3_bf16"))
         check("truncated gguf, bad synth flags and invalid model metadata (gguf-info exit status) give clear errors",
               lambda: errors_are_clear(t, tmp))
     print(f"{results['passed']} passed, {results['failed']} failed")
