@@ -16,9 +16,11 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<SynthOptions>();
   auto dtype = std::make_shared<std::string>("bf16");
   auto mix = std::make_shared<bool>(false);
-  cmd->add_option("--arch", opts->arch, "llama | mistral | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe | phi3")
+  cmd->add_option("--arch", opts->arch,
+                  "llama | mistral | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe | phi3 | gemma2 | gemma3")
       ->capture_default_str();
-  cmd->add_option("--size", opts->size, "tiny | 0.5b | 1.5b (MoE archs: tiny | 1b, ~1B total / ~0.3B active)")
+  cmd->add_option("--size", opts->size,
+                  "tiny | 0.5b | 1.5b (gemma: tiny | 0.5b; MoE archs: tiny | 1b, ~1B total / ~0.3B active)")
       ->capture_default_str();
   cmd->add_option("--router-skew", opts->router_skew,
                   "MoE archs: raise the first top-k experts' router logits by ~0.7*F for every token so they run hot (0: uniform)")

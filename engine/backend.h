@@ -45,6 +45,9 @@ struct AttentionParams {
   int64_t block_size = 0;
   int64_t sliding_window = 0;  // 0 = full causal
   float scale = 1.0f;
+  // > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) before the
+  // softmax (Gemma 2's attn_logit_softcapping). Needs CheckOp(kAttentionSoftCap).
+  float softcap = 0.0f;
   const int32_t* positions = nullptr;
   const int32_t* token_to_seq = nullptr;
   const int32_t* block_tables = nullptr;
@@ -65,6 +68,19 @@ struct MoeExpertWeights {
   std::vector<WeightView> gate, up;     // per expert [inter, hidden]
   std::vector<WeightView> down;         // per expert [hidden, inter]
 };
+
+// Ops only some architectures need; Model::Load asks Backend::CheckOp for each one
+// its config uses, so a backend without one refuses the model by name at load.
+enum class BackendOp { kGeluTanhMul, kScale, kSoftCap, kAttentionSoftCap };
+inline const char* BackendOpName(BackendOp op) {
+  switch (op) {
+    case BackendOp::kGeluTanhMul: return "GeluTanhMul";
+    case BackendOp::kScale: return "Scale";
+    case BackendOp::kSoftCap: return "SoftCap";
+    case BackendOp::kAttentionSoftCap: return "attention logit soft-capping";
+  }
+  return "?";
+}
 
 class Backend {
  public:
@@ -114,6 +130,23 @@ class Backend {
   virtual void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t rows,
                           int64_t dim, float eps, float* out) = 0;
   virtual void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) = 0;
+
+  // --- Optional ops (BackendOp). A backend that implements one overrides it and
+  // returns OK from CheckOp for it; the defaults are never reached, since a model
+  // needing the op is refused at load.
+  virtual Status CheckOp(BackendOp op) const {
+    return Unimplemented(name() + ": no " + BackendOpName(op) + " op");
+  }
+  // out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i]  (GeGLU), with
+  // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+    (void)gate_up, (void)rows, (void)inter, (void)out;
+  }
+  // x[i] *= s for i < n.
+  virtual void Scale(float* x, int64_t n, float s) { (void)x, (void)n, (void)s; }
+  // x[i] = cap * tanh(x[i] / cap) for i < n (final logit soft-capping).
+  virtual void SoftCap(float* x, int64_t n, float cap) { (void)x, (void)n, (void)cap; }
+
   // Rotates the first rot_dim dims of each head (rot_dim <= head_dim, even;
   // partial rotary when smaller); cos_sin rows are rot_dim floats (engine/rope.h).
   virtual void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride,

@@ -126,6 +126,15 @@ class CpuBackend final : public Backend {
   void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
     k::SiluMul(gate_up, rows, inter, out, &pool_);
   }
+  Status CheckOp(BackendOp op) const override {
+    (void)op;
+    return Status::Ok();  // every optional op
+  }
+  void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
+    k::GeluTanhMul(gate_up, rows, inter, out, &pool_);
+  }
+  void Scale(float* x, int64_t n, float s) override { k::Scale(x, n, s, &pool_); }
+  void SoftCap(float* x, int64_t n, float cap) override { k::SoftCap(x, n, cap, &pool_); }
   void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, int64_t rot_dim,
             const int32_t* positions, const float* cos_sin) override {
     k::Rope(x, tokens, heads, head_dim, x_stride, rot_dim, positions, cos_sin, &pool_);
@@ -153,6 +162,7 @@ class CpuBackend final : public Backend {
     a.max_blocks_per_seq = p.max_blocks_per_seq;
     a.sliding_window = p.sliding_window;
     a.scale = p.scale;
+    a.softcap = p.softcap;
     a.out = out;
     k::PagedAttention(a, &pool_);
   }

@@ -1,5 +1,6 @@
 #include "engine/gguf_model.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -61,6 +62,7 @@ class Meta {
   }
 
   const std::string& label() const { return label_; }
+  const GgufValue* Find(const std::string& key) const { return g_.Find(key); }
 
  private:
   const GgufContents& g_;
@@ -226,6 +228,71 @@ Status GgufPhi3Config(const GgufContents& g, const Meta& m, int64_t head_dim, in
   return Status::Ok();
 }
 
+// Gemma 2 / Gemma 3 keys (llama.cpp's gemma2/gemma3 hparams) as Gemma2Config /
+// Gemma3TextConfig fields. The norm weights in these files already hold 1 + w
+// (llama.cpp's converter adds the 1), which GgufModelConfig records.
+Status GgufGemmaConfig(const Meta& m, const std::string& arch, int64_t layers, int64_t hidden, int64_t heads,
+                       int64_t head_dim, double theta, json* c) {
+  const std::string p = arch + ".";
+  const bool g2 = arch == "gemma2";
+  (*c)["hidden_activation"] = "gelu_pytorch_tanh";
+  if (head_dim <= 0) head_dim = 256;  // the Gemma configs' default, as llama.cpp's converter writes it
+  (*c)["head_dim"] = head_dim;
+  // GGUF has no query_pre_attn_scalar: llama.cpp scales by hidden / heads for the 27B
+  // shapes (46 layers for Gemma 2, 62 for Gemma 3), else by head_dim, as gemma_pytorch.
+  const bool big = layers == (g2 ? 46 : 62);
+  (*c)["query_pre_attn_scalar"] = big ? hidden / heads : head_dim;
+  // Soft-capping changes every score and logit, so a Gemma 2 file must say its caps;
+  // Gemma 3 has no attention capping and caps logits only when the key is present.
+  if (g2) {
+    ASSIGN_OR_RETURN(double attn_cap, m.Num(p + "attn_logit_softcapping"));
+    ASSIGN_OR_RETURN(double final_cap, m.Num(p + "final_logit_softcapping"));
+    (*c)["attn_logit_softcapping"] = attn_cap;
+    (*c)["final_logit_softcapping"] = final_cap;
+  } else {
+    ASSIGN_OR_RETURN(double attn_cap, m.Num(p + "attn_logit_softcapping", 0.0));
+    ASSIGN_OR_RETURN(double final_cap, m.Num(p + "final_logit_softcapping", 0.0));
+    (*c)["attn_logit_softcapping"] = attn_cap > 0 ? json(attn_cap) : json(nullptr);
+    (*c)["final_logit_softcapping"] = final_cap > 0 ? json(final_cap) : json(nullptr);
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if ((*c)[key].is_number() && !((*c)[key].get<double>() > 0)) {
+      return InvalidArgument(m.label() + ": metadata '" + p + key + "' must be > 0");
+    }
+  }
+  ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", g2 ? 4096 : 0));
+  if (window < 0) return InvalidArgument(m.label() + ": metadata '" + p + "attention.sliding_window' must be >= 0");
+  (*c)["sliding_window"] = window;
+  // Sliding layers: attention.sliding_window_pattern, a period n (layer i slides when
+  // i % n < n - 1) or one bool per layer; default period 2 (Gemma 2) / 6 (Gemma 3).
+  json types = json::array();
+  const GgufValue* pat = m.Find(p + "attention.sliding_window_pattern");
+  if (pat != nullptr && pat->type == GgufType::kArray) {
+    if (pat->array_type != GgufType::kBool || static_cast<int64_t>(pat->array.size()) != layers) {
+      return InvalidArgument(m.label() + ": metadata '" + p + "attention.sliding_window_pattern' must be an "
+                             "integer or one bool per layer (" + std::to_string(layers) + ")");
+    }
+    for (const GgufValue& v : pat->array) types.push_back(v.u != 0 ? "sliding_attention" : "full_attention");
+  } else {
+    ASSIGN_OR_RETURN(int64_t n, m.Int(p + "attention.sliding_window_pattern", g2 ? 2 : 6));
+    if (n < 1) {
+      return InvalidArgument(m.label() + ": metadata '" + p + "attention.sliding_window_pattern' must be >= 1");
+    }
+    for (int64_t i = 0; i < layers; ++i) types.push_back(i % n < n - 1 ? "sliding_attention" : "full_attention");
+  }
+  if (window == 0) {
+    for (auto& t : types) t = "full_attention";
+  }
+  (*c)["layer_types"] = types;
+  ASSIGN_OR_RETURN(double local_theta, m.Num(p + "rope.freq_base_swa", g2 ? theta : 10000.0));
+  if (g2 && local_theta != theta) {
+    return Unimplemented(m.label() + ": metadata '" + p + "rope.freq_base_swa' differs from rope.freq_base; "
+                         "Gemma 2 uses one RoPE base");
+  }
+  if (!g2) (*c)["rope_local_base_freq"] = local_theta;
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<float>>> GgufRopeFactorTensors(const ModelConfig& c) {
@@ -260,6 +327,8 @@ std::string GgufArchFor(const std::string& model_type) {
   if (model_type == "qwen2" || model_type == "qwen3" || model_type == "phi3") return model_type;
   if (model_type == "qwen2_moe" || model_type == "qwen2moe") return "qwen2moe";
   if (model_type == "qwen3_moe" || model_type == "qwen3moe") return "qwen3moe";
+  if (model_type == "gemma2") return "gemma2";
+  if (model_type == "gemma3" || model_type == "gemma3_text") return "gemma3";
   return "";
 }
 
@@ -279,9 +348,14 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     c["architectures"] = {"Qwen3MoeForCausalLM"};
   } else if (arch == "phi3") {
     c["architectures"] = {"Phi3ForCausalLM"};
+  } else if (arch == "gemma2") {
+    c["architectures"] = {"Gemma2ForCausalLM"};
+  } else if (arch == "gemma3") {
+    c["architectures"] = {"Gemma3ForCausalLM"};
   } else {
     return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
-                         "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, phi3)");
+                         "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, phi3, "
+                         "gemma2, gemma3)");
   }
   c["model_type"] = arch;
   const std::string p = arch + ".";
@@ -369,11 +443,43 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     if (!c.contains("num_local_experts")) c["architectures"] = {"MistralForCausalLM"};
     c["sliding_window"] = window;
   }
+  if (arch == "gemma2" || arch == "gemma3") {
+    RETURN_IF_ERROR(GgufGemmaConfig(m, arch, layers, hidden, heads, head_dim, theta, &c));
+  }
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(c.dump(), label));
   config.model_type = arch;
+  config.norm_weight_offset = 0.0;  // GGUF Gemma norms hold 1 + w already
   config.o_bias = g.FindTensor("blk.0.attn_output.bias") != nullptr;
   return config;
 }
+
+namespace {
+
+// The keys GgufGemmaConfig reads, as llama.cpp's converter writes them.
+void AppendGemmaMetadata(const ModelConfig& c, const std::string& p,
+                         std::vector<std::pair<std::string, GgufValue>>* md) {
+  int64_t window = 0;
+  std::vector<GgufValue> sliding;
+  for (int64_t w : c.layer_sliding_window) {
+    window = std::max(window, w);
+    sliding.push_back(GgufValue::Bool(w > 0));
+  }
+  if (window > 0) {
+    md->emplace_back(p + "attention.sliding_window", GgufValue::U32(static_cast<uint32_t>(window)));
+    md->emplace_back(p + "attention.sliding_window_pattern", GgufValue::Array(GgufType::kBool, std::move(sliding)));
+  }
+  if (c.attn_logit_softcapping > 0) {
+    md->emplace_back(p + "attn_logit_softcapping", GgufValue::F32(static_cast<float>(c.attn_logit_softcapping)));
+  }
+  if (c.final_logit_softcapping > 0) {
+    md->emplace_back(p + "final_logit_softcapping", GgufValue::F32(static_cast<float>(c.final_logit_softcapping)));
+  }
+  if (c.rope_local_theta > 0) {
+    md->emplace_back(p + "rope.freq_base_swa", GgufValue::F32(static_cast<float>(c.rope_local_theta)));
+  }
+}
+
+}  // namespace
 
 std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConfig& c, const std::string& arch,
                                                                  const std::string& name) {
@@ -423,6 +529,7 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
                       GgufValue::F32(static_cast<float>(ComputeRopeFrequencies(c).attention_factor)));
     }
   }
+  if (arch == "gemma2" || arch == "gemma3") AppendGemmaMetadata(c, p, &md);
   return md;
 }
 
@@ -452,6 +559,8 @@ std::string GgufTensorName(const WeightSpec& spec) {
     case R::kGateBias: return b + "ffn_gate.bias";
     case R::kUpBias: return b + "ffn_up.bias";
     case R::kDownBias: return b + "ffn_down.bias";
+    case R::kAttnOutNorm: return b + "post_attention_norm.weight";
+    case R::kFfnOutNorm: return b + "post_ffw_norm.weight";
     case R::kRouter: return b + "ffn_gate_inp.weight";
     case R::kExpertGate: return b + "ffn_gate_exps.weight";  // all experts stacked [E, inter, h]
     case R::kExpertUp: return b + "ffn_up_exps.weight";

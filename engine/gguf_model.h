@@ -2,9 +2,10 @@
 // HF names, and the Q/K row permutation llama.cpp's converter applies to
 // arch "llama" (HF rotate-half layout -> interleaved pairs).
 //
-// Supported `general.architecture`: llama (also Mistral files), qwen2, qwen3,
+// Supported `general.architecture`: llama (also Mistral and Mixtral files), qwen2, qwen3,
 // qwen2moe, qwen3moe, phi3 (Phi-3 and Phi-4: fused attn_qkv, ffn_up holding
-// [gate | up], LongRoPE factors as rope_factors_{long,short} tensors).
+// [gate | up], LongRoPE factors as rope_factors_{long,short} tensors), gemma2,
+// gemma3 (norms stored as 1 + w, as llama.cpp's converter writes them).
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@ StatusOr<std::string> ResolveGgufPath(const std::string& path);
 StatusOr<ModelConfig> GgufModelConfig(const GgufContents& gguf, const std::string& file_label);
 
 // The `{arch}.*` and `general.*` metadata describing `config` (for writers).
-// `arch` is the GGUF architecture: "llama", "qwen2" or "qwen3".
+// `arch` is the GGUF architecture (GgufArchFor), e.g. "llama", "qwen3", "gemma2".
 std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConfig& config,
                                                                  const std::string& arch,
                                                                  const std::string& name);

@@ -32,9 +32,12 @@ struct GgufPreTokenizer {
 const GgufPreTokenizer* FindGgufPreTokenizer(const std::string& name);
 const GgufPreTokenizer* FindGgufPreTokenizerByRegex(const std::string& regex);
 
-// tokenizer.* metadata for a byte-level BPE tokenizer.json and its
-// tokenizer_config.json (may be empty). Unsupported shapes (non-BPE models,
-// an unknown pre-tokenizer regex) give InvalidArgument naming the field.
+// tokenizer.* metadata for a BPE tokenizer.json and its tokenizer_config.json
+// (may be empty): byte-level BPE as llama.cpp's "gpt2" model; SentencePiece-style
+// BPE (byte_fallback, "▁" for spaces: Llama 2, Phi-3, Gemma) as its "llama" model,
+// with piece scores ranking the merges, <0xNN> pieces typed BYTE, special tokens
+// CONTROL, and add_space_prefix from the normalizer. Unsupported shapes (non-BPE
+// models, an unknown pre-tokenizer regex) give InvalidArgument naming the field.
 // With `vocab_size` > 0 the token list is padded with unused "[PADi]" tokens
 // up to the model's vocabulary (the embedding rows), as llama.cpp's converter
 // does: llama.cpp refuses a file whose token count differs from token_embd.

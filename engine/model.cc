@@ -32,6 +32,20 @@ class SafetensorsSource : public WeightSource {
   std::unique_ptr<WeightStore> store_;
 };
 
+// The optional backend ops (BackendOp) this config's forward pass calls.
+Status CheckBackendOps(const ModelConfig& c, const Backend& backend) {
+  std::vector<BackendOp> ops;
+  if (c.hidden_act == GluActivation::kGeluTanh) ops.push_back(BackendOp::kGeluTanhMul);
+  if (c.embedding_scale != 1.0) ops.push_back(BackendOp::kScale);
+  if (c.final_logit_softcapping > 0) ops.push_back(BackendOp::kSoftCap);
+  if (c.attn_logit_softcapping > 0) ops.push_back(BackendOp::kAttentionSoftCap);
+  for (BackendOp op : ops) {
+    Status s = backend.CheckOp(op);
+    if (!s.ok()) return Unimplemented(c.architecture + " needs the " + BackendOpName(op) + " op: " + s.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Model::~Model() = default;
@@ -48,17 +62,36 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
   } else {
     ASSIGN_OR_RETURN(m->config_, LoadModelConfig(model_path));
     ASSIGN_OR_RETURN(auto store, WeightStore::Open(model_path));
+    // Gemma 3 with a vision tower: the published checkpoints name the decoder
+    // language_model.model.*, transformers >= 4.52 saves it as model.language_model.*.
+    const std::string kNewPrefix = "model.language_model.";
+    if (m->config_.has_vision_tower && store->Find(m->config_.weight_prefix + "embed_tokens.weight") == nullptr &&
+        store->Find(kNewPrefix + "embed_tokens.weight") != nullptr) {
+      m->config_.weight_prefix = kNewPrefix;
+    }
     m->source_ = std::make_unique<SafetensorsSource>(std::move(store));
   }
   RETURN_IF_ERROR(backend->CheckHeadDim(m->config_.head_dim));
+  RETURN_IF_ERROR(CheckBackendOps(m->config_, *backend));
+  if (m->config_.has_vision_tower) {
+    spdlog::info("model: {} has a vision tower; loading the text decoder only (images are not supported)",
+                 m->config_.architecture);
+  }
   m->local_ = m->config_;
   if (parallel != nullptr) {
     ASSIGN_OR_RETURN(m->shard_, parallel::ModelShard::Create(m->config_, *parallel, backend));
     m->local_ = m->shard_->local_config();
   }
   RETURN_IF_ERROR(m->BindWeights());
-  m->rope_ = std::make_unique<RopeTable>(m->config_);
+  m->ropes_.push_back(std::make_unique<RopeTable>(m->config_));
+  if (m->config_.rope_local_theta > 0) {  // Gemma 3's sliding layers: own base, no scaling
+    ModelConfig local = m->config_;
+    local.rope_theta = local.rope_local_theta;
+    local.rope_scaling = RopeScaling{};
+    m->ropes_.push_back(std::make_unique<RopeTable>(local));
+  }
   m->rope_long_ = UseLongRopeFactors(m->config_, 0);
+  m->rope_devices_.resize(m->ropes_.size());
   RETURN_IF_ERROR(backend->TakeError());
   spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
                static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
@@ -89,6 +122,9 @@ Status Model::BindWeights() {
                              std::string(DTypeName(t.dtype)));
     }
     std::vector<float> host(len);
+    // Gemma's RMSNorm multiplies by (1 + w): folded here, in f32, as transformers
+    // computes 1.0 + weight.float().
+    const float offset = spec.IsNorm() ? static_cast<float>(c.norm_weight_offset) : 0.0f;
     const auto* bytes = static_cast<const uint8_t*>(t.data) + range.begin * DTypeSize(t.dtype);  // may be unaligned
     for (int64_t i = 0; i < len; ++i) {
       if (t.dtype == DType::kF32) {
@@ -98,6 +134,7 @@ Status Model::BindWeights() {
         std::memcpy(&v, bytes + 2 * i, 2);
         host[i] = t.dtype == DType::kF16 ? F16ToF32(v) : Bf16ToF32(v);
       }
+      if (offset != 0.0f) host[i] = offset + host[i];
     }
     ASSIGN_OR_RETURN(*out, backend_->Allocate(len * 4));
     backend_->CopyFromHost(out->get(), host.data(), len * 4);
@@ -128,6 +165,8 @@ Status Model::BindWeights() {
       case R::kPostNorm: RETURN_IF_ERROR(vec(spec, &L->post_norm)); break;
       case R::kQNorm: RETURN_IF_ERROR(vec(spec, &L->q_norm)); break;
       case R::kKNorm: RETURN_IF_ERROR(vec(spec, &L->k_norm)); break;
+      case R::kAttnOutNorm: RETURN_IF_ERROR(vec(spec, &L->attn_out_norm)); break;
+      case R::kFfnOutNorm: RETURN_IF_ERROR(vec(spec, &L->ffn_out_norm)); break;
       case R::kQ: RETURN_IF_ERROR(matrix(spec, &L->q)); break;
       case R::kK: RETURN_IF_ERROR(matrix(spec, &L->k)); break;
       case R::kV: RETURN_IF_ERROR(matrix(spec, &L->v)); break;
@@ -246,21 +285,24 @@ Status Model::SetMaxModelLen(int64_t max_model_len) {
                ComputeRopeFrequencies(c, max_model_len).attention_factor);
   if (use_long == rope_long_) return Status::Ok();
   ReleaseGraphs();  // captured graphs read the old table's device copy
-  rope_ = std::make_unique<RopeTable>(c, max_model_len);
+  ropes_[0] = std::make_unique<RopeTable>(c, max_model_len);  // table 0 carries rope_scaling
   rope_long_ = use_long;
-  rope_device_.reset();
-  rope_device_positions_ = 0;
+  rope_device_positions_ = 0;  // every table re-uploads on the next EnsureRope
   return Status::Ok();
 }
 
 Status Model::EnsureRope(int64_t positions) {
   if (positions <= rope_device_positions_) return Status::Ok();
   ReleaseGraphs();
-  rope_->EnsurePositions(positions);
-  const int64_t bytes = rope_->num_positions() * rope_->rot_dim() * 4;
-  ASSIGN_OR_RETURN(rope_device_, backend_->Allocate(bytes));
-  backend_->CopyFromHost(rope_device_.get(), rope_->data(), bytes);
-  rope_device_positions_ = rope_->num_positions();
+  for (size_t i = 0; i < ropes_.size(); ++i) {
+    RopeTable& rope = *ropes_[i];
+    rope.EnsurePositions(positions);
+    const int64_t bytes = rope.num_positions() * rope.rot_dim() * 4;
+    rope_devices_[i].reset();
+    ASSIGN_OR_RETURN(rope_devices_[i], backend_->Allocate(bytes));
+    backend_->CopyFromHost(rope_devices_[i].get(), rope.data(), bytes);
+    rope_device_positions_ = rope.num_positions();  // every table grows alike
+  }
   return Status::Ok();
 }
 
@@ -319,8 +361,8 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
     backend_->HeadRmsNorm(q, t, c.num_q_heads, d, ld, F(L.q_norm), eps);
     backend_->HeadRmsNorm(k, t, c.num_kv_heads, d, ld, F(L.k_norm), eps);
   }
-  const float* cos_sin = F(rope_device_);
-  const int64_t rot = rope_->rot_dim();  // partial rotary: only the leading dims turn
+  const float* cos_sin = F(rope_devices_[c.layer_rope[li]]);
+  const int64_t rot = ropes_[c.layer_rope[li]]->rot_dim();  // partial rotary: only the leading dims turn
   backend_->Rope(q, t, c.num_q_heads, d, ld, rot, d_positions_, cos_sin);
   backend_->Rope(k, t, c.num_kv_heads, d, ld, rot, d_positions_, cos_sin);
   const KvLayerView kv = cache->layer(li);
@@ -332,7 +374,9 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   p.head_dim = d;
   p.block_size = cache->block_size();
   p.sliding_window = c.layer_sliding_window[li];
-  p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const double qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(d);
+  p.scale = static_cast<float>(1.0 / std::sqrt(qpas));
+  p.softcap = static_cast<float>(c.attn_logit_softcapping);
   p.positions = d_positions_;
   p.token_to_seq = d_token_to_seq_;
   p.block_tables = d_block_tables_;
@@ -353,7 +397,11 @@ void Model::MlpBlock(int64_t li, int64_t t) {
   float* gate_up = F(ws_.gate_up);
   backend_->Linear(F(ws_.hidden), t, L.gate, F(L.gate_bias), gate_up, 2 * inter);
   backend_->Linear(F(ws_.hidden), t, L.up, F(L.up_bias), gate_up + inter, 2 * inter);
-  backend_->SiluMul(gate_up, t, inter, F(ws_.act));
+  if (c.hidden_act == GluActivation::kGeluTanh) {
+    backend_->GeluTanhMul(gate_up, t, inter, F(ws_.act));
+  } else {
+    backend_->SiluMul(gate_up, t, inter, F(ws_.act));
+  }
   backend_->Linear(F(ws_.act), t, L.down, F(L.down_bias), F(ws_.mlp_out), c.hidden_size);
   if (shard_ && shard_->plan().tensor_parallel()) shard_->ReduceSum(F(ws_.mlp_out), t * c.hidden_size);
 }
@@ -370,6 +418,7 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
   } else {
     backend_->Embedding(embed_, d_ids_, t, F(ws_.residual));
   }
+  if (c.embedding_scale != 1.0) backend_->Scale(F(ws_.residual), t * h, static_cast<float>(c.embedding_scale));
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& L = layers_[li];
     if (li == 0) {
@@ -378,6 +427,9 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
       backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.input_norm), t, h, eps, F(ws_.hidden));
     }
     AttentionBlock(li, t, cache);
+    // Sandwich norms (Gemma): each sub-block's output is normed (in place) before the
+    // residual add that the next AddRmsNorm performs.
+    if (L.attn_out_norm) backend_->RmsNorm(F(ws_.mlp_out), F(L.attn_out_norm), t, h, eps, F(ws_.mlp_out));
     backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(L.post_norm), t, h, eps, F(ws_.hidden));
     if (c.layer_moe[li]) {
       moe_->Forward(li, F(ws_.hidden), t, F(ws_.mlp_out));
@@ -386,6 +438,7 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
     } else {
       MlpBlock(li, t);
     }
+    if (L.ffn_out_norm) backend_->RmsNorm(F(ws_.mlp_out), F(L.ffn_out_norm), t, h, eps, F(ws_.mlp_out));
   }
   backend_->AddRmsNorm(F(ws_.residual), F(ws_.mlp_out), F(final_norm_), t, h, eps, F(ws_.hidden));
   if (rows == 0) return;
@@ -394,6 +447,9 @@ void Model::RunLayers(int64_t t, int64_t rows, KvCache* cache) {
     shard_->LmHead(F(ws_.gathered), rows, lm_head_, F(ws_.logits));  // vocab-parallel, all-gathered
   } else {
     backend_->Linear(F(ws_.gathered), rows, lm_head_, nullptr, F(ws_.logits), c.vocab_size);
+  }
+  if (c.final_logit_softcapping > 0) {
+    backend_->SoftCap(F(ws_.logits), rows * c.vocab_size, static_cast<float>(c.final_logit_softcapping));
   }
 }
 

@@ -28,6 +28,7 @@ struct LayerWeights {
   WeightView q, k, v, o, gate, up, down;
   // Small f32 parameters in backend memory (null when the model has none).
   std::shared_ptr<void> input_norm, post_norm, q_norm, k_norm;
+  std::shared_ptr<void> attn_out_norm, ffn_out_norm;  // sandwich norms (Gemma); null otherwise
   std::shared_ptr<void> q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
 };
 
@@ -120,9 +121,11 @@ class Model {
   WeightView embed_, lm_head_;
   std::shared_ptr<void> final_norm_;
   int64_t weight_bytes_ = 0;
-  std::unique_ptr<RopeTable> rope_;
-  bool rope_long_ = false;  // longrope: the long factors are in use
-  std::shared_ptr<void> rope_device_;
+  // RoPE tables by ModelConfig::layer_rope index (0: rope_theta + rope_scaling; 1: the
+  // local base, when rope_local_theta > 0), and their device copies.
+  std::vector<std::unique_ptr<RopeTable>> ropes_;
+  std::vector<std::shared_ptr<void>> rope_devices_;
+  bool rope_long_ = false;  // longrope (table 0): the long factors are in use
   int64_t rope_device_positions_ = 0;
 
   // Per-step workspace in backend memory, grown to the largest batch seen.

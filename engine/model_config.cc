@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/dtype.h"
+
 namespace tessera {
 namespace {
 
@@ -253,13 +255,125 @@ Status ParseMoe(const json& root, const std::string& label, ModelConfig* c) {
   return Status::Ok();
 }
 
+// --- Gemma 2 / Gemma 3 (transformers' Gemma2Config / Gemma3TextConfig field names).
+
+bool IsGemma(const std::string& a) {
+  return a == "Gemma2ForCausalLM" || a == "Gemma3ForCausalLM" || a == "Gemma3ForConditionalGeneration";
+}
+
+// Gemma 3 with a vision tower keeps the decoder's fields in text_config (the
+// published configs list only what differs from Gemma3TextConfig) and the
+// token ids and dtype at the top level.
+Status GemmaTextConfig(json* root, const std::string& label) {
+  auto it = root->find("text_config");
+  if (it == root->end() || !it->is_object()) {
+    return InvalidArgument(label + ": field 'text_config' must be an object for Gemma3ForConditionalGeneration");
+  }
+  json text = *it;
+  for (const char* key : {"eos_token_id", "bos_token_id", "torch_dtype", "tie_word_embeddings"}) {
+    if (!text.contains(key) && root->contains(key)) text[key] = (*root)[key];
+  }
+  text["architectures"] = (*root)["architectures"];
+  *root = std::move(text);
+  return Status::Ok();
+}
+
+// transformers' defaults for the fields a Gemma config may omit (an explicit null
+// keeps its meaning, e.g. final_logit_softcapping: null turns capping off).
+void ApplyGemmaDefaults(const std::string& a, json* root) {
+  const bool g2 = a == "Gemma2ForCausalLM";
+  const json defaults = {
+      {"vocab_size", g2 ? 256000 : 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+      {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256},
+      {"max_position_embeddings", g2 ? 8192 : 131072}, {"rms_norm_eps", 1e-6},
+      {"rope_theta", g2 ? 10000.0 : 1000000.0}, {"tie_word_embeddings", true}, {"bos_token_id", 2},
+      {"eos_token_id", 1}, {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
+      {"final_logit_softcapping", g2 ? json(30.0) : json(nullptr)},
+      {"attn_logit_softcapping", g2 ? json(50.0) : json(nullptr)}};
+  for (const auto& [k, v] : defaults.items()) {
+    if (!root->contains(k)) (*root)[k] = v;
+  }
+}
+
+// A value rounded to the checkpoint's floating-point type (transformers computes
+// Gemma's embedding normalizer as a tensor of the embedding's dtype).
+double RoundToTorchDtype(double v, const std::string& torch_dtype) {
+  const float f = static_cast<float>(v);
+  if (torch_dtype == "bfloat16") return Bf16ToF32(F32ToBf16(f));
+  if (torch_dtype == "float16") return F16ToF32(F32ToF16(f));
+  return f;
+}
+
+Status ParseGemma(const json& root, const std::string& label, ModelConfig* c) {
+  FieldReader r(root, label);
+  const bool g2 = c->architecture == "Gemma2ForCausalLM";
+  c->norm_weight_offset = 1.0;
+  c->sandwich_norms = true;
+  c->qk_norm = !g2;
+  RETURN_IF_ERROR(r.Bool("attention_bias", &c->qkv_bias));
+  c->o_bias = c->qkv_bias;
+  c->embedding_scale = RoundToTorchDtype(std::sqrt(static_cast<double>(c->hidden_size)), c->torch_dtype);
+  std::string act;
+  RETURN_IF_ERROR(r.String("hidden_activation", &act));
+  if (act.empty()) RETURN_IF_ERROR(r.String("hidden_act", &act));
+  if (!act.empty() && act != "gelu_pytorch_tanh") {
+    return Unimplemented(label + ": field 'hidden_activation' value '" + act +
+                         "' is not supported for Gemma (supported: gelu_pytorch_tanh)");
+  }
+  c->hidden_act = GluActivation::kGeluTanh;
+  RETURN_IF_ERROR(r.Double("query_pre_attn_scalar", &c->query_pre_attn_scalar, false, 0.0));
+  RETURN_IF_ERROR(r.Double("attn_logit_softcapping", &c->attn_logit_softcapping, false, 0.0));
+  RETURN_IF_ERROR(r.Double("final_logit_softcapping", &c->final_logit_softcapping, false, 0.0));
+  int64_t window = 0;
+  RETURN_IF_ERROR(r.Int("sliding_window", &window, false));
+  // Which layers slide: layer_types when given, else Gemma 2 every other layer from
+  // layer 0, Gemma 3 all but every sliding_window_pattern-th.
+  std::vector<bool> sliding(c->num_layers, false);
+  auto types = root.find("layer_types");
+  if (types != root.end() && !types->is_null()) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
+      return InvalidArgument(label + ": field 'layer_types' must list one entry per layer (" +
+                             std::to_string(c->num_layers) + ")");
+    }
+    for (int64_t i = 0; i < c->num_layers; ++i) {
+      const json& t = (*types)[i];
+      if (t == "sliding_attention") {
+        sliding[i] = true;
+      } else if (t != "full_attention") {
+        return InvalidArgument(label + ": field 'layer_types' entry " + std::to_string(i) + " is " + t.dump() +
+                               " (expected \"sliding_attention\" or \"full_attention\")");
+      }
+    }
+  } else {
+    int64_t pattern = g2 ? 2 : 6;
+    if (!g2) RETURN_IF_ERROR(r.Int("sliding_window_pattern", &pattern, false));
+    for (int64_t i = 0; i < c->num_layers; ++i) sliding[i] = (i + 1) % pattern != 0;
+  }
+  c->layer_rope.assign(c->num_layers, 0);
+  if (!g2) {
+    c->rope_local_theta = 10000.0;
+    RETURN_IF_ERROR(r.Double("rope_local_base_freq", &c->rope_local_theta, false, 1.0));
+  }
+  for (int64_t i = 0; i < c->num_layers; ++i) {
+    c->layer_sliding_window[i] = sliding[i] ? window : 0;
+    if (!g2 && sliding[i]) c->layer_rope[i] = 1;
+  }
+  if (c->architecture == "Gemma3ForConditionalGeneration") {
+    c->weight_prefix = "language_model.model.";
+    c->has_vision_tower = true;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedArchitectures() {
   static const std::vector<std::string> kArchs = {"LlamaForCausalLM",    "MistralForCausalLM",
                                                   "Qwen2ForCausalLM",    "Qwen3ForCausalLM",
                                                   "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
-                                                  "Qwen3MoeForCausalLM", "Phi3ForCausalLM"};
+                                                  "Qwen3MoeForCausalLM", "Phi3ForCausalLM",
+                                                  "Gemma2ForCausalLM",   "Gemma3ForCausalLM",
+                                                  "Gemma3ForConditionalGeneration"};
   return kArchs;
 }
 
@@ -278,7 +392,8 @@ int64_t LayerParameters(const ModelConfig& c, int64_t experts) {
   const int64_t moe = h * c.moe.num_experts + experts * 3 * h * c.moe.expert_inter +
                       3 * h * c.moe.shared_inter + (c.moe.shared_gate ? h : 0);
   const int64_t moe_layers = c.num_moe_layers();
-  return c.num_layers * (attn + 2 * h) + (c.num_layers - moe_layers) * 3 * h * c.intermediate_size +
+  const int64_t norms = (c.sandwich_norms ? 4 : 2) * h;
+  return c.num_layers * (attn + norms) + (c.num_layers - moe_layers) * 3 * h * c.intermediate_size +
          moe_layers * moe;
 }
 
@@ -355,6 +470,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     return Unimplemented(label + ": field 'architectures' names '" + c.architecture +
                          "', which is not supported (supported: " + list + ")");
   }
+  if (c.architecture == "Gemma3ForConditionalGeneration") RETURN_IF_ERROR(GemmaTextConfig(&root, label));
+  if (IsGemma(c.architecture)) ApplyGemmaDefaults(c.architecture, &root);
   FieldReader r(root, label);
   RETURN_IF_ERROR(r.String("model_type", &c.model_type));
   RETURN_IF_ERROR(r.Int("vocab_size", &c.vocab_size, true));
@@ -441,7 +558,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
     }
   }
   c.layer_moe.assign(c.num_layers, false);
+  c.layer_rope.assign(c.num_layers, 0);
   if (moe) RETURN_IF_ERROR(ParseMoe(root, label, &c));
+  if (IsGemma(a)) RETURN_IF_ERROR(ParseGemma(root, label, &c));
   return c;
 }
 

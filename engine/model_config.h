@@ -17,6 +17,9 @@ namespace tessera {
 
 enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn, kLongRope };
 
+// The gated FFN's activation: down(act(gate x) * up x).
+enum class GluActivation { kSilu, kGeluTanh };  // SwiGLU (Llama, Qwen) | GeGLU with tanh-GELU (Gemma)
+
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   double factor = 1.0;
@@ -83,6 +86,33 @@ struct ModelConfig {
   // gate_up_proj [gate | up rows]; the loader binds row ranges of them (weight_specs.h).
   bool fused_qkv = false;
   bool fused_gate_up = false;
+
+  // --- Gemma 2 / Gemma 3 traits (docs/architecture.md, "Engine"); the defaults are the
+  // Llama-style decoder, so other architectures never see them.
+  // Prefix of every decoder tensor name ("language_model.model." for Gemma 3 checkpoints
+  // with a vision tower, which is not loaded: has_vision_tower says one was skipped).
+  std::string weight_prefix = "model.";
+  bool has_vision_tower = false;
+  // residual = embed(ids) * embedding_scale (Gemma: sqrt(hidden_size), rounded to the
+  // checkpoint dtype as transformers does; GGUF: f32 as llama.cpp).
+  double embedding_scale = 1.0;
+  // Every RMSNorm multiplies by (norm_weight_offset + w): Gemma's (1 + w) in HF
+  // checkpoints. Folded into the weights at load (GGUF files store 1 + w already: 0).
+  double norm_weight_offset = 0.0;
+  // RMSNorms on the attention and MLP outputs before each residual add
+  // (post_attention_layernorm / post_feedforward_layernorm; the MLP input norm is then
+  // pre_feedforward_layernorm).
+  bool sandwich_norms = false;
+  GluActivation hidden_act = GluActivation::kSilu;
+  // Attention scale query_pre_attn_scalar^-0.5; 0: head_dim^-0.5.
+  double query_pre_attn_scalar = 0.0;
+  // scores -> cap * tanh(scores / cap) before the softmax, logits likewise (0: off).
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+  // > 0: a second RoPE table with this base and no scaling (Gemma 3's
+  // rope_local_base_freq), used by the layers whose layer_rope entry is 1.
+  double rope_local_theta = 0.0;
+  std::vector<int32_t> layer_rope;  // per layer: 0 = rope_theta + rope_scaling, 1 = local
 
   // K and V bytes one token occupies across all layers, at `bytes_per_elem`.
   int64_t KvBytesPerToken(int64_t bytes_per_elem) const {

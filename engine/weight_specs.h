@@ -16,6 +16,9 @@ enum class WeightRole {
   kInputNorm, kPostNorm, kQNorm, kKNorm,
   kQ, kK, kV, kO, kQBias, kKBias, kVBias, kOBias,
   kGate, kUp, kDown, kGateBias, kUpBias, kDownBias,
+  // Sandwich norms (Gemma): RMSNorm of the attention output and of the MLP output,
+  // before each residual add (post_attention_layernorm / post_feedforward_layernorm).
+  kAttnOutNorm, kFfnOutNorm,
   // MoE layers (engine/moe/): router [E, h]; per expert gate/up [inter, h] and
   // down [h, inter]; shared expert gate/up/down; shared expert gate [1, h].
   kRouter, kExpertGate, kExpertUp, kExpertDown,
@@ -39,7 +42,8 @@ struct WeightSpec {
   }
   bool IsNorm() const {
     return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
-           role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm;
+           role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm ||
+           role == WeightRole::kAttnOutNorm || role == WeightRole::kFfnOutNorm;
   }
   bool IsMoe() const { return role >= WeightRole::kRouter; }
   bool IsExpert() const { return expert >= 0; }

@@ -17,6 +17,7 @@
 #include "kernels/cuda/device.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gather_rows.cuh"
+#include "kernels/cuda/geglu_softcap.cuh"
 #include "kernels/cuda/head_rms_norm.cuh"
 #include "kernels/cuda/kv_write.cuh"
 #include "kernels/cuda/linear_tiled.cuh"
@@ -231,6 +232,15 @@ class CudaBackend final : public Backend {
   void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
     Check(kc::SiluMul(gate_up, rows, inter, out, stream_), "SiluMul");
   }
+  Status CheckOp(BackendOp op) const override {
+    (void)op;
+    return Status::Ok();  // every optional op (kernels/cuda/geglu_softcap.cu, paged_attention.cu)
+  }
+  void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
+    Check(kc::GeluTanhMul(gate_up, rows, inter, out, stream_), "GeluTanhMul");
+  }
+  void Scale(float* x, int64_t n, float s) override { Check(kc::Scale(x, n, s, stream_), "Scale"); }
+  void SoftCap(float* x, int64_t n, float cap) override { Check(kc::SoftCap(x, n, cap, stream_), "SoftCap"); }
   void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, int64_t rot_dim,
             const int32_t* positions, const float* cos_sin) override {
     Check(kc::Rope(x, tokens, heads, head_dim, x_stride, rot_dim, positions, cos_sin, stream_), "Rope");
@@ -411,6 +421,7 @@ void CudaBackend::Attention(const float* q, int64_t q_stride, KvLayerView c, con
   a.max_blocks_per_seq = p.max_blocks_per_seq;
   a.sliding_window = p.sliding_window;
   a.scale = p.scale;
+  a.softcap = p.softcap;
   a.out = out;
   a.max_context = p.max_context;
 

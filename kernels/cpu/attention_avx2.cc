@@ -71,15 +71,25 @@ float Dot1(const float* q, const float* k, int64_t hd) {
 }
 
 // Raw scores -> softmax numerators in place: s *= scale (its own pass, so it cannot
-// be contracted into an FMA with the max subtraction); m = max; e = Exp(s - m) with
-// the padding up to npad at -inf -> 0; returns sum(e) (8 lanes over j, Hsum tree).
-float Softmax(float* sc, int64_t n, int64_t npad, float scale) {
+// be contracted into an FMA with the max subtraction); with softcap > 0,
+// s = softcap * Tanh(s / softcap) (the [n, npad) padding lanes run through it too and
+// are then overwritten); m = max; e = Exp(s - m) with the padding up to npad at
+// -inf -> 0; returns sum(e) (8 lanes over j, Hsum tree).
+float Softmax(float* sc, int64_t n, int64_t npad, float scale, float softcap) {
   const __m256 sv = _mm256_set1_ps(scale);
   const int64_t n8 = n & ~int64_t{7};
   int64_t j = 0;
   for (; j < n8; j += 8) _mm256_storeu_ps(sc + j, _mm256_mul_ps(_mm256_loadu_ps(sc + j), sv));
   for (; j < n; ++j) sc[j] = sc[j] * scale;
-  for (; j < npad; ++j) sc[j] = -std::numeric_limits<float>::infinity();
+  if (softcap > 0.0f) {
+    const __m256 cv = _mm256_set1_ps(softcap);
+    for (j = n; j < npad; ++j) sc[j] = 0.0f;
+    for (j = 0; j < npad; j += 8) {
+      const __m256 s = _mm256_loadu_ps(sc + j);
+      _mm256_storeu_ps(sc + j, _mm256_mul_ps(cv, avx2::Tanh(_mm256_div_ps(s, cv))));
+    }
+  }
+  for (j = n; j < npad; ++j) sc[j] = -std::numeric_limits<float>::infinity();
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (j = 0; j < npad; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + j));
   const __m256 m = _mm256_set1_ps(avx2::HmaxPs(mv));
@@ -194,7 +204,7 @@ void AttentionItemsAvx2(const PagedAttentionArgs& a, int64_t begin, int64_t end)
     }
     if (t_sums.size() < static_cast<size_t>(g_count)) t_sums.resize(g_count);
     float* sum = t_sums.data();
-    for (int64_t g = 0; g < g_count; ++g) sum[g] = Softmax(sc + g * npad, n, npad, a.scale);
+    for (int64_t g = 0; g < g_count; ++g) sum[g] = Softmax(sc + g * npad, n, npad, a.scale, a.softcap);
 
     std::fill(acc, acc + g_count * hd, 0.0f);
     for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {

@@ -104,6 +104,40 @@ void SiluMulRowsAvx2(const float* gate_up, int64_t rows, int64_t inter, float* o
   }
 }
 
+// Applies f to every 8 lanes of n floats at x (in place); the n % 8 tail goes through
+// the same vector code via a zero-padded copy, so every element gets the same function.
+template <typename F>
+void MapInPlace(float* x, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, f(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(t, x + i, (n - i) * sizeof(float));
+    _mm256_store_ps(t, f(_mm256_load_ps(t)));
+    std::memcpy(x + i, t, (n - i) * sizeof(float));
+  }
+}
+
+void GeluTanhMulRowsAvx2(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    std::memcpy(o, g, inter * sizeof(float));
+    MapInPlace(o, inter, [](__m256 v) { return avx2::GeluTanh(v); });
+    int64_t i = 0;
+    for (; i + 8 <= inter; i += 8) {
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < inter; ++i) o[i] = o[i] * u[i];
+  }
+}
+
+void SoftCapAvx2(float* x, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap);
+  MapInPlace(x, n, [c](__m256 v) { return _mm256_mul_ps(c, avx2::Tanh(_mm256_div_ps(v, c))); });
+}
+
 void ConvertAvx2(const void* src, DType type, int64_t count, float* dst) {
   if (type == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));

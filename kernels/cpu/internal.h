@@ -122,6 +122,11 @@ void AddRmsNormRowsAvx2(float* residual, const float* x, const float* weight, in
                         int64_t dim, float eps, float* out);
 void SiluMulRowsScalar(const float* gate_up, int64_t rows, int64_t inter, float* out);
 void SiluMulRowsAvx2(const float* gate_up, int64_t rows, int64_t inter, float* out);
+void GeluTanhMulRowsScalar(const float* gate_up, int64_t rows, int64_t inter, float* out);
+void GeluTanhMulRowsAvx2(const float* gate_up, int64_t rows, int64_t inter, float* out);
+// x[i] = cap * tanh(x[i] / cap), i < n.
+void SoftCapScalar(float* x, int64_t n, float cap);
+void SoftCapAvx2(float* x, int64_t n, float cap);
 void ConvertScalar(const void* src, DType type, int64_t count, float* dst);
 void ConvertAvx2(const void* src, DType type, int64_t count, float* dst);
 // Rope over (token, head) items [begin, end) with item = token * heads + head.

@@ -254,6 +254,31 @@ void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out, Thre
   });
 }
 
+void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  ForItems(pool, rows, 12 * inter, [&](int64_t b, int64_t e) {
+    auto fn = avx2 ? internal::GeluTanhMulRowsAvx2 : internal::GeluTanhMulRowsScalar;
+    fn(gate_up + b * 2 * inter, e - b, inter, out + b * inter);
+  });
+}
+
+void Scale(float* x, int64_t n, float s, ThreadPool* pool) {
+  // Chunks of 4096: a multiply each, so one thread up to well past a hidden row.
+  constexpr int64_t kChunk = 4096;
+  ForItems(pool, (n + kChunk - 1) / kChunk, kChunk, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * kChunk, end = std::min(n, e * kChunk); i < end; ++i) x[i] *= s;
+  });
+}
+
+void SoftCap(float* x, int64_t n, float cap, ThreadPool* pool) {
+  const bool avx2 = UseAvx2();
+  constexpr int64_t kChunk = 4096;  // a multiple of 8: chunk edges never split a vector
+  ForItems(pool, (n + kChunk - 1) / kChunk, 16 * kChunk, [&](int64_t b, int64_t e) {
+    const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
+    (avx2 ? internal::SoftCapAvx2 : internal::SoftCapScalar)(x + lo, hi - lo, cap);
+  });
+}
+
 void Embedding(const void* table, DType type, int64_t dim, const int32_t* ids,
                int64_t num_tokens, float* out, ThreadPool* pool) {
   CheckWeightType("Embedding", type);

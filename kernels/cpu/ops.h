@@ -78,6 +78,19 @@ void AddRmsNorm(float* residual, const float* x, const float* weight, int64_t ro
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up is [rows, 2*inter].
 void SiluMul(const float* gate_up, int64_t rows, int64_t inter, float* out, ThreadPool* pool);
 
+// out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i] (GeGLU), where
+// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), evaluated as the
+// equal x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))). Within a few ulp of the
+// exact value (scalar: libm exp; AVX2: the vector Exp); rows independent.
+void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out, ThreadPool* pool);
+
+// x[i] *= s, i < n.
+void Scale(float* x, int64_t n, float s, ThreadPool* pool);
+
+// x[i] = cap * tanh(x[i] / cap), i < n (logit soft-capping); cap > 0. Elementwise,
+// so any split of x gives the same values.
+void SoftCap(float* x, int64_t n, float cap, ThreadPool* pool);
+
 // out[t, :] = table[ids[t], :] converted to f32 (DequantizeRow for quantized types).
 // table: [vocab, dim] of type.
 void Embedding(const void* table, DType type, int64_t dim, const int32_t* ids,
@@ -120,6 +133,8 @@ struct PagedAttentionArgs {
   int64_t max_blocks_per_seq = 0;
   int64_t sliding_window = 0;
   float scale = 1.0f;                       // applied to q.k
+  // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax.
+  float softcap = 0.0f;
   float* out = nullptr;                     // [tokens, q_heads, head_dim] dense
 };
 // Causal softmax attention per (token, head), exact f32 softmax with max subtraction.

@@ -120,6 +120,24 @@ void SiluMulRowsScalar(const float* gate_up, int64_t rows, int64_t inter, float*
   }
 }
 
+// The same equation as GeluTanh in simd_avx2.h: x / (1 + exp(-2u)).
+void GeluTanhMulRowsScalar(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    for (int64_t i = 0; i < inter; ++i) {
+      const float x = g[i];
+      const float v = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+      o[i] = x / (1.0f + std::exp(-2.0f * v)) * u[i];
+    }
+  }
+}
+
+void SoftCapScalar(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void RopeItemsScalar(float* x, int64_t heads, int64_t head_dim, int64_t x_stride,
                      int64_t rot_dim, const int32_t* positions, const float* cos_sin,
                      int64_t begin, int64_t end) {
@@ -158,6 +176,7 @@ void AttentionItemsScalar(const PagedAttentionArgs& a, int64_t begin, int64_t en
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
       sc[j] = Dot(q, a.k_cache + slot(lo + j), hd) * a.scale;
+      if (a.softcap > 0.0f) sc[j] = a.softcap * std::tanh(sc[j] / a.softcap);
       mx = std::max(mx, sc[j]);
     }
     float sum = 0.0f;

@@ -48,6 +48,9 @@ __device__ __forceinline__ int64_t SlotOffset(const int32_t* table, int64_t pos,
   return b < 0 ? -1 : (static_cast<int64_t>(b) * bs + pos % bs) * row + off;
 }
 
+// Attention logit soft-capping (Gemma 2): cap * tanh(s / cap); cap <= 0 leaves s.
+__device__ __forceinline__ float Cap(float s, float cap) { return cap > 0.f ? cap * tanhf(s / cap) : s; }
+
 // q . k over HD columns in lane-rotated order (column (dd + lane) mod HD at step dd):
 // 32 lanes reading rows of q and k from shared memory hit distinct banks. The order
 // depends on the lane only, and a key's lane depends on its position only.
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       for (int g = warp; g < gn; g += kWarps) {
         if (lane < KB && kb + lane < n) {
-          sp[g][kb + lane] = RotatedDot<HD>(qs + g * HD, stage + lane * HD, lane) * a.scale;
+          sp[g][kb + lane] = Cap(RotatedDot<HD>(qs + g * HD, stage + lane * HD, lane) * a.scale, a.softcap);
         }
       }
     }
@@ -333,7 +336,7 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t pos = kb + lane;
         float s = -INFINITY;
         if (lane < KB && pos >= lo && pos <= p) {
-          s = RotatedDot<HD>(qs + rr * HD, ks + lane * HD, lane) * a.scale;
+          s = Cap(RotatedDot<HD>(qs + rr * HD, ks + lane * HD, lane) * a.scale, a.softcap);
         }
         const float mn = fmaxf(m[i], WarpMax(s));  // finite: the block holds a valid key
         const float corr = expf(m[i] - mn);        // 0 on the row's first block

@@ -4,6 +4,7 @@
 // p = positions[t], sequence token_to_seq[t]) attends to keys at positions
 // [max(0, p - sliding_window + 1), p] of its sequence, read through its block
 // table; q head h reads kv head h / (q_heads / kv_heads); softmax(scale * q.k) . v
+// (with softcap > 0 each score s becomes softcap * tanh(s / softcap) first)
 // in f32 with the running max subtracted. Tokens with p < 0 (graph padding) give zeros.
 //
 // Decode: one CTA per (token, kv head) handles all q heads of the group (GQA: K/V
@@ -43,6 +44,7 @@ struct PagedAttentionArgs {
   int64_t max_blocks_per_seq = 0;
   int64_t sliding_window = 0;  // <= 0: full causal
   float scale = 1.0f;
+  float softcap = 0.0f;  // > 0: scores s = scale * q.k become softcap * tanh(s / softcap)
   float* out = nullptr;  // [tokens, q_heads, head_dim] dense
   // Host-known bound on every token's number of keys (max position + 1); sets the
   // split-K grid. Chunks past a token's own context exit at once (CUDA graphs

@@ -1,5 +1,5 @@
 // End-to-end agreement of the CUDA backend with the CPU backend on synthetic
-// checkpoints (engine/synth.h; tiny qwen3 and llama, f32 and bf16 weights):
+// checkpoints (engine/synth.h; tiny qwen3 and llama, f32 and bf16 weights; gemma2/3 f32):
 //  - teacher-forced greedy decoding: the CPU picks each next token (argmax); the
 //    CUDA model runs the same steps and we count how often its argmax agrees
 //    (top-1 agreement, printed). Differences come from bf16 KV (both dtypes),
@@ -144,9 +144,11 @@ TEST_F(ModelAgreementTest, GreedyTop1AgreesWithCpu) {
   // Thresholds: f32 weights still differ by the bf16 KV cache; bf16 weights add
   // bf16-rounded activations in the cuBLAS GEMMs. Both stay well above chance.
   // (The deterministic mode's LinearTiled is slow under the emulator: one case.)
-  const Case cases[] = {{"qwen3", DType::kF32, true, 0.9}, {"qwen3", DType::kBF16, false, 0.75},
-                        {"llama", DType::kF32, false, 0.9}, {"llama", DType::kBF16, false, 0.75},
-                        {"phi3", DType::kF32, false, 0.9}};
+  // Gemma: GeGLU, sandwich norms, soft-capping (gemma2), two RoPE tables (gemma3).
+  const Case cases[] = {{"qwen3", DType::kF32, true, 0.9},   {"qwen3", DType::kBF16, false, 0.75},
+                        {"llama", DType::kF32, false, 0.9},  {"llama", DType::kBF16, false, 0.75},
+                        {"phi3", DType::kF32, false, 0.9},   {"gemma2", DType::kF32, false, 0.9},
+                        {"gemma3", DType::kF32, false, 0.9}};
   for (const Case& c : cases) {
     const std::string& dir = Checkpoint(c.arch, c.dtype);
     Loaded cpu = Load(dir, false);

@@ -43,6 +43,7 @@ struct Problem {
   std::vector<float> q;  // [tokens] rows of q_stride floats, filled by Finish()
   int64_t q_stride = 0;  // 0: dense (q_heads * head_dim)
   bool misaligned_cache = false;  // K/V start one element past an aligned address
+  float softcap = 0.0f;           // attention logit soft-capping (0: off)
 };
 
 float Round(float x, ElemType t) {
@@ -134,6 +135,7 @@ std::vector<float> RunCpu(const Problem& pr) {
   a.max_blocks_per_seq = pr.max_blocks;
   a.sliding_window = pr.window;
   a.scale = Scale(pr);
+  a.softcap = pr.softcap;
   a.out = out.data();
   cpu::PagedAttention(a, nullptr);
   return out;
@@ -173,6 +175,7 @@ struct DeviceProblem {
     a.max_blocks_per_seq = pr.max_blocks;
     a.sliding_window = pr.window;
     a.scale = Scale(pr);
+    a.softcap = pr.softcap;
     a.out = out.get();
     int32_t mx = 0;
     for (int32_t p : pr.pos) mx = std::max(mx, p + 1);
@@ -324,6 +327,29 @@ TEST(CudaPagedAttentionTest, DecodeIsBatchInvariant) {
       EXPECT_TRUE(cuda_test::BitwiseEqual(alone.data(), all.data() + t * row, row))
           << Name(s, window) << " token " << t;
     }
+  }
+}
+
+// Gemma 2's soft-capping (cap * tanh(s / cap) on every score) in both kernels, with a
+// cap small enough to bend most scores (q ~ 1.5 sigma).
+TEST(CudaPagedAttentionTest, SoftCapMatchesCpu) {
+  TESSERA_REQUIRE_CUDA_DEVICE();
+  uint32_t seed = 300;
+  for (const auto& [s, window] : {std::pair{kShapes[0], int64_t{0}}, std::pair{kShapes[1], int64_t{100}}}) {
+    Problem pr = MakeCache(s, {40, 300}, window, seed++);
+    pr.softcap = 0.5f;
+    AddChunk(&pr, 0, 0);
+    AddDecode(&pr, 1);
+    Finish(&pr, seed++);
+    const std::vector<float> want = RunCpu(pr);
+    ExpectClose(RunDecode(pr), want, "decode softcap " + Name(s, window));
+    ExpectClose(RunPrefill(pr), want, "prefill softcap " + Name(s, window));
+    Problem plain = pr;
+    plain.softcap = 0.0f;
+    const std::vector<float> uncapped = RunCpu(plain);
+    float diff = 0.f;
+    for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::fabs(want[i] - uncapped[i]));
+    EXPECT_GT(diff, 1e-2f) << "the cap must change the outputs for this test to mean anything";
   }
 }
 

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+import reference_gemma  # noqa: E402
 
 # Tolerance: max |tessera - ref| / max |ref| per row.  Tessera computes in f32 (the
 # reference in f64), so for f32 weights the gap is f32 rounding accumulated over a few
@@ -131,11 +132,41 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "other-longrope-set": (_other_longrope_set, None),
     "full-rotary": (_full_rotary, None),
     "swap-gate-up": (_swap_gate_up, None),
+    # Gemma (reference_gemma.py): each of its equations left out or replaced by Llama's.
+    "no-norm-offset": (lambda m: _with(m, norm_offset=0.0), None),
+    "no-post-norms": (lambda m: _with(m, post_norms=False), None),
+    "silu-mlp": (lambda m: _with(m, gelu=False), None),
+    "no-embed-scale": (lambda m: _with(m, normalizer=1.0), None),
+    "no-attn-softcap": (lambda m: _with(m, attn_cap=None), None),
+    "no-final-softcap": (lambda m: _with(m, final_cap=None), None),
+    "head-dim-scale": (lambda m: _with(m, attn_scale=m["cfg"]["head_dim"] ** -0.5), None),
+    "one-rope": (lambda m: dict(m, rope_local=m["rope_global"]), None),
+    "no-sliding": (lambda m: _with(m, sliding=[False] * m["cfg"]["n_layers"]), None),
+    "default-rope-global": (lambda m: dict(m, rope_global=(_default_rope(m)["inv_freq"], 1.0)), None),
+    "sliding-all-layers": (lambda m: _with(m, sliding=[True] * m["cfg"]["n_layers"]), None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
+GEMMA_ARCHS = ("gemma2", "gemma3")
+
+
+def gemma_ablations_for(c):
+    names = ["gqa-interleaved", "rope-interleaved", "no-norm-offset", "no-post-norms", "silu-mlp",
+             "no-embed-scale", "no-sliding", "sliding-all-layers"]
+    names += ["no-qk-norm", "one-rope"] if c["arch"] == "gemma3" else ["no-final-softcap"]
+    if c["sets"].get("attn_logit_softcapping"):
+        names += ["no-attn-softcap"]
+    if c["sets"].get("final_logit_softcapping") and c["arch"] == "gemma3":
+        names += ["no-final-softcap"]
+    if "query_pre_attn_scalar" in c["sets"]:
+        names += ["head-dim-scale"]
+    if (c["sets"].get("rope_scaling") or {}).get("rope_type") == "linear":
+        names += ["default-rope-global"]
+    return names
 
 
 def ablations_for(c):
+    if c["arch"] in GEMMA_ARCHS:
+        return gemma_ablations_for(c)
     names = ["gqa-interleaved", "rope-interleaved"]
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
@@ -161,6 +192,8 @@ def reference_rows(model, seqs, ablation=None):
     fn, patch = ABLATIONS[ablation] if ablation else (lambda m: m, None)
     with (patch() if patch else contextlib.nullcontext()):
         m = fn(model)
+        if "rope_local" in m:  # a Gemma model (reference_gemma.load)
+            return np.concatenate([reference_gemma.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
         return np.concatenate([reference.forward(m, s["tokens"])[s["logits_at"]] for s in seqs])
 
 
@@ -194,6 +227,11 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("phi3-longrope-short-partial-rotary", "phi3", sets=PHI3_LONGROPE, max_model_len=16, seed=73),
     case("phi3-gguf-longrope-long", "phi3", sets=PHI3_LONGROPE, gguf=True, seed=74),
     case("phi3-gguf-longrope-short", "phi3", sets=PHI3_LONGROPE, max_model_len=16, gguf=True, seed=75),
+    # Gemma (tiny: 16-token windows on alternate layers; gemma3 pattern 2, so both RoPE
+    # tables run): gemma2 from the HF checkpoint, gemma3 from its GGUF twin (1 + w norms,
+    # llama.cpp's names and keys).
+    case("gemma2-f32", "gemma2", seed=76),
+    case("gemma3-gguf-f32", "gemma3", gguf=True, seed=77),
 ]
 
 
@@ -230,7 +268,8 @@ def run_case(tessera, c, work, threads):
     for k, v in c["sets"].items():  # the override must really be in the checkpoint we test
         if config.get(k) != v:
             raise CaseError(f"config.json {k}={config.get(k)!r}, --set asked for {v!r}")
-    model = reference.load(model_dir, c["max_model_len"])
+    model = (reference_gemma.load(model_dir) if reference_gemma.is_gemma(config)
+             else reference.load(model_dir, c["max_model_len"]))
     vocab = model["cfg"]["vocab"]
     if c["sets"].get("sliding_window") and max(n for n, _ in SEQUENCES) <= c["sets"]["sliding_window"]:
         raise CaseError("window case needs a sequence longer than the window")
@@ -300,13 +339,15 @@ def main():
     args = ap.parse_args()
 
     passed = failed = 0
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        ok = reference.self_check()
-    print(f"{'PASS' if ok else 'FAIL'} reference-self-check")
-    if not ok:
-        print(buf.getvalue())
-    passed, failed = (1, 0) if ok else (0, 1)
+    for name, check in (("reference-self-check", reference.self_check),
+                        ("reference-gemma-self-check", reference_gemma.self_check)):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            ok = check()
+        print(f"{'PASS' if ok else 'FAIL'} {name}")
+        if not ok:
+            print(buf.getvalue())
+        passed, failed = passed + ok, failed + (not ok)
 
     tessera = os.path.abspath(args.tessera)
     if not (os.path.isfile(tessera) and os.access(tessera, os.X_OK)):

@@ -1,6 +1,7 @@
 // Batch invariance (docs/architecture.md): a sequence's logits are bitwise identical alone,
 // inside a batch of other sequences, with its prompt chunked at arbitrary
-// boundaries, with shuffled KV blocks, and with 1 or 2 threads.
+// boundaries, with shuffled KV blocks, with 1 or 2 threads, and recomputed after a
+// preemption or from a cached prefix.
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -171,6 +172,18 @@ TEST_P(BatchInvarianceTest, AloneBatchedChunkedShuffledThreads) {
 
   // One thread vs two threads.
   ExpectBitwiseEqual(alone, RunScripts(*model1_, {target})[0], "1 thread vs 2 threads");
+
+  // Preempted: recomputed as one prefill of prompt + generated tokens, it continues
+  // with the same logits; likewise in two chunks, as after a prefix-cache hit.
+  Script re = target;
+  for (int k = 0; k < 3; ++k) re.prompt.push_back(Argmax(alone[k].data(), vocab));
+  re.decode_steps = 1;
+  const int len = static_cast<int>(re.prompt.size());
+  const Trace rest = {alone[3], alone[4]};
+  re.chunks = {len};
+  ExpectBitwiseEqual(rest, RunScripts(*model2_, {re})[0], "recomputed after preemption");
+  re.chunks = {32, len - 32};
+  ExpectBitwiseEqual(rest, RunScripts(*model2_, {re})[0], "continued from a cached prefix");
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
@@ -181,7 +194,11 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
                                            std::make_tuple("mixtral", DType::kBF16),
                                            std::make_tuple("qwen2_moe", DType::kF32),
                                            std::make_tuple("qwen3_moe", DType::kBF16),
-                                           std::make_tuple("phi3", DType::kBF16)),
+                                           std::make_tuple("phi3", DType::kBF16),
+                                           // Gemma tiny: 16-token windows (sliding and global
+                                           // layers, two RoPE tables for gemma3), soft-capping.
+                                           std::make_tuple("gemma2", DType::kBF16),
+                                           std::make_tuple("gemma3", DType::kF32)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::string(DTypeName(std::get<1>(info.param)));

@@ -402,6 +402,51 @@ TEST(GgufModel, MissingOrBadKeysAreNamed) {
   EXPECT_EQ(GgufModelConfig(g, "m.gguf").status().code(), StatusCode::kNotFound);
 }
 
+// Gemma 2/3 keys round-trip through the metadata writer; a Gemma 2 file without its
+// soft-capping keys is refused naming the key (llama.cpp would silently assume 50/30).
+TEST(GgufModel, GemmaConfigsRoundTripAndMissingSoftcapKeysAreNamed) {
+  auto g2 = ParseModelConfig(R"({"architectures":["Gemma2ForCausalLM"],"vocab_size":100,"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,
+    "head_dim":32,"query_pre_attn_scalar":32,"sliding_window":16,"torch_dtype":"bfloat16"})", "cfg");
+  ASSERT_TRUE(g2.ok()) << g2.status().ToString();
+  GgufContents base = ContentsFor(*g2, "gemma2", true, false);
+  auto c = GgufModelConfig(base, "m.gguf");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->architecture, "Gemma2ForCausalLM");
+  EXPECT_EQ(c->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c->final_logit_softcapping, 30.0);
+  EXPECT_EQ(c->layer_sliding_window, (std::vector<int64_t>{16, 0, 16, 0}));
+  EXPECT_EQ(c->norm_weight_offset, 0.0);  // GGUF norms hold 1 + w already
+  EXPECT_EQ(c->query_pre_attn_scalar, 32.0);
+  EXPECT_EQ(c->hidden_act, GluActivation::kGeluTanh);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_EQ(c->embedding_scale, 8.0);
+  for (const char* key : {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"}) {
+    GgufContents g = base;
+    std::erase_if(g.metadata, [&](const auto& kv) { return kv.first == key; });
+    auto r = GgufModelConfig(g, "m.gguf");
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(std::string("'") + key + "'"), std::string::npos) << r.status().ToString();
+  }
+
+  auto g3 = ParseModelConfig(R"({"architectures":["Gemma3ForCausalLM"],"vocab_size":100,"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,
+    "head_dim":32,"query_pre_attn_scalar":32,"sliding_window":16,"sliding_window_pattern":2,
+    "rope_scaling":{"rope_type":"linear","factor":8.0}})", "cfg");
+  ASSERT_TRUE(g3.ok()) << g3.status().ToString();
+  auto c3 = GgufModelConfig(ContentsFor(*g3, "gemma3", true, false), "m.gguf");
+  ASSERT_TRUE(c3.ok()) << c3.status().ToString();
+  EXPECT_EQ(c3->architecture, "Gemma3ForCausalLM");
+  EXPECT_EQ(c3->attn_logit_softcapping, 0.0);
+  EXPECT_EQ(c3->final_logit_softcapping, 0.0);
+  EXPECT_EQ(c3->layer_sliding_window, (std::vector<int64_t>{16, 0, 16, 0}));
+  EXPECT_EQ(c3->layer_rope, (std::vector<int32_t>{1, 0, 1, 0}));
+  EXPECT_EQ(c3->rope_local_theta, 10000.0);
+  EXPECT_EQ(c3->rope_scaling.type, RopeScalingType::kLinear);
+  EXPECT_TRUE(c3->qk_norm);
+}
+
 TEST(GgufModel, Llama3RopeFreqsBecomeLlama3Scaling) {
   auto hf = ParseModelConfig(R"({"architectures":["LlamaForCausalLM"],"vocab_size":100,"hidden_size":256,
     "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":2,"rope_theta":500000.0})", "cfg");
@@ -495,6 +540,18 @@ TEST(GgufModel, SafetensorsAndGgufTwinsGiveIdenticalLogits) {
   auto m = Model::Load(one, backend.get());
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.status().message().find("2 .gguf files"), std::string::npos);
+}
+
+TEST(GgufModel, GemmaTwinsGiveIdenticalLogits) {
+  if (FindNpmDir().empty()) GTEST_SKIP() << "no tokenizer packages (scripts/bootstrap)";
+  TempDir tmp;
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    const std::string dir = tmp.path() + "/" + arch;
+    ASSERT_TRUE(WriteSyntheticCheckpoint(Synth(dir, arch, DType::kBF16, "both")).ok());
+    const auto a = BatchLogits(dir), b = BatchLogits(SynthGgufPath(dir));
+    ASSERT_FALSE(a.empty());
+    EXPECT_TRUE(a == b) << arch;  // norms hold w in one file, 1 + w in the other
+  }
 }
 
 TEST(GgufModel, QuantizedGgufLoadsAndStaysClose) {

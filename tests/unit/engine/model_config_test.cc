@@ -1,6 +1,8 @@
 #include "engine/model_config.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "engine/rope.h"
@@ -54,6 +56,114 @@ TEST(ModelConfigTest, ArchitectureTraits) {
   q2["use_sliding_window"] = true;
   q2["max_window_layers"] = 1;
   EXPECT_EQ(ParseModelConfig(q2.dump(), "c")->layer_sliding_window, (std::vector<int64_t>{0, 8}));
+}
+
+json Gemma2() {
+  json j = Llama();
+  j["architectures"] = {"Gemma2ForCausalLM"};
+  j["num_hidden_layers"] = 4;
+  j["head_dim"] = 32;
+  j["query_pre_attn_scalar"] = 24;
+  j["sliding_window"] = 16;
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attn_logit_softcapping"] = 50.0;
+  j["final_logit_softcapping"] = 30.0;
+  j["hidden_size"] = 48;  // sqrt(48) = 6.928203..., not a bf16 value
+  j["torch_dtype"] = "bfloat16";
+  return j;
+}
+
+TEST(ModelConfigTest, ParsesGemma2) {
+  auto c = ParseModelConfig(Gemma2().dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->head_dim, 32);  // independent of hidden / heads
+  EXPECT_EQ(c->hidden_act, GluActivation::kGeluTanh);
+  EXPECT_TRUE(c->sandwich_norms);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->norm_weight_offset, 1.0);
+  EXPECT_EQ(c->query_pre_attn_scalar, 24.0);
+  EXPECT_EQ(c->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c->final_logit_softcapping, 30.0);
+  // Every other layer slides, from layer 0; one RoPE table.
+  EXPECT_EQ(c->layer_sliding_window, (std::vector<int64_t>{16, 0, 16, 0}));
+  EXPECT_EQ(c->layer_rope, (std::vector<int32_t>(4, 0)));
+  EXPECT_EQ(c->rope_local_theta, 0.0);
+  // transformers computes the normalizer in the checkpoint dtype: sqrt(48) in bf16.
+  EXPECT_EQ(c->embedding_scale, 6.9375);
+  json f32 = Gemma2();
+  f32["torch_dtype"] = "float32";
+  EXPECT_EQ(ParseModelConfig(f32.dump(), "c")->embedding_scale, static_cast<double>(std::sqrt(48.0f)));
+  // Gemma2Config's defaults for omitted fields: capping 50 / 30, window 4096, head_dim 256.
+  json sparse = Gemma2();
+  for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "head_dim",
+                        "query_pre_attn_scalar"}) {
+    sparse.erase(k);
+  }
+  auto d = ParseModelConfig(sparse.dump(), "c");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(d->final_logit_softcapping, 30.0);
+  EXPECT_EQ(d->layer_sliding_window[0], 4096);
+  EXPECT_EQ(d->head_dim, 256);
+  EXPECT_EQ(d->query_pre_attn_scalar, 256.0);
+  // An explicit null turns capping off.
+  json off = Gemma2();
+  off["final_logit_softcapping"] = nullptr;
+  EXPECT_EQ(ParseModelConfig(off.dump(), "c")->final_logit_softcapping, 0.0);
+  json bad = Gemma2();
+  bad["hidden_activation"] = "gelu";
+  auto b = ParseModelConfig(bad.dump(), "c");
+  EXPECT_EQ(b.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(b.status().message().find("hidden_activation"), std::string::npos);
+}
+
+TEST(ModelConfigTest, ParsesGemma3AndItsVisionCheckpoint) {
+  json j = Gemma2();
+  j["architectures"] = {"Gemma3ForCausalLM"};
+  j["num_hidden_layers"] = 7;
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["rope_local_base_freq"] = 5000.0;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  auto c = ParseModelConfig(j.dump(), "c");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->attn_logit_softcapping, 0.0);
+  // sliding_window_pattern 6 (default): layers 5, 11, ... are global, with rope_theta
+  // and the scaling; sliding layers use the local base.
+  EXPECT_EQ(c->layer_sliding_window, (std::vector<int64_t>{16, 16, 16, 16, 16, 0, 16}));
+  EXPECT_EQ(c->layer_rope, (std::vector<int32_t>{1, 1, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(c->rope_local_theta, 5000.0);
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "sliding_attention",
+                      "sliding_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(ParseModelConfig(j.dump(), "c")->layer_rope, (std::vector<int32_t>{0, 1, 0, 1, 1, 1, 0}));
+  j["layer_types"] = {"full_attention"};
+  EXPECT_NE(ParseModelConfig(j.dump(), "c").status().message().find("layer_types"), std::string::npos);
+
+  // The published multimodal layout: text_config holds only what differs from
+  // Gemma3TextConfig; the tensors live under language_model.model.
+  json mm = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+             {"eos_token_id", {1, 106}},
+             {"torch_dtype", "bfloat16"},
+             {"text_config", {{"hidden_size", 2560}, {"intermediate_size", 10240}, {"num_hidden_layers", 34},
+                              {"model_type", "gemma3_text"}, {"sliding_window", 1024},
+                              {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}}}},
+             {"vision_config", {{"hidden_size", 1152}}}};
+  auto v = ParseModelConfig(mm.dump(), "c");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_TRUE(v->has_vision_tower);
+  EXPECT_EQ(v->weight_prefix, "language_model.model.");
+  EXPECT_EQ(v->vocab_size, 262208);
+  EXPECT_EQ(v->num_q_heads, 8);
+  EXPECT_EQ(v->num_kv_heads, 4);
+  EXPECT_EQ(v->head_dim, 256);
+  EXPECT_TRUE(v->tie_word_embeddings);
+  EXPECT_EQ(v->eos_token_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(v->rope_theta, 1000000.0);
+  EXPECT_EQ(v->layer_sliding_window[5], 0);
+  EXPECT_EQ(v->layer_sliding_window[4], 1024);
+  mm.erase("text_config");
+  EXPECT_NE(ParseModelConfig(mm.dump(), "c").status().message().find("text_config"), std::string::npos);
 }
 
 struct BadCase {

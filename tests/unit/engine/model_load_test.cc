@@ -1,5 +1,6 @@
 // Model::Load on broken checkpoints: every failure is a Status naming the file
 // and the tensor or field at fault, never a crash.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model.h"
+#include "engine/safetensors.h"
 #include "tests/unit/engine/test_model_util.h"
 
 namespace tessera {
@@ -105,6 +107,115 @@ TEST_F(ModelLoadTest, MalformedConfigNamesField) {
   ExpectMentions(Load(), StatusCode::kInvalidArgument, {"config.json", "hidden_size"});
   std::ofstream(config_path()) << "{\"architectures\": [";
   ExpectMentions(Load(), StatusCode::kInvalidArgument, {"config.json"});
+}
+
+// Forwards every required op to the CPU backend but keeps Backend's CheckOp, which
+// refuses the optional ops (BackendOp): a backend that lacks them.
+class WithoutOptionalOps final : public Backend {
+ public:
+  explicit WithoutOptionalOps(std::unique_ptr<Backend> b) : b_(std::move(b)) {}
+  std::string name() const override { return "no-optional-ops"; }
+  StatusOr<WeightView> UploadWeight(const WeightView& w) override { return b_->UploadWeight(w); }
+  StatusOr<std::shared_ptr<void>> Allocate(int64_t n) override { return b_->Allocate(n); }
+  void CopyFromHost(void* d, const void* s, int64_t n) override { b_->CopyFromHost(d, s, n); }
+  void CopyToHost(void* d, const void* s, int64_t n) override { b_->CopyToHost(d, s, n); }
+  void CopyWithinDevice(void* d, const void* s, int64_t n) override { b_->CopyWithinDevice(d, s, n); }
+  void GatherRows(const float* s, int64_t c, const int32_t* i, int64_t n, float* d) override {
+    b_->GatherRows(s, c, i, n, d);
+  }
+  void Embedding(const WeightView& t, const int32_t* ids, int64_t n, float* o) override { b_->Embedding(t, ids, n, o); }
+  void Linear(const float* x, int64_t m, const WeightView& w, const float* bias, float* y, int64_t ldy) override {
+    b_->Linear(x, m, w, bias, y, ldy);
+  }
+  void RmsNorm(const float* x, const float* w, int64_t r, int64_t d, float e, float* o) override {
+    b_->RmsNorm(x, w, r, d, e, o);
+  }
+  void AddRmsNorm(float* res, const float* x, const float* w, int64_t r, int64_t d, float e, float* o) override {
+    b_->AddRmsNorm(res, x, w, r, d, e, o);
+  }
+  void SiluMul(const float* gu, int64_t r, int64_t i, float* o) override { b_->SiluMul(gu, r, i, o); }
+  void Rope(float* x, int64_t t, int64_t h, int64_t d, int64_t s, int64_t rot, const int32_t* p,
+            const float* cs) override {
+    b_->Rope(x, t, h, d, s, rot, p, cs);
+  }
+  void WriteKv(const float* k, int64_t ks, const float* v, int64_t vs, int64_t t, int64_t h, int64_t d,
+               const int64_t* slots, KvLayerView c) override {
+    b_->WriteKv(k, ks, v, vs, t, h, d, slots, c);
+  }
+  void Attention(const float* q, int64_t qs, KvLayerView c, const AttentionParams& p, float* o) override {
+    b_->Attention(q, qs, c, p, o);
+  }
+
+ private:
+  std::unique_ptr<Backend> b_;
+};
+
+TEST(GemmaLoadTest, BackendWithoutTheOpsRefusesGemmaByOpName) {
+  TempDir dir;
+  MakeTinyModel(dir.path(), "gemma2", DType::kF32);
+  WithoutOptionalOps backend(MakeCpuBackend({1}));
+  auto m = Model::Load(dir.path(), &backend);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("Gemma2ForCausalLM needs the GeluTanhMul op"), std::string::npos)
+      << m.status().ToString();
+  // The same backend runs the Llama-style decoder, which needs none of them.
+  TempDir llama;
+  MakeTinyModel(llama.path(), "qwen3", DType::kF32);
+  EXPECT_TRUE(Model::Load(llama.path(), &backend).ok());
+}
+
+// Gemma 3 with its vision tower: config under text_config, decoder tensors under
+// language_model.model. (as published) or model.language_model. (as transformers >= 4.52
+// saves it), vision tensors beside them. The decoder loads (the tower is skipped) and
+// computes what the text-only checkpoint computes.
+TEST(GemmaLoadTest, VisionCheckpointLoadsItsTextDecoder) {
+  TempDir text, published, resaved;
+  MakeTinyModel(text.path(), "gemma3", DType::kBF16);
+  auto store = WeightStore::Open(text.path());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  json c = ReadJson(text.path() + "/config.json");
+  json top = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"eos_token_id", c["eos_token_id"]},
+              {"torch_dtype", c["torch_dtype"]}, {"vision_config", {{"hidden_size", 4}}}};
+  c.erase("architectures");
+  top["text_config"] = c;
+  for (const auto& [dir, prefix] : {std::pair{published.path(), std::string("language_model.model.")},
+                                    std::pair{resaved.path(), std::string("model.language_model.")}}) {
+    std::vector<SafetensorsTensorToWrite> tensors;
+    for (const std::string& name : (*store)->Names()) {  // "model.X" -> prefix + "X"
+      const SafetensorsTensor* t = (*store)->Find(name);
+      tensors.push_back({prefix + name.substr(6), *t->dtype, t->shape,
+                         [t](uint8_t* dst) { std::memcpy(dst, t->data, t->nbytes()); }});
+    }
+    tensors.push_back({"vision_tower.vision_model.embeddings.patch_embedding.weight", DType::kBF16, {4, 3},
+                       [](uint8_t* dst) { std::memset(dst, 0, 24); }});
+    ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", tensors, {}).ok());
+    WriteJson(dir + "/config.json", top);
+  }
+  auto backend = MakeCpuBackend({1});
+  auto logits = [&](const std::string& path) {
+    auto m = Model::Load(path, backend.get());
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (!m.ok()) return std::vector<float>{};
+    EXPECT_EQ((*m)->config().has_vision_tower, path != text.path());
+    auto cache = (*m)->CreateKvCache(2, 16);
+    ForwardBatch b;
+    b.token_ids = {2, 100, 7000};
+    b.positions = {0, 1, 2};
+    b.token_to_seq = {0, 0, 0};
+    b.slot_mapping = {0, 1, 2};
+    b.block_tables = {0};
+    b.num_seqs = 1;
+    b.max_blocks_per_seq = 1;
+    b.logits_indices = {2};
+    std::vector<float> out;
+    EXPECT_TRUE((*m)->Forward(b, cache->get(), &out).ok());
+    return out;
+  };
+  const std::vector<float> want = logits(text.path());
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(logits(published.path()) == want);
+  EXPECT_TRUE(logits(resaved.path()) == want);
 }
 
 TEST_F(ModelLoadTest, ForwardRejectsBadBatch) {

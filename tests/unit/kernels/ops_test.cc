@@ -271,6 +271,54 @@ TEST_P(KernelPathTest, SiluAccurateOverFullRange) {
   EXPECT_EQ(eo[4], 0.0f);
 }
 
+double GeluTanhRef(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+TEST_P(KernelPathTest, GeluTanhMulMatchesReference) {
+  ThreadPool pool(2);
+  for (int64_t inter : {1, 8, 13, 64, 2304}) {
+    const int64_t rows = 3;
+    auto gu = RandomVec(rows * 2 * inter, 7 + inter, -12.0f, 12.0f);
+    gu[0] = -60.0f;  // exp(2u) far past the f32 range: gelu -> -0
+    std::vector<float> out(rows * inter), one(inter);
+    GeluTanhMul(gu.data(), rows, inter, out.data(), &pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = gu[r * 2 * inter + i], u = gu[r * 2 * inter + inter + i];
+        const double ref = GeluTanhRef(g) * u;
+        // exp(-2v), v = sqrt(2/pi) (g + 0.044715 g^3), turns the f32 rounding of v into
+        // a relative error ~|2v| ulp: the bound grows with |v| (a few ulp near 0).
+        const double v = std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        ASSERT_NEAR(out[r * inter + i], ref, 3e-7 * (4.0 + 2.0 * std::fabs(v)) * std::fabs(ref) + 1e-30)
+            << "g=" << g;
+      }
+    }
+    GeluTanhMul(gu.data() + 2 * 2 * inter, 1, inter, one.data(), nullptr);  // a row alone, 1 thread
+    ASSERT_TRUE(BitEqual(one.data(), out.data() + 2 * inter, inter));
+  }
+}
+
+TEST_P(KernelPathTest, SoftCapAndScaleMatchReference) {
+  ThreadPool pool(2);
+  const int64_t n = 10007;  // threads split it; the tail is not a whole vector
+  std::vector<float> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = -200.0f + 400.0f * static_cast<float>(i) / (n - 1);
+  x[5] = 1e-6f;  // tiny: the polynomial branch, relative accuracy
+  x[6] = -0.3f;
+  std::vector<float> capped = x, scaled = x;
+  SoftCap(capped.data(), n, 30.0f, &pool);
+  Scale(scaled.data(), n, 0.5f, &pool);
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref = 30.0 * std::tanh(static_cast<double>(x[i]) / 30.0);
+    ASSERT_NEAR(capped[i], ref, 6e-7 * std::fabs(ref) + 1e-37) << "x=" << x[i];
+    ASSERT_EQ(scaled[i], x[i] * 0.5f);
+  }
+  std::vector<float> part(x.begin() + 4096, x.begin() + 4105);  // any split gives the same values
+  SoftCap(part.data(), 9, 30.0f, nullptr);
+  ASSERT_TRUE(BitEqual(part.data(), capped.data() + 4096, 9));
+}
+
 TEST_P(KernelPathTest, RopeMatchesReference) {
   const int64_t max_pos = 50;
   for (int64_t head_dim : {64, 10, 128}) {
@@ -372,6 +420,7 @@ TEST(KernelsTest, CpuFeaturesAndOverride) {
 
 struct AttnConfig {
   int64_t q_heads, kv_heads, head_dim, block_size, window;
+  float softcap = 0.0f;  // attention logit soft-capping (Gemma 2)
 };
 
 // Two sequences with shuffled, non-contiguous block tables over one random cache,
@@ -424,6 +473,7 @@ struct AttnCase {
     a.max_blocks_per_seq = max_blocks;
     a.sliding_window = c.window;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    a.softcap = c.softcap;
     a.out = out;
     return a;
   }
@@ -441,7 +491,9 @@ struct AttnCase {
       const int64_t base = (blk * c.block_size + pos % c.block_size) * row + kvh * hd;
       double s = 0;
       for (int64_t d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * k_cache[base + d];
-      sc.push_back(s / std::sqrt(static_cast<double>(hd)));
+      s /= std::sqrt(static_cast<double>(hd));
+      if (c.softcap > 0) s = c.softcap * std::tanh(s / c.softcap);
+      sc.push_back(s);
       vs.push_back(v_cache.data() + base);
     }
     const double mx = *std::max_element(sc.begin(), sc.end());
@@ -460,7 +512,8 @@ struct AttnCase {
 
 const AttnConfig kAttnConfigs[] = {{4, 2, 64, 16, 0},  {6, 2, 13, 5, 0},  {8, 8, 128, 16, 0},
                                    {4, 1, 20, 4, 7},   {2, 2, 64, 16, 20}, {14, 2, 64, 16, 0},
-                                   {3, 3, 7, 3, 0},    {2, 1, 72, 8, 1}};
+                                   {3, 3, 7, 3, 0},    {2, 1, 72, 8, 1},
+                                   {4, 2, 64, 16, 0, 0.3f}, {3, 1, 13, 5, 20, 0.2f}};
 
 TEST_P(KernelPathTest, PagedAttentionMatchesReference) {
   ThreadPool pool(2);
