@@ -49,6 +49,8 @@ const std::string& Checkpoint(const std::string& arch, DType dtype) {
                  R"(rope_scaling={"type":"longrope","short_factor":[1,1,1,1,1,1,1,1],)"
                  R"("long_factor":[1,1.5,2,3,4,6,8,12]})"};
   }
+  // Gemma: a 32k vocabulary, not Gemma 3's 262k (the emulated head GEMM would be most of the time).
+  if (arch == "gemma2" || arch == "gemma3") overrides.push_back("vocab_size=32768");
   testing::MakeTinyModel(dirs.back()->path(), arch, dtype, overrides);
   return paths[key] = dirs.back()->path();
 }

@@ -228,9 +228,11 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("phi3-gguf-longrope-long", "phi3", sets=PHI3_LONGROPE, gguf=True, seed=74),
     case("phi3-gguf-longrope-short", "phi3", sets=PHI3_LONGROPE, max_model_len=16, gguf=True, seed=75),
     # Gemma (tiny: 16-token windows on alternate layers; gemma3 pattern 2, so both RoPE
-    # tables run): gemma2 from the HF checkpoint, gemma3 from its GGUF twin (1 + w norms,
-    # llama.cpp's names and keys).
-    case("gemma2-f32", "gemma2", seed=76),
+    # tables run): gemma2 from the HF checkpoint with a score cap that bends (the default
+    # 50 hardly does on a tiny model) and query_pre_attn_scalar != head_dim; gemma3 from
+    # its GGUF twin (1 + w norms, llama.cpp's names and keys).
+    case("gemma2-f32-attn-softcap-1-qpas-24", "gemma2",
+         sets={"attn_logit_softcapping": 1.0, "query_pre_attn_scalar": 24}, seed=76),
     case("gemma3-gguf-f32", "gemma3", gguf=True, seed=77),
 ]
 
