@@ -43,6 +43,7 @@ LINEAR = {"rope_type": "linear", "factor": 2.0}
 # Phi-3.5 / Phi-4-mini style: half the head rotates (tiny head_dim 16 -> 8 dims, 4 factors), LongRoPE
 # stretching an original context of 16 to the synth's 4096 positions.  Factors are exact in f32 (GGUF
 # stores them so).  max_model_len 16 selects the short set, anything above 16 the long one.
+GEMMA_VOCAB = {"vocab_size": 32768}
 PHI3_LONGROPE = {"partial_rotary_factor": 0.5, "original_max_position_embeddings": 16,
                  "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.25, 1.5, 2.0],
                                   "long_factor": [1.0, 4.0, 16.0, 64.0]}}
@@ -230,10 +231,11 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     # Gemma (tiny: 16-token windows on alternate layers; gemma3 pattern 2, so both RoPE
     # tables run): gemma2 from the HF checkpoint with a score cap that bends (the default
     # 50 hardly does on a tiny model) and query_pre_attn_scalar != head_dim; gemma3 from
-    # its GGUF twin (1 + w norms, llama.cpp's names and keys).
+    # its GGUF twin (1 + w norms, llama.cpp's names and keys). A 32k vocabulary (the
+    # reference's head over Gemma 3's 262k rows was most of each case's time).
     case("gemma2-f32-attn-softcap-1-qpas-24", "gemma2",
-         sets={"attn_logit_softcapping": 1.0, "query_pre_attn_scalar": 24}, seed=76),
-    case("gemma3-gguf-f32", "gemma3", gguf=True, seed=77),
+         sets={"attn_logit_softcapping": 1.0, "query_pre_attn_scalar": 24, **GEMMA_VOCAB}, seed=76),
+    case("gemma3-gguf-f32", "gemma3", sets=GEMMA_VOCAB, gguf=True, seed=77),
 ]
 
 

@@ -545,7 +545,9 @@ TEST(GgufModel, SafetensorsAndGgufTwinsGiveIdenticalLogits) {
 TEST(GgufModel, GemmaTwinsGiveIdenticalLogits) {
   if (FindNpmDir().empty()) GTEST_SKIP() << "no tokenizer packages (scripts/bootstrap)";
   TempDir tmp;
-  for (const char* arch : {"gemma2", "gemma3"}) {
+  // gemma3's twins meet in tests/reference (its GGUF against the equations) and
+  // tests/e2e/test_gguf.py (served from both files); each costs a 262k-token tokenizer write.
+  for (const char* arch : {"gemma2"}) {
     const std::string dir = tmp.path() + "/" + arch;
     SynthOptions o = Synth(dir, arch, DType::kBF16, "both");
     o.overrides = {"vocab_size=32768"};  // Gemma 3's 262k rows would triple the test's time
