@@ -241,16 +241,39 @@ def split_fused(cfg, tensors):
     return out
 
 
+def end_tensor_shapes(cfg):
+    """Shapes of the tensors outside the layers: embedding, final norm, untied lm_head."""
+    V, E = cfg["vocab"], cfg["hidden"]
+    return {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,),
+            **({} if cfg["tie"] else {"lm_head.weight": (V, E)})}
+
+
+def checked_weights(tensors, expect, tie):
+    """The tensors, once each name in `expect` is present with its shape and nothing else
+    is (a stored lm_head.weight is tolerated beside tied embeddings); when tied,
+    lm_head.weight is the embedding."""
+    for name, shape in expect.items():
+        if name not in tensors:
+            raise ValueError(f"missing tensor {name}")
+        if tuple(tensors[name].shape) != shape:
+            raise ValueError(f"tensor {name}: shape {tensors[name].shape}, expected {shape}")
+    extra = set(tensors) - set(expect) - ({"lm_head.weight"} if tie else set())
+    if extra:
+        raise ValueError(f"unexpected tensors for this config: {sorted(extra)[:5]}")
+    w = dict(tensors)
+    if tie:
+        w["lm_head.weight"] = w["model.embed_tokens.weight"]
+    return w
+
+
 def build_model(cfg, tensors):
     """Checks names and shapes against the config, resolves tying and rope tables."""
-    H, KV, D, E, V = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["hidden"], cfg["vocab"]
+    H, KV, D, E = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["hidden"]
     if cfg.get("fused"):
         tensors = split_fused(cfg, tensors)
     if H % KV:
         raise ValueError(f"num_attention_heads {H} not a multiple of num_key_value_heads {KV}")
-    expect = {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,)}
-    if not cfg["tie"]:
-        expect["lm_head.weight"] = (V, E)
+    expect = end_tensor_shapes(cfg)
     for i in range(cfg["n_layers"]):
         p = f"model.layers.{i}."
         inter = tensors.get(p + "mlp.gate_proj.weight", np.zeros((0, 0))).shape[0]
@@ -275,17 +298,7 @@ def build_model(cfg, tensors):
                            p + "mlp.down_proj.bias": (E,)})
         if cfg["qk_norm"]:
             expect.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
-    for name, shape in expect.items():
-        if name not in tensors:
-            raise ValueError(f"missing tensor {name}")
-        if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"tensor {name}: shape {tensors[name].shape}, expected {shape}")
-    extra = set(tensors) - set(expect) - ({"lm_head.weight"} if cfg["tie"] else set())
-    if extra:
-        raise ValueError(f"unexpected tensors for this config: {sorted(extra)[:5]}")
-    w = dict(tensors)
-    if cfg["tie"]:
-        w["lm_head.weight"] = w["model.embed_tokens.weight"]
+    w = checked_weights(tensors, expect, cfg["tie"])
     inv_freq, attn_factor = rope_parameters(cfg)
     return {"cfg": cfg, "w": w, "inv_freq": inv_freq, "attn_factor": attn_factor}
 

@@ -125,10 +125,8 @@ def load(model_dir):
 
 
 def build_model(cfg, tensors):
-    H, KV, D, E, V = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["hidden"], cfg["vocab"]
-    expect = {"model.embed_tokens.weight": (V, E), "model.norm.weight": (E,)}
-    if not cfg["tie"]:
-        expect["lm_head.weight"] = (V, E)
+    H, KV, D, E = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["hidden"]
+    expect = reference.end_tensor_shapes(cfg)
     for i in range(cfg["n_layers"]):
         p = f"model.layers.{i}."
         inter = tensors.get(p + "mlp.gate_proj.weight", np.zeros((0, 0))).shape[0]
@@ -141,17 +139,7 @@ def build_model(cfg, tensors):
                        p + "mlp.down_proj.weight": (E, inter)})
         if cfg["qk_norm"]:
             expect.update({p + "self_attn.q_norm.weight": (D,), p + "self_attn.k_norm.weight": (D,)})
-    for name, shape in expect.items():
-        if name not in tensors:
-            raise ValueError(f"missing tensor {name}")
-        if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"tensor {name}: shape {tensors[name].shape}, expected {shape}")
-    extra = set(tensors) - set(expect) - ({"lm_head.weight"} if cfg["tie"] else set())
-    if extra:
-        raise ValueError(f"unexpected tensors for this config: {sorted(extra)[:5]}")
-    w = dict(tensors)
-    if cfg["tie"]:
-        w["lm_head.weight"] = w["model.embed_tokens.weight"]
+    w = reference.checked_weights(tensors, expect, cfg["tie"])
     glob = reference.rope_parameters(cfg)
     local = (reference.default_inv_freq(cfg["local_theta"], cfg["head_dim"]), 1.0) if cfg["local_theta"] else glob
     return {"cfg": cfg, "w": w, "rope_global": glob, "rope_local": local}

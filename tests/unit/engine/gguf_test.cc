@@ -370,6 +370,16 @@ TEST(GgufModel, ConfigRoundTripsThroughMetadata) {
   EXPECT_TRUE(untied->qkv_bias);
 }
 
+// `base` without metadata `key` is refused as InvalidArgument naming the key.
+void ExpectMissingKeyNamed(const GgufContents& base, const std::string& key) {
+  GgufContents g = base;
+  std::erase_if(g.metadata, [&](const auto& kv) { return kv.first == key; });
+  auto r = GgufModelConfig(g, "m.gguf");
+  ASSERT_FALSE(r.ok()) << key;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("'" + key + "'"), std::string::npos) << r.status().ToString();
+}
+
 TEST(GgufModel, MissingOrBadKeysAreNamed) {
   auto hf = ParseModelConfig(R"({"architectures":["LlamaForCausalLM"],"vocab_size":100,"hidden_size":64,
     "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4})", "cfg");
@@ -379,12 +389,7 @@ TEST(GgufModel, MissingOrBadKeysAreNamed) {
   for (const char* key : {"llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
                           "llama.attention.head_count", "llama.context_length",
                           "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
-    GgufContents g = base;
-    std::erase_if(g.metadata, [&](const auto& kv) { return kv.first == key; });
-    auto r = GgufModelConfig(g, "m.gguf");
-    ASSERT_FALSE(r.ok()) << key;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(std::string("'") + key + "'"), std::string::npos) << r.status().ToString();
+    ExpectMissingKeyNamed(base, key);
   }
   GgufContents g = base;
   g.metadata[0].second = GgufValue::Str("gemma");
@@ -422,12 +427,7 @@ TEST(GgufModel, GemmaConfigsRoundTripAndMissingSoftcapKeysAreNamed) {
   EXPECT_TRUE(c->sandwich_norms);
   EXPECT_EQ(c->embedding_scale, 8.0);
   for (const char* key : {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping"}) {
-    GgufContents g = base;
-    std::erase_if(g.metadata, [&](const auto& kv) { return kv.first == key; });
-    auto r = GgufModelConfig(g, "m.gguf");
-    ASSERT_FALSE(r.ok()) << key;
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(std::string("'") + key + "'"), std::string::npos) << r.status().ToString();
+    ExpectMissingKeyNamed(base, key);
   }
 
   auto g3 = ParseModelConfig(R"({"architectures":["Gemma3ForCausalLM"],"vocab_size":100,"hidden_size":64,
