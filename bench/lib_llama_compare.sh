@@ -1,11 +1,58 @@
+# shellcheck shell=bash disable=SC2154,SC2034  # the settings are the caller's variables
 # Shared by the scripts that put Tessera beside llama.cpp on the same GGUF file
 # (run_moe_results.sh, run_quant_results.sh). Sourced, not run. The functions read the
 # caller's settings from these variables (set them before calling):
-#   out          output directory (raw outputs and machine.txt land there)
-#   tessera      path of the tessera binary; engine_bench: tessera-engine-bench
+#   build        the build directory (lc_setup sets tessera and engine_bench from it)
+#   out          output directory (raw outputs and machine.txt land there; lc_setup makes one)
 #   threads, prompt, decode, context   the benchmark shape (see lc_bench_pair)
 #   llama_dir    directory of llama.cpp's binaries; have_llama: 1 when lc_find_llama found them
 # Tables are printed by bench/llama_compare.py from the files lc_bench_pair writes.
+
+# lc_defaults: the settings every same-file script shares, at their defaults (the caller
+# then sets its own defaults for archs and size).
+lc_defaults() {
+  build=build
+  threads=2
+  prompt=512
+  decode=16
+  context=128
+  llama_dir="$HOME/.cache/tessera/llama.cpp/build/bin"
+  out=""
+}
+
+# lc_common_arg FLAG VALUE: sets the shared setting FLAG names (--build, --threads, --archs,
+# --size, --prompt, --decode, --context, --llama-cpp, --out) and returns 0; 1 for any other
+# FLAG. The caller shifts 2 on success.
+lc_common_arg() {
+  case "$1" in
+    --build) build="$2" ;;
+    --threads) threads="$2" ;;
+    --archs) archs="$2" ;;
+    --size) size="$2" ;;
+    --prompt) prompt="$2" ;;
+    --decode) decode="$2" ;;
+    --context) context="$2" ;;
+    --llama-cpp) llama_dir="$2" ;;
+    --out) out="$2" ;;
+    *) return 1 ;;
+  esac
+}
+
+# lc_setup SCRIPT: tessera and engine_bench from $build (exits when either is not built),
+# models: the model cache ($TESSERA_BENCH_MODELS, default ~/.cache/tessera/bench-models),
+# out: a new /tmp/tessera-SCRIPT.XXXXXX unless set.
+lc_setup() {
+  local who="$1" bin
+  tessera="$build/tessera"
+  engine_bench="$build/bench/tessera-engine-bench"
+  for bin in "$tessera" "$engine_bench"; do
+    [[ -x "$bin" ]] || { echo "$who: $bin not built (cmake --build $build)" >&2; exit 1; }
+  done
+  models="${TESSERA_BENCH_MODELS:-$HOME/.cache/tessera/bench-models}"
+  mkdir -p "$models"
+  out="${out:-$(mktemp -d "/tmp/tessera-$who.XXXXXX")}"
+  mkdir -p "$out"
+}
 
 # lc_find_llama SCRIPT TOOL...: have_llama=1 when every TOOL is an executable in $llama_dir,
 # else 0 and a line on stderr naming what is missing.

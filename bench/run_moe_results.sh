@@ -20,47 +20,25 @@
 # Check the script itself on tiny inputs: --size tiny --dtype bf16 --prompt 32 --decode 2 --context 16.
 set -euo pipefail
 
-build=build
-threads=2
+here="$(dirname "$0")"
+# shellcheck source=bench/lib_llama_compare.sh
+source "$here/lib_llama_compare.sh"
+lc_defaults
 archs="qwen3_moe mixtral"
 size=1b
 dtype=q8_0
 skew=0
-prompt=512
-decode=16
-context=128
-llama_dir="$HOME/.cache/tessera/llama.cpp/build/bin"
-out=""
 while [[ $# -gt 0 ]]; do
+  lc_common_arg "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
-    --build) build="$2"; shift 2 ;;
-    --threads) threads="$2"; shift 2 ;;
-    --archs) archs="$2"; shift 2 ;;
-    --size) size="$2"; shift 2 ;;
     --dtype) dtype="$2"; shift 2 ;;
     --router-skew) skew="$2"; shift 2 ;;
-    --prompt) prompt="$2"; shift 2 ;;
-    --decode) decode="$2"; shift 2 ;;
-    --context) context="$2"; shift 2 ;;
-    --llama-cpp) llama_dir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run_moe_results: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
-tessera="$build/tessera"
-engine_bench="$build/bench/tessera-engine-bench"
-for bin in "$tessera" "$engine_bench"; do
-  [[ -x "$bin" ]] || { echo "run_moe_results: $bin not built (cmake --build $build)" >&2; exit 1; }
-done
-here="$(dirname "$0")"
-# shellcheck source=lib_llama_compare.sh
-source "$here/lib_llama_compare.sh"
-models="${TESSERA_BENCH_MODELS:-$HOME/.cache/tessera/bench-models}"
-mkdir -p "$models"
-out="${out:-$(mktemp -d /tmp/tessera-moe-results.XXXXXX)}"
-mkdir -p "$out"
+lc_setup run_moe_results
 lc_find_llama run_moe_results llama-bench llama-batched-bench
 lc_machine_txt
 
