@@ -105,6 +105,7 @@ lc_cached() {
 #   llama.cpp (when $have_llama): llama-bench -p $prompt -n $decode -r 3 -> llama-NAME.json, and
 #     llama-batched-bench, 16 sequences of $context prompt tokens decoding $decode each
 #     -> llama-batched-NAME.jsonl. A failing llama.cpp run is reported and leaves its cells empty.
+# Returns 1 when Tessera's run failed (no decode figures), after running llama.cpp all the same.
 lc_bench_pair() {
   local name="$1" path="$2"
   echo "== $name: tessera-engine-bench ($out/tessera-$name.txt)" >&2
@@ -120,4 +121,6 @@ lc_bench_pair() {
       > "$out/llama-batched-$name.jsonl" 2> "$out/llama-batched-$name.log" \
       || echo "llama-batched-bench failed (see $out/llama-batched-$name.log)" >&2
   fi
+  grep -q '"phase":"decode"' "$out/tessera-$name.jsonl" \
+    || { echo "tessera-engine-bench failed on $path (see $out/tessera-$name.log)" >&2; return 1; }
 }

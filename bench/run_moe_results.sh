@@ -43,12 +43,13 @@ lc_find_llama run_moe_results llama-bench llama-batched-bench
 lc_machine_txt
 
 names=()
+failed=0
 for arch in $archs; do
   path="$models/$arch-$size-$dtype-skew$skew.gguf"
   lc_cached "$path" "$tessera" --log-level warn synth --arch "$arch" --size "$size" --format gguf \
     --dtype "$dtype" --router-skew "$skew" --out @OUT@
   name="$arch-$size-$dtype"
-  lc_bench_pair "$name" "$path"
+  lc_bench_pair "$name" "$path" || failed=1
   names+=("$name")
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
@@ -84,3 +85,4 @@ for name in sys.argv[6:]:
 print()
 print(f"raw: {out}")
 PY
+exit "$failed"

@@ -81,7 +81,7 @@ for arch in $archs; do
         --dtype "${recipe,,}" "${mix[@]}" --out @OUT@
     fi
     name="$arch-$size-$recipe"
-    lc_bench_pair "$name" "$path"
+    lc_bench_pair "$name" "$path" || failed=1
     if [[ "$agreement" == 1 && "$have_llama" == 1 ]]; then
       echo "== $name: greedy agreement, tessera serve / llama-server" >&2
       /usr/bin/python3 "$here/quant_agreement.py" --tessera "$tessera" --llama-server "$llama_dir/llama-server" \
