@@ -53,7 +53,11 @@ while [[ $# -gt 0 ]]; do
 done
 
 lc_setup run_quant_results
-lc_find_llama run_quant_results llama-quantize llama-bench llama-batched-bench llama-server
+lc_find_llama run_quant_results llama-quantize llama-bench llama-batched-bench
+if [[ "$agreement" == 1 && ! -x "$llama_dir/llama-server" ]]; then
+  echo "run_quant_results: no llama-server in $llama_dir: no greedy agreement" >&2
+  agreement=0
+fi
 lc_machine_txt
 
 names=()
@@ -82,7 +86,7 @@ for arch in $archs; do
     fi
     name="$arch-$size-$recipe"
     lc_bench_pair "$name" "$path" || failed=1
-    if [[ "$agreement" == 1 && "$have_llama" == 1 ]]; then
+    if [[ "$agreement" == 1 ]]; then
       echo "== $name: greedy agreement, tessera serve / llama-server" >&2
       /usr/bin/python3 "$here/quant_agreement.py" --tessera "$tessera" --llama-server "$llama_dir/llama-server" \
         --model "$path" --threads "$threads" --tokens "$agreement_tokens" --out "$out" --name "$name" \
@@ -92,7 +96,6 @@ for arch in $archs; do
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
-[[ "$agreement" == 1 && "$have_llama" == 0 ]] && echo "run_quant_results: no greedy agreement without llama-server" >&2
 
 PYTHONPATH="$here" /usr/bin/python3 - "$out" "$threads" "$prompt" "$context" "$decode" "${names[@]}" <<'PY'
 import json, os, sys
