@@ -21,13 +21,16 @@
 #
 #   bench/run_quant_results.sh [--build build] [--threads 2] [--archs "llama"] [--size 0.5b]
 #        [--recipes "Q4_K_M Q5_K_M Q6_K IQ4_XS"] [--prompt 512] [--decode 16] [--context 128]
-#        [--agreement | --no-agreement] [--agreement-tokens 64] [--llama-cpp DIR] [--out DIR]
+#        [--agreement | --no-agreement] [--agreement-tokens 64] [--set KEY=JSON ...]
+#        [--llama-cpp DIR] [--out DIR]
+# --set: a config override for synth (repeatable), named in the cached files and the rows.
 # Models are cached under $TESSERA_BENCH_MODELS (default ~/.cache/tessera/bench-models).
 # llama.cpp: DIR holds llama-quantize, llama-bench, llama-batched-bench and llama-server
 # (default ~/.cache/tessera/llama.cpp/build/bin, built by bench/build_llama_cpp.sh); its worker
 # threads spin, so run on a quiet machine (bench/quiet_run.sh).
 # Check the script itself on tiny inputs (about a minute per recipe; tiny rows are not whole
-# K-quant blocks, so llama-quantize falls back to Q5_0/Q8_0/IQ4_NL for most matrices):
+# K-quant blocks, so llama-quantize falls back to Q5_0/Q8_0/IQ4_NL for most matrices; add
+# --set hidden_size=256 --set intermediate_size=512 --set head_dim=64 for the K-quant types):
 #   --archs llama --size tiny --recipes "Q4_K_M Q6_K" --prompt 32 --decode 2 --context 16
 set -euo pipefail
 
@@ -40,6 +43,7 @@ size=0.5b
 recipes="Q4_K_M Q5_K_M Q6_K IQ4_XS"
 agreement=1
 agreement_tokens=64
+sets=()
 while [[ $# -gt 0 ]]; do
   lc_common_arg "$1" "${2-}" && { shift 2; continue; }
   case "$1" in
@@ -47,7 +51,8 @@ while [[ $# -gt 0 ]]; do
     --agreement) agreement=1; shift ;;
     --no-agreement) agreement=0; shift ;;
     --agreement-tokens) agreement_tokens="$2"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --set) sets+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "run_quant_results: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,29 +67,36 @@ lc_machine_txt
 
 names=()
 failed=0
+# The --set overrides name the cached files: hidden_size=256 -> "-hidden_size256".
+variant="$size"
+set_args=()
+for kv in "${sets[@]}"; do
+  variant+="-${kv//[^A-Za-z0-9_.]/}"
+  set_args+=(--set "$kv")
+done
 for arch in $archs; do
-  f16="$models/$arch-$size-f16.gguf"
+  f16="$models/$arch-$variant-f16.gguf"
   lc_cached "$f16" "$tessera" --log-level warn synth --arch "$arch" --size "$size" --format gguf --dtype f16 \
-    --out @OUT@
+    "${set_args[@]}" --out @OUT@
   for recipe in $recipes; do
     if [[ "$have_llama" == 1 ]]; then
       quantizer=llama-quantize
-      path="$models/$arch-$size-$recipe.gguf"
+      path="$models/$arch-$variant-$recipe.gguf"
       [[ "$path" -nt "$f16" ]] || rm -f "$path"  # made from an older f16 file
-      echo "== $arch-$size-$recipe: llama-quantize ($out/quantize-$arch-$size-$recipe.log)" >&2
+      echo "== $arch-$variant-$recipe: llama-quantize ($out/quantize-$arch-$variant-$recipe.log)" >&2
       lc_cached "$path" "$llama_dir/llama-quantize" "$f16" @OUT@ "$recipe" "$threads" \
-        2> "$out/quantize-$arch-$size-$recipe.log" \
-        || { echo "llama-quantize failed (see $out/quantize-$arch-$size-$recipe.log)" >&2; failed=1; continue; }
+        2> "$out/quantize-$arch-$variant-$recipe.log" \
+        || { echo "llama-quantize failed (see $out/quantize-$arch-$variant-$recipe.log)" >&2; failed=1; continue; }
     else
       quantizer="tessera synth"
-      path="$models/$arch-$size-$recipe-synth.gguf"
+      path="$models/$arch-$variant-$recipe-synth.gguf"
       # A single-type name (Q6_K, IQ4_XS) takes llama-quantize's mix of that file type (--mix).
       mix=()
       [[ "${recipe,,}" =~ _[sml]$ ]] || mix=(--mix)
       lc_cached "$path" "$tessera" --log-level warn synth --arch "$arch" --size "$size" --format gguf \
-        --dtype "${recipe,,}" "${mix[@]}" --out @OUT@
+        --dtype "${recipe,,}" "${mix[@]}" "${set_args[@]}" --out @OUT@
     fi
-    name="$arch-$size-$recipe"
+    name="$arch-$variant-$recipe"
     lc_bench_pair "$name" "$path" || failed=1
     if [[ "$agreement" == 1 ]]; then
       echo "== $name: greedy agreement, tessera serve / llama-server" >&2
