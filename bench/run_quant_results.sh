@@ -77,7 +77,7 @@ done
 for arch in $archs; do
   f16="$models/$arch-$variant-f16.gguf"
   lc_cached "$f16" "$tessera" --log-level warn synth --arch "$arch" --size "$size" --format gguf --dtype f16 \
-    "${set_args[@]}" --out @OUT@
+    "${set_args[@]}" --out @OUT@ || { echo "run_quant_results: cannot synthesize $arch" >&2; failed=1; continue; }
   for recipe in $recipes; do
     if [[ "$have_llama" == 1 ]]; then
       quantizer=llama-quantize
