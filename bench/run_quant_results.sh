@@ -17,6 +17,7 @@
 #   4. greedy agreement (bench/quant_agreement.py, on unless --no-agreement): `tessera serve`
 #      and `llama-server` on the same file, 8 fixed token-id prompts, 64 tokens each: leading
 #      tokens that agree, and at a divergence the rank of Tessera's token in llama.cpp's top 5;
+#      the f16 source file too, as the baseline without quantization;
 #   5. prints markdown tables (raw outputs kept in the output directory).
 #
 #   bench/run_quant_results.sh [--build build] [--threads 2] [--archs "llama"] [--size 0.5b]
@@ -52,7 +53,7 @@ while [[ $# -gt 0 ]]; do
     --no-agreement) agreement=0; shift ;;
     --agreement-tokens) agreement_tokens="$2"; shift 2 ;;
     --set) sets+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "run_quant_results: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +65,15 @@ if [[ "$agreement" == 1 && ! -x "$llama_dir/llama-server" ]]; then
   agreement=0
 fi
 lc_machine_txt
+
+# agree NAME FILE: greedy agreement of tessera serve and llama-server on FILE -> agreement-NAME.json.
+agreed=()
+agree() {
+  echo "== $1: greedy agreement, tessera serve / llama-server" >&2
+  agreed+=("$1")
+  /usr/bin/python3 "$here/quant_agreement.py" --tessera "$tessera" --llama-server "$llama_dir/llama-server" \
+    --model "$2" --threads "$threads" --tokens "$agreement_tokens" --out "$out" --name "$1"
+}
 
 names=()
 failed=0
@@ -78,6 +88,8 @@ for arch in $archs; do
   f16="$models/$arch-$variant-f16.gguf"
   lc_cached "$f16" "$tessera" --log-level warn synth --arch "$arch" --size "$size" --format gguf --dtype f16 \
     "${set_args[@]}" --out @OUT@ || { echo "run_quant_results: cannot synthesize $arch" >&2; failed=1; continue; }
+  # The unquantized source first: how far the engines agree before any quantization.
+  [[ "$agreement" == 1 ]] && { agree "$arch-$variant-f16" "$f16" || failed=1; }
   for recipe in $recipes; do
     if [[ "$have_llama" == 1 ]]; then
       quantizer=llama-quantize
@@ -98,22 +110,18 @@ for arch in $archs; do
     fi
     name="$arch-$variant-$recipe"
     lc_bench_pair "$name" "$path" || failed=1
-    if [[ "$agreement" == 1 ]]; then
-      echo "== $name: greedy agreement, tessera serve / llama-server" >&2
-      /usr/bin/python3 "$here/quant_agreement.py" --tessera "$tessera" --llama-server "$llama_dir/llama-server" \
-        --model "$path" --threads "$threads" --tokens "$agreement_tokens" --out "$out" --name "$name" \
-        || failed=1
-    fi
+    [[ "$agreement" == 1 ]] && { agree "$name" "$path" || failed=1; }
     names+=("$name|$quantizer|$path")
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 
-PYTHONPATH="$here" /usr/bin/python3 - "$out" "$threads" "$prompt" "$context" "$decode" "${names[@]}" <<'PY'
+PYTHONPATH="$here" /usr/bin/python3 - "$out" "$threads" "$prompt" "$context" "$decode" "${agreed[*]}" "${names[@]}" \
+  <<'PY'
 import json, os, sys
 from llama_compare import Pair, machine_header, table_head, table_row
-out, threads, prompt, context, decode = sys.argv[1:6]
-rows = [r.split("|") for r in sys.argv[6:]]
+out, threads, prompt, context, decode, agreed = sys.argv[1:7]
+rows = [r.split("|") for r in sys.argv[7:]]
 
 print(machine_header(out))
 print()
@@ -131,14 +139,15 @@ for name, quantizer, path in rows:
         continue
     print(table_row([name, quantizer, f"{8 * p.model['bytes_per_param']:.2f}", *p.cells()]))
 
-agreements = [(name, os.path.join(out, f"agreement-{name}.json")) for name, _, _ in rows]
+agreements = [(name, os.path.join(out, f"agreement-{name}.json")) for name in agreed.split()]
 agreements = [(n, f) for n, f in agreements if os.path.exists(f)]
 if agreements:
     print()
     print("Greedy agreement on the same file: 8 fixed token-id prompts (4-64 tokens), temperature 0, "
           "end-of-sequence ignored. Per prompt: leading generated tokens that agree; at a divergence, "
           "(#r, gap) = Tessera's token is llama.cpp's r-th choice there, gap = llama.cpp's log-probability "
-          "difference between its choice and Tessera's (#>5: not in its top 5).")
+          "difference between its choice and Tessera's (#>5: not in its top 5). The f16 row is the unquantized "
+          "source file: divergence there comes from near-ties alone, not from quantization.")
     print()
     print(table_head(["model", "leading tokens that agree, per prompt", "total"]))
     for name, f in agreements:
