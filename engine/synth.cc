@@ -389,7 +389,10 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
     const int64_t permute_heads = GgufPermutesQk(arch) && (q || k) ? (q ? cfg.num_q_heads : cfg.num_kv_heads) : 0;
     const int64_t n = matrix ? spec.shape[0] * spec.shape[1] : spec.shape[0];
     const int64_t rows = spec.shape[0], cols = matrix ? spec.shape[1] : 1;
-    const DType fill_dt = IsQuantized(dt) ? DType::kF32 : dt;
+    // A 1-D tensor of an f16/bf16 file is stored F32 (see below) but drawn in the file's type
+    // and widened exactly, so the GGUF holds the same values as its safetensors twin.
+    const bool widen = !matrix && dt == DType::kF32 && (o.dtype == DType::kF16 || o.dtype == DType::kBF16);
+    const DType fill_dt = IsQuantized(dt) ? DType::kF32 : widen ? o.dtype : dt;
     const int64_t esize = DTypeSize(fill_dt);
     std::vector<uint8_t> vals(n * esize);
     FillRandom(spec, cfg, o.seed, o.router_skew, fill_dt, vals.data());
@@ -411,6 +414,13 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       const int64_t row_bytes = DTypeRowBytes(dt, cols);
       for (int64_t r = 0; r < rows; ++r) {
         QuantizeRow(reinterpret_cast<const float*>(vals.data()) + r * cols, cols, dt, dst + r * row_bytes);
+      }
+    } else if (widen) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, vals.data() + 2 * i, 2);
+        const float v = fill_dt == DType::kF16 ? F16ToF32(h) : Bf16ToF32(h);
+        std::memcpy(dst + 4 * i, &v, 4);
       }
     } else {
       std::memcpy(dst, vals.data(), vals.size());
@@ -435,13 +445,14 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       const RecipeTensor rt{name, spec.IsExpert() ? 3 : static_cast<int>(spec.shape.size()), spec.shape.back(),
                             spec.layer};
       dt = RecipeTensorType(*mix, recipe_model, rt, &fell_back);
-    } else if (!matrix && IsQuantized(dt)) {
+    } else if (!matrix) {
+      // Norms and biases are F32 in every file, as llama.cpp's convert_hf_to_gguf.py writes
+      // them: ggml's CPU backend cannot multiply f32 activations by an f16 or bf16 vector.
       dt = DType::kF32;
     } else if (IsQuantized(dt)) {  // rows that are not whole blocks fall back as llama.cpp's do
       dt = RecipeFallback(dt, spec.shape[1]);
       fell_back = dt != o.dtype;
     }
-    if (spec.IsNorm() && cfg.norm_weight_offset != 0.0) dt = DType::kF32;  // 1 + w, see fill_one
     fallbacks += fell_back ? 1 : 0;
     if (!spec.IsExpert()) {
       const int64_t row_bytes = matrix ? DTypeRowBytes(dt, spec.shape[1]) : 0;

@@ -219,6 +219,10 @@ def gguf_file_matches_info_and_config(t, tmp):
     assert np.array_equal(g.matrix("token_embd.weight"), st["model.embed_tokens.weight"])
     assert np.array_equal(g.matrix("blk.1.ffn_down.weight"), st["model.layers.1.mlp.down_proj.weight"])
     assert np.array_equal(g.matrix("blk.0.attn_q_norm.weight")[0], st["model.layers.0.self_attn.q_norm.weight"])
+    # Vectors are F32 in a bf16 file, as convert_hf_to_gguf.py writes them (llama.cpp's CPU
+    # backend cannot multiply by a bf16 or f16 norm), holding the bf16 values exactly.
+    vectors = [k for k, v in g.tensors.items() if len(v["ne"]) == 1]
+    assert vectors and all(g.tensors[k]["type"] == 0 for k in vectors), vectors
     info = json.loads(run(t, ["gguf-info", d + ".gguf", "--json"]))
     assert info["version"] == 3 and info["data_offset"] == g.data
     got = {x["name"]: (x["ne"], x["type_id"], x["offset"]) for x in info["tensors"]}

@@ -137,7 +137,8 @@ function compareWithSafetensors(dir, tensorInfos, metadata, arch, ggmlType) {
     assert(t, `no gguf tensor for ${name}`);
     const ne = t.shape.map(Number);
     assert(JSON.stringify(ne) === JSON.stringify([...shape].reverse()), `${name}: ne ${ne} vs shape ${shape}`);
-    const want = shape.length === 1 && ggmlType >= 2 && ggmlType !== GGML.BF16 && ggmlType !== GGML.F16 ? GGML.F32 : ggmlType;
+    // Vectors (norms, biases) are F32 in every file, as llama.cpp's convert_hf_to_gguf.py writes them.
+    const want = shape.length === 1 ? GGML.F32 : ggmlType;
     assert(t.dtype === want, `${name}: dtype ${t.dtype}, expected ${want}`);
   }
   assert(metadata['general.architecture'] === arch, 'architecture');
