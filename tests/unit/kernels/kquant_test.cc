@@ -233,15 +233,18 @@ TEST(KQuantKernelsTest, PathSelection) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     ASSERT_TRUE(UsePath(Path::kScalar));
     EXPECT_STREQ(QuantLinearPath(type, 16), "scalar");
+    // Decode-sized m takes the kernel that reads the packed blocks directly, where one exists.
+    const char* m1 = type == DType::kQ2_K || type == DType::kQ3_K ? "avx2" : "gemv";
     if (UsePath(Path::kAvx2)) {
       EXPECT_STREQ(QuantLinearPath(type, 16), "avx2");
+      EXPECT_STREQ(QuantLinearPath(type, 1), m1);
     }
     if (UsePath(Path::kVnni)) {
       EXPECT_STREQ(QuantLinearPath(type, 1), "vnni");
     }
     ClearPath();
     if (UseAvx2() && UseAvx512Vnni()) {
-      EXPECT_STREQ(QuantLinearPath(type, 1), "avx2");
+      EXPECT_STREQ(QuantLinearPath(type, 1), m1);
       EXPECT_STREQ(QuantLinearPath(type, 64), "vnni");
     }
   }
