@@ -71,19 +71,7 @@ void UnpackQ3K(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t*) {
       St(q + 128 * h + 32 * s, _mm256_or_si256(_mm256_and_si256(Srl(v, 2 * s), m3), BitTo(hm, 4 * h + s, 2)));
     }
   }
-  // Scale j: low 4 bits from byte j % 8 (nibble j / 8), high 2 from byte 8 + j % 4
-  // (bits 2 (j / 4)); as in Q3KScales.
-  uint64_t a;
-  uint32_t hb;
-  std::memcpy(&a, blk + 96, 8);
-  std::memcpy(&hb, blk + 104, 4);
-  constexpr uint64_t k4 = 0x0F0F0F0F0F0F0F0Full;
-  constexpr uint32_t k2 = 0x03030303u;
-  const uint64_t hi_lo = (hb & k2) | (uint64_t{(hb >> 2) & k2} << 32);
-  const uint64_t hi_hi = ((hb >> 4) & k2) | (uint64_t{(hb >> 6) & k2} << 32);
-  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(((a >> 4) & k4) | (hi_hi << 4)),
-                                   static_cast<int64_t>((a & k4) | (hi_lo << 4)));
-  St16(sc, _mm_sub_epi8(v, _mm_set1_epi8(32)));
+  St16(sc, Q3KScales16(blk + 96));
 }
 
 void UnpackQ5K(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t* mn) {

@@ -215,6 +215,63 @@ struct GIQ4XS {
   }
 };
 
+struct GQ2K {
+  static constexpr DType kType = DType::kQ2_K;
+  static constexpr bool kMin = true;
+  static constexpr int kD = 80, kDmin = 82;
+  template <int MR>
+  static void Block(const uint8_t* blk, const Acts<MR>& a, __m256i* isc, __m256i* imin) {
+    const __m128i raw = Ld128(blk), m4 = _mm_set1_epi8(0x0F);
+    const __m128i sc = _mm_and_si128(raw, m4);  // sc_j; the mins m_j in the high nibbles
+    const __m256i m3 = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = Ld(blk + 16 + 32 * h);
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {  // elements 128h + 32g + l: bits 2g, 2g + 1 of qs[32h + l]
+        const __m256i q = _mm256_and_si256(Srl(v, 2 * g), m3);
+        const __m256i s = PairScale(sc, 4 * h + g);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) isc[r] = Mac(isc[r], q, Ld(a.x[r] + 128 * h + 32 * g), s);
+      }
+    }
+    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) imin[r] = _mm256_madd_epi16(mn16, Ld(a.bs16[r]));  // m_j * bs16_j
+  }
+};
+
+struct GQ3K {
+  static constexpr DType kType = DType::kQ3_K;
+  static constexpr bool kMin = false;
+  static constexpr int kD = 108, kDmin = 0;
+  template <int MR>
+  static void Block(const uint8_t* blk, const Acts<MR>& a, __m256i* isc, __m256i*) {
+    const __m128i sc = avx2q::Q3KScales16(blk + 96);  // sc_j - 32
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+    const __m256i hm = Ld(blk);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = Ld(blk + 32 + 32 * h);
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        // q' = bits 2g, 2g + 1 of qs[32h + l] | bit 4h + g of hmask[l] as bit 2 (0..7).
+        const int t = 4 * h + g;
+        const __m256i hbit = _mm256_and_si256(t >= 2 ? Srl(hm, t - 2) : Sll(hm, 2 - t), b2);
+        const __m256i q = _mm256_or_si256(_mm256_and_si256(Srl(v, 2 * g), m3), hbit);
+        const __m256i s = PairScale(sc, t);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; ++r) isc[r] = Mac(isc[r], q, Ld(a.x[r] + 128 * h + 32 * g), s);
+      }
+    }
+    // The zero point: isc -= 4 * sum_j (sc_j - 32) * bs16_j.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+      isc[r] = _mm256_sub_epi32(isc[r], _mm256_slli_epi32(_mm256_madd_epi16(sc16, Ld(a.bs16[r])), 2));
+  }
+};
+
 // v[c]'s lanes summed, in lane c (int32, modular: see Exactness).
 inline __m256i Reduce8(const __m256i* v) {
   const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -322,6 +379,8 @@ void QuantGemvColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t 
     case DType::kQ5_K: return Gemv<GQ5K>(a, w, n_begin, n_end, bias, y, ldy);
     case DType::kQ6_K: return Gemv<GQ6K>(a, w, n_begin, n_end, bias, y, ldy);
     case DType::kIQ4_XS: return Gemv<GIQ4XS>(a, w, n_begin, n_end, bias, y, ldy);
+    case DType::kQ2_K: return Gemv<GQ2K>(a, w, n_begin, n_end, bias, y, ldy);
+    case DType::kQ3_K: return Gemv<GQ3K>(a, w, n_begin, n_end, bias, y, ldy);
     default: break;
   }
 }

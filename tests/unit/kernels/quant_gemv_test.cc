@@ -18,7 +18,7 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-constexpr DType kTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
+constexpr DType kTypes[] = {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS, DType::kQ2_K, DType::kQ3_K};
 
 // Byte offsets of the f16 d and dmin (-1: none).
 void F16Offsets(DType t, int* d, int* dmin) {
@@ -27,12 +27,14 @@ void F16Offsets(DType t, int* d, int* dmin) {
     case DType::kQ4_K: *d = 0, *dmin = 2; break;
     case DType::kQ5_K: *d = 0, *dmin = 2; break;
     case DType::kQ6_K: *d = 208; break;
+    case DType::kQ2_K: *d = 80, *dmin = 82; break;
+    case DType::kQ3_K: *d = 108; break;
     default: *d = 0; break;  // IQ4_XS
   }
 }
 
 // Every byte random, or one byte everywhere (0xFF: every value, scale and min at its max;
-// 0x80 / 0x7F: Q6_K's int8 scales at -128 / 127; 0x00: all lowest); finite f16 scales.
+// 0x80 / 0x7F: Q6_K's int8 scales at -128 / 127; 0x00: all lowest, Q3_K's hmask clear); finite f16 scales.
 std::vector<uint8_t> MakeBlocks(DType type, int64_t n, int64_t k, int fill, uint32_t seed) {
   const int64_t bb = DTypeBlockBytes(type), count = n * k / 256;
   std::vector<uint8_t> w(static_cast<size_t>(count * bb));
