@@ -35,13 +35,13 @@
 namespace tessera::kernels::cpu::internal {
 namespace {
 
+using avx2q::BitTo;
+using avx2q::Sll;
+using avx2q::Srl;
 using avx2q::Store;
 
 inline __m256i Ld(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i Ld128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-// Per-byte shifts built from 16-bit ones: callers mask away the bits that cross bytes.
-inline __m256i Srl(__m256i v, int n) { return _mm256_srli_epi16(v, n); }
-inline __m256i Sll(__m256i v, int n) { return _mm256_slli_epi16(v, n); }
 
 // acc + sc16 * (the int16 pair sums of q * x): unsigned q <= 63 (see Exactness).
 inline __m256i Mac(__m256i acc, __m256i q, __m256i x, __m256i sc16) {
@@ -96,8 +96,10 @@ inline void Mins32(uint64_t mn, const Acts<MR>& a, __m256i* imin) {
 
 // Each type: kType, kMin (a dmin fma), kD / kDmin (byte offsets of the f16 d / dmin), and
 // Block<MR>(blk, acts, isc, imin): int32 lanes summing to the scalar kernels' isc / imin.
-struct GQ4K {
-  static constexpr DType kType = DType::kQ4_K;
+// Q4_K, and Q5_K (kFifth: a fifth bit per value from qh; qs 32 bytes later).
+template <bool kFifth>
+struct GQ45K {
+  static constexpr DType kType = kFifth ? DType::kQ5_K : DType::kQ4_K;
   static constexpr bool kMin = true;
   static constexpr int kD = 0, kDmin = 2;
   template <int MR>
@@ -105,39 +107,15 @@ struct GQ4K {
     uint64_t sc, mn;
     ScaleMin8(blk + 4, &sc, &mn);
     const __m256i sc16 = Bytes16(sc), m4 = _mm256_set1_epi8(0x0F);
+    [[maybe_unused]] const __m256i hb = kFifth ? Ld(blk + 16) : _mm256_setzero_si256();  // qh
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles of qs[32c..]) and 2c + 1 (high)
-      const __m256i v = Ld(blk + 16 + 32 * c);
-      const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(Srl(v, 4), m4);
-      const __m256i slo = Lane16(sc16, 2 * c), shi = Lane16(sc16, 2 * c + 1);
-#pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) {
-        isc[r] = Mac(isc[r], lo, Ld(a.x[r] + 64 * c), slo);
-        isc[r] = Mac(isc[r], hi, Ld(a.x[r] + 64 * c + 32), shi);
+      const __m256i v = Ld(blk + (kFifth ? 48 : 16) + 32 * c);
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(Srl(v, 4), m4);
+      if constexpr (kFifth) {  // bit t of qh[l] is bit 4 of element 32t + l
+        lo = _mm256_or_si256(lo, BitTo(hb, 2 * c, 4));
+        hi = _mm256_or_si256(hi, BitTo(hb, 2 * c + 1, 4));
       }
-    }
-    Mins32<MR>(mn, a, imin);
-  }
-};
-
-struct GQ5K {
-  static constexpr DType kType = DType::kQ5_K;
-  static constexpr bool kMin = true;
-  static constexpr int kD = 0, kDmin = 2;
-  template <int MR>
-  static void Block(const uint8_t* blk, const Acts<MR>& a, __m256i* isc, __m256i* imin) {
-    uint64_t sc, mn;
-    ScaleMin8(blk + 4, &sc, &mn);
-    const __m256i sc16 = Bytes16(sc), m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    const __m256i hb = Ld(blk + 16);  // bit t of qh[l]: the fifth bit of element 32t + l
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = Ld(blk + 48 + 32 * c);
-      // Bit 2c (2c + 1) of each byte to bit 4: shifts of <= 4 within the byte.
-      const __m256i h0 = _mm256_and_si256(2 * c <= 4 ? Sll(hb, 4 - 2 * c) : Srl(hb, 2 * c - 4), b4);
-      const __m256i h1 = _mm256_and_si256(2 * c + 1 <= 4 ? Sll(hb, 3 - 2 * c) : Srl(hb, 2 * c - 3), b4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), h0);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(Srl(v, 4), m4), h1);
       const __m256i slo = Lane16(sc16, 2 * c), shi = Lane16(sc16, 2 * c + 1);
 #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) {
@@ -248,21 +226,11 @@ struct GQ3K {
   template <int MR>
   static void Block(const uint8_t* blk, const Acts<MR>& a, __m256i* isc, __m256i*) {
     const __m128i sc = avx2q::Q3KScales16(blk + 96);  // sc_j - 32
-    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
-    const __m256i hm = Ld(blk);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v = Ld(blk + 32 + 32 * h);
+#pragma GCC unroll 8
+    for (int t = 0; t < 8; ++t) {  // elements 32t.., groups of 16 2t and 2t + 1
+      const __m256i q = avx2q::Q3KValues32(blk, t), s = PairScale(sc, t);
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
-        // q' = bits 2g, 2g + 1 of qs[32h + l] | bit 4h + g of hmask[l] as bit 2 (0..7).
-        const int t = 4 * h + g;
-        const __m256i hbit = _mm256_and_si256(t >= 2 ? Srl(hm, t - 2) : Sll(hm, 2 - t), b2);
-        const __m256i q = _mm256_or_si256(_mm256_and_si256(Srl(v, 2 * g), m3), hbit);
-        const __m256i s = PairScale(sc, t);
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; ++r) isc[r] = Mac(isc[r], q, Ld(a.x[r] + 128 * h + 32 * g), s);
-      }
+      for (int r = 0; r < MR; ++r) isc[r] = Mac(isc[r], q, Ld(a.x[r] + 32 * t), s);
     }
     // The zero point: isc -= 4 * sum_j (sc_j - 32) * bs16_j.
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
@@ -375,8 +343,8 @@ void Gemv(const QuantActs& a, const void* w, int64_t n0, int64_t n1, const float
 void QuantGemvColsAvx2(const QuantActs& a, const void* w, DType w_type, int64_t n_begin, int64_t n_end,
                        const float* bias, float* y, int64_t ldy) {
   switch (w_type) {
-    case DType::kQ4_K: return Gemv<GQ4K>(a, w, n_begin, n_end, bias, y, ldy);
-    case DType::kQ5_K: return Gemv<GQ5K>(a, w, n_begin, n_end, bias, y, ldy);
+    case DType::kQ4_K: return Gemv<GQ45K<false>>(a, w, n_begin, n_end, bias, y, ldy);
+    case DType::kQ5_K: return Gemv<GQ45K<true>>(a, w, n_begin, n_end, bias, y, ldy);
     case DType::kQ6_K: return Gemv<GQ6K>(a, w, n_begin, n_end, bias, y, ldy);
     case DType::kIQ4_XS: return Gemv<GIQ4XS>(a, w, n_begin, n_end, bias, y, ldy);
     case DType::kQ2_K: return Gemv<GQ2K>(a, w, n_begin, n_end, bias, y, ldy);
