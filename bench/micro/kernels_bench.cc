@@ -346,7 +346,7 @@ int RegisterAll() {
     const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
     b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-    for (int64_t m : {1, 2, 4, 8, 16, 32, 512}) {
+    for (int64_t m : {1, 2, 3, 4, 8, 16, 32, 512}) {
       if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
       for (int threads : {1, 2}) b->Args({m, threads});
     }

@@ -1,27 +1,31 @@
-// AVX2 int8 Linear for few activation rows (decode: m = 1..3) with Q4_K, Q5_K, Q6_K and
-// IQ4_XS weights: dot products straight from the packed super-blocks, no unpack buffer.
+// AVX2 int8 Linear for few activation rows (decode: m = 1, 2) with the 256-element weight
+// types Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS: dot products straight from the packed
+// super-blocks, no unpack buffer.
 //
 // Why a separate kernel: the tiled kernels (quant_avx2.cc, kquant_avx2.cc) unpack 8
-// columns of a super-block and transpose their scales, work they repay over up to 64 rows;
-// at m = 1 that overhead made decode compute-bound. Here each column's 256 values are
-// decoded in registers, 32 at a time, and meet the activations at once:
+// columns of a super-block and transpose their scales, work they repay over up to 64 rows,
+// and read the 8 columns side by side (8 strided streams); at m = 1 both left decode far
+// from the memory bandwidth. Here each column's 256 values are decoded in registers, 32 at
+// a time, and meet the activations at once:
 //   acc += madd(maddubs(q32, x32), scale16)
 // with scale16 the int16 scale of each 16 or 32 values (the scale is applied per int16
-// pair, so no scales are transposed); the zero point (Q6_K's 32) and the mins are madds
-// of the int16 scales / mins with the activation sums per 16 / 32, once per block.
+// pair, so no scales are transposed); the zero points (Q3_K's 4, Q6_K's 32) and the mins
+// (Q2_K per 16, Q4_K / Q5_K per 32) are madds of the int16 scales / mins with the
+// activation sums per 16 / 32, once per block. Columns are read one after another.
 //
 // Arithmetic: the integers and the float chain of kquant_scalar.cc / quant_scalar.cc
 // (bitwise equal to every other path). Per super-block and column the int32 lanes of acc
 // sum to the scalar kernels' isc (and imin); 8 columns' lanes reduce with hadds into one
 // vector, lane c = column c, and the float chain then runs per lane exactly as the tiled
-// kernels run it: acc = fma(d_w * d_x, float(isc), acc), then for Q4_K / Q5_K
+// kernels run it: acc = fma(d_w * d_x, float(isc), acc), then for the types with mins
 // acc = fnma(dmin_w * d_x, float(imin), acc), in block order; y = acc (+ bias) by Store.
 //
 // Exactness: maddubs pairs are <= 2 * 63 * 127 = 16002 for unsigned values <= 63 (Q6_K;
-// Q5_K <= 31, Q4_K <= 15) and <= 2 * 127 * 127 = 32258 for IQ4_XS's |v| (sign moved onto
-// x), below int16 saturation; madd with scales |s| <= 128 widens to int32 at once (<= 4.1e6
-// per lane). Every later add is int32 two's complement, which is modular: whatever the
-// order of the hadds, a final sum within the bounds of kquant_scalar.cc (< 2^31) is exact.
+// Q5_K <= 31, Q4_K <= 15, Q3_K <= 7, Q2_K <= 3) and <= 2 * 127 * 127 = 32258 for IQ4_XS's
+// |v| (sign moved onto x), below int16 saturation; madd with scales |s| <= 128 widens to
+// int32 at once (<= 4.1e6 per lane). Every later add is int32 two's complement, which is
+// modular: whatever the order of the hadds, a final sum within the bounds of
+// kquant_scalar.cc (< 2^31) is exact.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -332,8 +336,7 @@ void Gemv(const QuantActs& a, const void* w, int64_t n0, int64_t n1, const float
   for (int64_t i0 = 0; i0 < a.m; i0 += kQuantGemvMaxM) {
     switch (std::min<int64_t>(kQuantGemvMaxM, a.m - i0)) {
       case 1: Rows<T, 1>(a, wb, i0, n0, n1, bias, y, ldy); break;
-      case 2: Rows<T, 2>(a, wb, i0, n0, n1, bias, y, ldy); break;
-      default: Rows<T, 3>(a, wb, i0, n0, n1, bias, y, ldy); break;
+      default: Rows<T, 2>(a, wb, i0, n0, n1, bias, y, ldy); break;
     }
   }
 }

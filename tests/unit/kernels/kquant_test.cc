@@ -238,6 +238,8 @@ TEST(KQuantKernelsTest, PathSelection) {
     if (UsePath(Path::kAvx2)) {
       EXPECT_STREQ(QuantLinearPath(type, 16), "avx2");
       EXPECT_STREQ(QuantLinearPath(type, 1), m1);
+      EXPECT_STREQ(QuantLinearPath(type, 2), m1);
+      EXPECT_STREQ(QuantLinearPath(type, 3), "avx2");
     }
     if (UsePath(Path::kVnni)) {
       EXPECT_STREQ(QuantLinearPath(type, 1), "vnni");

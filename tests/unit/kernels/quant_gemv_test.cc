@@ -1,7 +1,7 @@
 // The decode-sized quantized Linear (kernels/cpu/kquant_gemv_avx2.cc) against every other
 // kernel of its types, called directly on column ranges as the threads split them: bitwise
 // equal to the scalar kernels, the tiled AVX2 kernels and the tiled AVX-512 VNNI kernels
-// (where the CPU has them), for m = 1..4 (4: a group of 3 rows and one of 1), random and
+// (where the CPU has them), for m = 1..4 (3: a group of 2 rows and one of 1), random and
 // extreme blocks and activations, partial 8-column groups, and ranges with odd ends.
 #include <gtest/gtest.h>
 
