@@ -346,7 +346,7 @@ int RegisterAll() {
     const std::string name = std::string("Linear/") + std::string(DTypeName(type)) + "/" + s.name;
     auto* b = benchmark::RegisterBenchmark(name.c_str(), BM_Linear, s.k, s.n, type);
     b->ArgNames({"M", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
-    for (int64_t m : {1, 2, 4, 8, 16, 32, 512}) {
+    for (int64_t m : {1, 2, 3, 4, 8, 16, 32, 512}) {
       if (s.n > 100000 && m > 32) continue;  // logits only at sampled positions
       for (int threads : {1, 2}) b->Args({m, threads});
     }
@@ -361,6 +361,9 @@ int RegisterAll() {
   // The 256-element types beside Q4_K on a 7B-sized square matrix.
   for (DType type : {DType::kQ4_K, DType::kQ6_K, DType::kQ5_K, DType::kIQ4_XS, DType::kQ3_K, DType::kQ2_K})
     add(type, {"4096x4096", 4096, 4096});
+  // A Llama-3 1B-class lm_head (hidden 1024, vocab 128256): batch-1 decode's largest Linear.
+  for (DType type : {DType::kQ4_K, DType::kQ6_K, DType::kQ5_K, DType::kIQ4_XS})
+    add(type, {"1024x128256", 1024, 128256});
   add(DType::kBF16, qshapes[1]);
   benchmark::RegisterBenchmark("PagedAttentionDecode", BM_PagedAttentionDecode)
       ->ArgNames({"ctx", "seqs", "threads"})

@@ -30,14 +30,6 @@ using namespace avx2q;  // NOLINT: the shared tiling (quant_avx2_tile.h)
 inline __m256i Ld(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline void St(uint8_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 inline void St16(void* p, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v); }
-// Per-byte shifts built from 16-bit ones: callers mask away the bits that cross bytes.
-inline __m256i Srl(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
-inline __m256i Sll(__m256i v, int n) { return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)); }
-// Bit `bit` of each byte of v moved to bit `to` (all other bits clear).
-inline __m256i BitTo(__m256i v, int bit, int to) {
-  const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << to));
-  return _mm256_and_si256(bit >= to ? Srl(v, bit - to) : Sll(v, to - bit), m);
-}
 // 8 bytes widened to 16 by repeating each (a 32-element sub-block's value for both halves).
 inline __m128i Twice(uint64_t v) {
   const __m128i x = _mm_cvtsi64_si128(static_cast<int64_t>(v));
@@ -61,29 +53,9 @@ void UnpackQ2K(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t* mn) {
 }
 
 void UnpackQ3K(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t*) {
-  const __m256i m3 = _mm256_set1_epi8(3);
-  const __m256i hm = Ld(blk);
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i v = Ld(blk + 32 + 32 * h);
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      St(q + 128 * h + 32 * s, _mm256_or_si256(_mm256_and_si256(Srl(v, 2 * s), m3), BitTo(hm, 4 * h + s, 2)));
-    }
-  }
-  // Scale j: low 4 bits from byte j % 8 (nibble j / 8), high 2 from byte 8 + j % 4
-  // (bits 2 (j / 4)); as in Q3KScales.
-  uint64_t a;
-  uint32_t hb;
-  std::memcpy(&a, blk + 96, 8);
-  std::memcpy(&hb, blk + 104, 4);
-  constexpr uint64_t k4 = 0x0F0F0F0F0F0F0F0Full;
-  constexpr uint32_t k2 = 0x03030303u;
-  const uint64_t hi_lo = (hb & k2) | (uint64_t{(hb >> 2) & k2} << 32);
-  const uint64_t hi_hi = ((hb >> 4) & k2) | (uint64_t{(hb >> 6) & k2} << 32);
-  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(((a >> 4) & k4) | (hi_hi << 4)),
-                                   static_cast<int64_t>((a & k4) | (hi_lo << 4)));
-  St16(sc, _mm_sub_epi8(v, _mm_set1_epi8(32)));
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) St(q + 32 * t, Q3KValues32(blk, t));
+  St16(sc, Q3KScales16(blk + 96));
 }
 
 void UnpackQ5K(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t* mn) {

@@ -145,9 +145,11 @@ void ClearUseAvx512VnniForTesting() { g_vnni_override.store(-1); }
 
 const char* QuantLinearPath(DType w_type, int64_t m) {
   if (!UseAvx2()) return "scalar";
-  if (!UseAvx512Vnni() || !internal::LinearQuantAvx512Supports(w_type)) return "avx2";
+  const bool vnni = UseAvx512Vnni() && internal::LinearQuantAvx512Supports(w_type);
   // Forced on (tests): every m, so the VNNI kernel is checked at small m too.
-  if (g_vnni_override.load(std::memory_order_relaxed) == 1) return "vnni";
+  if (vnni && g_vnni_override.load(std::memory_order_relaxed) == 1) return "vnni";
+  if (internal::QuantGemvPreferred(w_type, m)) return "gemv";
+  if (!vnni) return "avx2";
   return internal::LinearQuantAvx512Preferred(w_type, m) ? "vnni" : "avx2";
 }
 
@@ -185,7 +187,8 @@ void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_ty
        need16 ? sums16 + b * (k / 16) : nullptr);
   });
   const internal::QuantActs acts{q, d, sums, m, k, sums16};
-  const bool vnni = std::strcmp(QuantLinearPath(w_type, m), "vnni") == 0;
+  const char* path = QuantLinearPath(w_type, m);
+  const bool vnni = std::strcmp(path, "vnni") == 0, gemv = std::strcmp(path, "gemv") == 0;
   // Column blocks of 24 (multiple of the 8-column AVX2 tiles) or 32 (16-column VNNI
   // groups). Cost of a block ~ its m*k int8 MACs (~32 per 16 vector ops) plus its
   // weight bytes streamed (~1/4 unit each).
@@ -196,6 +199,8 @@ void LinearQuant(const float* x, int64_t m, int64_t k, const void* w, DType w_ty
     const int64_t n0 = b * kBlock, n1 = std::min(n, e * kBlock);
     if (vnni) {
       internal::LinearQuantColsAvx512(acts, w, w_type, n0, n1, bias, y, ldy);
+    } else if (gemv) {
+      internal::QuantGemvColsAvx2(acts, w, w_type, n0, n1, bias, y, ldy);
     } else if (avx2) {
       internal::LinearQuantColsAvx2(acts, w, w_type, n0, n1, bias, y, ldy);
     } else {

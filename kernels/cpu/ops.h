@@ -40,8 +40,9 @@ void ClearUseAvx2ForTesting();
 // UseAvx2() and CpuFeatures().avx512vnni; TESSERA_CPU_NO_AVX512=1 (read once)
 // turns it off. Results are bitwise the same either way; only speed differs.
 bool UseAvx512Vnni();
-// The kernel quantized Linear runs for w_type and m rows: "vnni", "avx2" or "scalar"
-// (by default VNNI only from the m where it beats AVX2, see kernels/cpu/internal.h).
+// The kernel quantized Linear runs for w_type and m rows: "vnni", "avx2", "gemv" (AVX2,
+// decode-sized m) or "scalar" (by default each only where it is the faster one, see
+// kernels/cpu/internal.h).
 const char* QuantLinearPath(DType w_type, int64_t m);
 // Testing only: forces VNNI on (true: for every quantized type and m) or off (false) while
 // UseAvx2(). Returns false and changes nothing when VNNI is requested on a CPU

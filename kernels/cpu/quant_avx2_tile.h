@@ -117,6 +117,39 @@ inline __m256i SignedDot(const __m256i* ua, const __m256i* ub, const __m256i* wa
   return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
 }
 
+// Per-byte shifts built from 16-bit ones: callers mask away the bits that cross bytes.
+inline __m256i Srl(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+inline __m256i Sll(__m256i v, int n) { return _mm256_sll_epi16(v, _mm_cvtsi32_si128(n)); }
+// Bit `bit` of each byte of v moved to bit `to` (all other bits clear).
+inline __m256i BitTo(__m256i v, int bit, int to) {
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << to));
+  return _mm256_and_si256(bit >= to ? Srl(v, bit - to) : Sll(v, to - bit), m);
+}
+
+// Q3_K's values q' (0..7) of elements 32t .. 32t + 31 of the block at blk: bits 2 (t % 4),
+// 2 (t % 4) + 1 of qs[32 (t / 4) + l], and bit t of hmask[l] as bit 2 (common/quant.h).
+inline __m256i Q3KValues32(const uint8_t* blk, int t) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * (t / 4)));
+  const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+  return _mm256_or_si256(_mm256_and_si256(Srl(v, 2 * (t % 4)), _mm256_set1_epi8(3)), BitTo(hm, t, 2));
+}
+
+// Q3_K's 16 scales (the 12 bytes at `scales`) as int8 sc_j - 32, byte j (Q3KScales): low 4
+// bits from byte j % 8 (nibble j / 8), high 2 from byte 8 + j % 4 (bits 2 (j / 4)).
+inline __m128i Q3KScales16(const uint8_t* scales) {
+  uint64_t a;
+  uint32_t hb;
+  std::memcpy(&a, scales, 8);
+  std::memcpy(&hb, scales + 8, 4);
+  constexpr uint64_t k4 = 0x0F0F0F0F0F0F0F0Full;
+  constexpr uint32_t k2 = 0x03030303u;
+  const uint64_t hi_lo = (hb & k2) | (uint64_t{(hb >> 2) & k2} << 32);
+  const uint64_t hi_hi = ((hb >> 4) & k2) | (uint64_t{(hb >> 6) & k2} << 32);
+  const __m128i v = _mm_set_epi64x(static_cast<int64_t>(((a >> 4) & k4) | (hi_hi << 4)),
+                                   static_cast<int64_t>((a & k4) | (hi_lo << 4)));
+  return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
 inline thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
 
 template <class Kind>

@@ -233,15 +233,20 @@ TEST(KQuantKernelsTest, PathSelection) {
     SCOPED_TRACE(std::string(DTypeName(type)));
     ASSERT_TRUE(UsePath(Path::kScalar));
     EXPECT_STREQ(QuantLinearPath(type, 16), "scalar");
+    // Decode-sized m takes the kernel that reads the packed blocks directly, where one exists.
+    const char* m1 = "gemv";
     if (UsePath(Path::kAvx2)) {
       EXPECT_STREQ(QuantLinearPath(type, 16), "avx2");
+      EXPECT_STREQ(QuantLinearPath(type, 1), m1);
+      EXPECT_STREQ(QuantLinearPath(type, 2), m1);
+      EXPECT_STREQ(QuantLinearPath(type, 3), "avx2");
     }
     if (UsePath(Path::kVnni)) {
       EXPECT_STREQ(QuantLinearPath(type, 1), "vnni");
     }
     ClearPath();
     if (UseAvx2() && UseAvx512Vnni()) {
-      EXPECT_STREQ(QuantLinearPath(type, 1), "avx2");
+      EXPECT_STREQ(QuantLinearPath(type, 1), m1);
       EXPECT_STREQ(QuantLinearPath(type, 64), "vnni");
     }
   }

@@ -181,6 +181,8 @@ TEST(QuantKernelsTest, PathSelection) {
   if (UsePath(Path::kAvx2)) {
     EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 16), "avx2");
     EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "gemv");  // decode: straight from the blocks
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_0, 1), "avx2");  // no such kernel
   }
   if (UsePath(Path::kVnni)) {
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "vnni");  // forced: every m
@@ -191,7 +193,7 @@ TEST(QuantKernelsTest, PathSelection) {
   if (UseAvx2() && UseAvx512Vnni()) {
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 1), "avx2");
     EXPECT_STREQ(QuantLinearPath(DType::kQ8_0, 16), "vnni");
-    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "avx2");
+    EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 1), "gemv");
     EXPECT_STREQ(QuantLinearPath(DType::kQ4_K, 16), "vnni");
   }
 }
