@@ -189,7 +189,11 @@ class CpuBackend final : public Backend {
     a.num_experts = w.num_experts;
     a.topk_ids = ids;
     a.topk_weights = weights;
-    a.dtype = w.gate.empty() ? DType::kF32 : w.gate[0].dtype;
+    if (!w.gate.empty()) {
+      a.gate_dtype = w.gate[0].dtype;
+      a.up_dtype = w.up[0].dtype;
+      a.down_dtype = w.down[0].dtype;
+    }
     a.gate = moe_ptrs_.data();
     a.up = moe_ptrs_.data() + w.num_experts;
     a.down = moe_ptrs_.data() + 2 * w.num_experts;

@@ -59,19 +59,20 @@ Status MoeBlock::Bind(const WeightSpec& spec, const WeightView& w, const std::st
     case R::kSharedExpertGate: L.shared_expert_gate = w; break;
     default: return InvalidArgument(file + ": tensor '" + spec.name + "' is not an MoE weight");
   }
-  // Every routed expert of a layer must share the first one's dtype (one kernel call runs them all).
+  // The routed experts of a layer share one dtype per projection (one kernel call runs
+  // them all); gate, up and down may differ (llama-quantize's recipes give ffn_down more
+  // bits in some layers).
   if (spec.IsExpert()) {
-    const WeightView* first = &w;
-    for (const WeightView& g : L.experts.gate) {
-      if (!g.empty()) {
-        first = &g;
-        break;
-      }
-    }
-    if (w.dtype != first->dtype) {
+    const std::vector<WeightView>& same = spec.role == R::kExpertGate ? L.experts.gate
+                                          : spec.role == R::kExpertUp ? L.experts.up
+                                                                      : L.experts.down;
+    const char* proj = spec.role == R::kExpertGate ? "gate" : spec.role == R::kExpertUp ? "up" : "down";
+    for (const WeightView& other : same) {
+      if (other.empty() || other.dtype == w.dtype) continue;
       return InvalidArgument(file + ": tensor '" + spec.name + "' is " + std::string(DTypeName(w.dtype)) +
-                             " but the layer's experts are " + std::string(DTypeName(first->dtype)) +
-                             "; all routed experts of a layer must share one dtype");
+                             " but the layer's other expert " + proj + " projections are " +
+                             std::string(DTypeName(other.dtype)) +
+                             "; the routed experts of a layer must share one dtype per projection");
     }
   }
   return Status::Ok();

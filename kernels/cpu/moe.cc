@@ -142,15 +142,17 @@ void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
         tiles.push_back({static_cast<int32_t>(e), which, r0, std::min(inter, r0 + kTileRows)});
       }
     }
-    units += 2 * inter * (DTypeRowBytes(a.dtype, h) + m * h / 4);
+    units += inter * (DTypeRowBytes(a.gate_dtype, h) + DTypeRowBytes(a.up_dtype, h) + 2 * m * h / 4);
   }
-  const int64_t in_row_bytes = DTypeRowBytes(a.dtype, h);
+  const int64_t gate_row_bytes = DTypeRowBytes(a.gate_dtype, h), up_row_bytes = DTypeRowBytes(a.up_dtype, h);
   ForRange(pool, static_cast<int64_t>(tiles.size()), units >= kMinParallelUnits, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Tile& t = tiles[i];
       const int64_t off = s->offsets[t.e], m = s->offsets[t.e + 1] - off;
-      const auto* w = static_cast<const uint8_t*>(t.which == 0 ? a.gate[t.e] : a.up[t.e]);
-      Linear(xg + off * h, m, h, w + t.r0 * in_row_bytes, a.dtype, t.r1 - t.r0, nullptr,
+      const bool gate = t.which == 0;
+      const auto* w = static_cast<const uint8_t*>(gate ? a.gate[t.e] : a.up[t.e]);
+      const DType type = gate ? a.gate_dtype : a.up_dtype;
+      Linear(xg + off * h, m, h, w + t.r0 * (gate ? gate_row_bytes : up_row_bytes), type, t.r1 - t.r0, nullptr,
              gu + off * 2 * inter + t.which * inter + t.r0, 2 * inter, nullptr);
     }
   });
@@ -165,15 +167,15 @@ void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
     for (int64_t r0 = 0; r0 < h; r0 += kTileRows) {
       tiles.push_back({static_cast<int32_t>(e), 2, r0, std::min(h, r0 + kTileRows)});
     }
-    units += h * (DTypeRowBytes(a.dtype, inter) + m * inter / 4);
+    units += h * (DTypeRowBytes(a.down_dtype, inter) + m * inter / 4);
   }
-  const int64_t down_row_bytes = DTypeRowBytes(a.dtype, inter);
+  const int64_t down_row_bytes = DTypeRowBytes(a.down_dtype, inter);
   ForRange(pool, static_cast<int64_t>(tiles.size()), units >= kMinParallelUnits, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const Tile& t = tiles[i];
       const int64_t off = s->offsets[t.e], m = s->offsets[t.e + 1] - off;
       const auto* w = static_cast<const uint8_t*>(a.down[t.e]);
-      Linear(act + off * inter, m, inter, w + t.r0 * down_row_bytes, a.dtype, t.r1 - t.r0, nullptr,
+      Linear(act + off * inter, m, inter, w + t.r0 * down_row_bytes, a.down_dtype, t.r1 - t.r0, nullptr,
              y + off * h + t.r0, h, nullptr);
     }
   });

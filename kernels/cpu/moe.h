@@ -32,7 +32,9 @@ struct MoeExpertsArgs {
   int64_t tokens = 0, hidden = 0, inter = 0, top_k = 0, num_experts = 0;
   const int32_t* topk_ids = nullptr;     // [tokens, top_k], each in [0, num_experts)
   const float* topk_weights = nullptr;   // [tokens, top_k]
-  DType dtype = DType::kF32;             // of every expert matrix (any type Linear takes)
+  // Of each projection, shared by every expert (any type Linear takes); they may
+  // differ from each other, as llama-quantize's recipes give ffn_down more bits.
+  DType gate_dtype = DType::kF32, up_dtype = DType::kF32, down_dtype = DType::kF32;
   const void* const* gate = nullptr;     // per expert [inter, hidden]
   const void* const* up = nullptr;       // per expert [inter, hidden]
   const void* const* down = nullptr;     // per expert [hidden, inter]

@@ -116,7 +116,7 @@ std::vector<float> RunExperts(const Experts& e, const std::vector<float>& x, con
   a.num_experts = e.num;
   a.topk_ids = ids.data();
   a.topk_weights = w.data();
-  a.dtype = e.type;
+  a.gate_dtype = a.up_dtype = a.down_dtype = e.type;
   a.gate = e.g.data();
   a.up = e.u.data();
   a.down = e.d.data();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -280,18 +281,23 @@ INSTANTIATE_TEST_SUITE_P(Paths, Quant32PathTest,
                          [](const ::testing::TestParamInfo<Path>& info) { return std::string(PathName(info.param)); });
 
 // Quantized experts of these types: MoeExperts (grouped, 2 threads) gives each token
-// exactly what its own chain of public ops gives.
+// exactly what its own chain of public ops gives; also with gate, up and down of
+// different types (llama-quantize's recipes give ffn_down more bits).
 TEST(Quant32KernelsTest, MoeExpertsOfTheseTypes) {
   const int64_t num = 3, hidden = 64, inter = 96, top_k = 2, tokens = 5;
   ThreadPool pool(2);
-  for (DType type : kTypes) {
-    SCOPED_TRACE(Name(type));
+  std::vector<std::array<DType, 3>> cases;  // gate, up, down
+  for (DType type : kTypes) cases.push_back({type, type, type});
+  cases.push_back({kTypes[0], kTypes[1], kTypes[2]});
+  cases.push_back({kTypes[3], kTypes[3], kTypes[4]});
+  for (const auto& types : cases) {
+    SCOPED_TRACE(std::string(Name(types[0])) + "/" + Name(types[1]) + "/" + Name(types[2]));
     std::vector<Weights32> mats;
     std::vector<const void*> gate, up, down;
     for (int64_t e = 0; e < num; ++e) {
       for (int part = 0; part < 3; ++part) {
         const bool is_down = part == 2;
-        mats.push_back(MakeWeights(type, is_down ? hidden : inter, is_down ? inter : hidden,
+        mats.push_back(MakeWeights(types[part], is_down ? hidden : inter, is_down ? inter : hidden,
                                    static_cast<uint32_t>(300 + 3 * e + part), Fill::kRandom));
       }
     }
@@ -314,7 +320,9 @@ TEST(Quant32KernelsTest, MoeExpertsOfTheseTypes) {
     a.num_experts = num;
     a.topk_ids = ids.data();
     a.topk_weights = wts.data();
-    a.dtype = type;
+    a.gate_dtype = types[0];
+    a.up_dtype = types[1];
+    a.down_dtype = types[2];
     a.gate = gate.data();
     a.up = up.data();
     a.down = down.data();
@@ -326,10 +334,10 @@ TEST(Quant32KernelsTest, MoeExpertsOfTheseTypes) {
       for (int64_t j = 0; j < top_k; ++j) {
         const int32_t e = ids[t * top_k + j];
         const float* xt = x.data() + t * hidden;
-        Linear(xt, 1, hidden, gate[e], type, inter, nullptr, gu.data(), 2 * inter, nullptr);
-        Linear(xt, 1, hidden, up[e], type, inter, nullptr, gu.data() + inter, 2 * inter, nullptr);
+        Linear(xt, 1, hidden, gate[e], types[0], inter, nullptr, gu.data(), 2 * inter, nullptr);
+        Linear(xt, 1, hidden, up[e], types[1], inter, nullptr, gu.data() + inter, 2 * inter, nullptr);
         SiluMul(gu.data(), 1, inter, act.data(), nullptr);
-        Linear(act.data(), 1, inter, down[e], type, hidden, nullptr, y.data(), hidden, nullptr);
+        Linear(act.data(), 1, inter, down[e], types[2], hidden, nullptr, y.data(), hidden, nullptr);
         const float wj = wts[t * top_k + j];
         for (int64_t i = 0; i < hidden; ++i) want[i] = j == 0 ? wj * y[i] : want[i] + wj * y[i];
       }
