@@ -83,15 +83,24 @@ void FitAffine(const float* x, int qmax, float* d_out, float* min_out, uint8_t* 
   *min_out = mn;
 }
 
-void QuantizeQ4_1(const float* x, int64_t nb, BlockQ4_1* y) {
+// Q4_1 and Q5_1: per 32 values the affine fit (scale and min as f16), then `pack`
+// stores the 4- or 5-bit values q[0..32) into the block.
+template <class Block, class Pack>
+void QuantizeAffine(const float* x, int64_t nb, int qmax, Block* y, Pack pack) {
   for (int64_t b = 0; b < nb; ++b, x += 32) {
     float d, mn;
     uint8_t q[32];
-    FitAffine(x, 15, &d, &mn, q);
+    FitAffine(x, qmax, &d, &mn, q);
     y[b].d = F32ToF16(d);
     y[b].m = F32ToF16(mn);
-    for (int i = 0; i < 16; ++i) y[b].qs[i] = PackNibbles(q[i], q[i + 16]);
+    pack(q, &y[b]);
   }
+}
+
+void QuantizeQ4_1(const float* x, int64_t nb, BlockQ4_1* y) {
+  QuantizeAffine(x, nb, 15, y, [](const uint8_t* q, BlockQ4_1* blk) {
+    for (int i = 0; i < 16; ++i) blk->qs[i] = PackNibbles(q[i], q[i + 16]);
+  });
 }
 
 // The 5th bits of q[0..32) as the little-endian u32 qh, the low nibbles as Q4_0's.
@@ -104,14 +113,7 @@ void PackQ5(const uint8_t* q, Block* blk) {
 }
 
 void QuantizeQ5_1(const float* x, int64_t nb, BlockQ5_1* y) {
-  for (int64_t b = 0; b < nb; ++b, x += 32) {
-    float d, mn;
-    uint8_t q[32];
-    FitAffine(x, 31, &d, &mn, q);
-    y[b].d = F32ToF16(d);
-    y[b].m = F32ToF16(mn);
-    PackQ5(q, &y[b]);
-  }
+  QuantizeAffine(x, nb, 31, y, [](const uint8_t* q, BlockQ5_1* blk) { PackQ5(q, blk); });
 }
 
 // Q5_0: d = max / -16 (max: the signed value of largest magnitude), q = trunc(x / d + 16.5).
