@@ -103,13 +103,7 @@ void UnpackIq4Xs(const uint8_t* blk, uint8_t* q, int8_t* sc, uint8_t*) {
     St(q + 64 * p, _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x20)));
     St(q + 64 * p + 32, _mm256_shuffle_epi8(table, _mm256_permute2x128_si256(lo, hi, 0x31)));
   }
-  uint16_t hs;
-  uint32_t ls;
-  std::memcpy(&hs, blk + 2, 2);
-  std::memcpy(&ls, blk + 4, 4);
-  uint64_t s8 = 0;  // byte t = ls_t (IQ4XSScale)
-#pragma GCC unroll 8
-  for (int t = 0; t < 8; ++t) s8 |= uint64_t{((ls >> (4 * t)) & 0xFu) | (((hs >> (2 * t)) & 3u) << 4)} << (8 * t);
+  const uint64_t s8 = Iq4XsScaleBytes(blk);  // byte t = ls_t (IQ4XSScale)
   St16(sc, _mm_sub_epi8(Twice(s8), _mm_set1_epi8(32)));
 }
 

@@ -170,13 +170,7 @@ struct GIQ4XS {
   static constexpr int kD = 0, kDmin = 0;
   template <int MR>
   static void Block(const uint8_t* blk, const Acts<MR>& a, __m256i* isc, __m256i*) {
-    uint16_t hs;
-    uint32_t ls;
-    std::memcpy(&hs, blk + 2, 2);
-    std::memcpy(&ls, blk + 4, 4);
-    uint64_t s8 = 0;  // byte t = ls_t (IQ4XSScale), 0..63
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) s8 |= uint64_t{((ls >> (4 * t)) & 0xFu) | (((hs >> (2 * t)) & 3u) << 4)} << (8 * t);
+    const uint64_t s8 = avx2q::Iq4XsScaleBytes(blk);  // byte t = ls_t (IQ4XSScale), 0..63
     const __m256i sc16 = _mm256_sub_epi16(Bytes16(s8), _mm256_set1_epi16(32));  // ls_t - 32
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i table = _mm256_broadcastsi128_si256(Ld128(kIq4NlValues));

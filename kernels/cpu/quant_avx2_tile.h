@@ -150,6 +150,19 @@ inline __m128i Q3KScales16(const uint8_t* scales) {
   return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
+// IQ4_XS's 8 sub-block scales ls_t (6 bits: scales_l nibble t, scales_h bits 2t..2t+1;
+// IQ4XSScale without the -32), byte t of the result, from the block at `blk`.
+inline uint64_t Iq4XsScaleBytes(const uint8_t* blk) {
+  uint16_t hs;
+  uint32_t ls;
+  std::memcpy(&hs, blk + 2, 2);
+  std::memcpy(&ls, blk + 4, 4);
+  uint64_t s8 = 0;
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) s8 |= uint64_t{((ls >> (4 * t)) & 0xFu) | (((hs >> (2 * t)) & 3u) << 4)} << (8 * t);
+  return s8;
+}
+
 inline thread_local std::vector<uint8_t> t_tail;  // a last group of < 8 columns, zero-padded
 
 template <class Kind>
