@@ -148,16 +148,30 @@ std::string MessageStream::OnUpdate(const GenerationUpdate& update) {
     openai::tools::ChatOutputDelta parsed = parser_->Feed(d.text);
     if (finished) parsed.Append(parser_->Finish());
     Emit(parsed, &out);
-    if (!finished) continue;
-    if (index_ < 0) Open(Block::kText, &out);  // as the non-streamed message: one empty text block
-    Close(&out);
-    const int calls = parser_->num_tool_calls();
-    const bool by_string = d.stop_string.has_value();
-    json delta = {{"stop_reason", StopReasonJson(d.finish_reason, by_string, calls)},
-                  {"stop_sequence", by_string && calls == 0 ? json(*d.stop_string) : json(nullptr)}};
-    out += SseEvent("message_delta", {{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", UsageJson(usage_)}});
-    out += SseEvent("message_stop", {{"type", "message_stop"}});
+    if (finished) End(d.finish_reason, d.stop_string, &out);
   }
+  return out;
+}
+
+void MessageStream::End(FinishReason reason, const std::optional<std::string>& stop_string, std::string* out) {
+  if (stopped_) return;
+  stopped_ = true;
+  if (index_ < 0) Open(Block::kText, out);  // as the non-streamed message: one empty text block
+  Close(out);
+  const int calls = parser_->num_tool_calls();
+  const bool by_string = stop_string.has_value();
+  json delta = {{"stop_reason", StopReasonJson(reason, by_string, calls)},
+                {"stop_sequence", by_string && calls == 0 ? json(*stop_string) : json(nullptr)}};
+  *out += SseEvent("message_delta", {{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", UsageJson(usage_)}});
+  *out += SseEvent("message_stop", {{"type", "message_stop"}});
+}
+
+std::string MessageStream::Finish() {
+  std::string out;
+  if (stopped_) return out;
+  Begin(&out);
+  Emit(parser_->Finish(), &out);
+  End(FinishReason::kStop, std::nullopt, &out);
   return out;
 }
 

@@ -69,6 +69,10 @@ class MessageStream {
   // content_block_stop; on the last update the open block's stop,
   // message_delta {stop_reason, stop_sequence, usage} and message_stop.
   std::string OnUpdate(const GenerationUpdate& update);
+  // The stream's tail when the generation ended without a final delta
+  // (nothing when message_stop was sent): the events that close the message,
+  // stop_reason end_turn. Keeps every stream well-formed for a client.
+  std::string Finish();
 
  private:
   enum class Block { kNone, kText, kThinking };
@@ -76,6 +80,7 @@ class MessageStream {
   void Open(Block kind, std::string* out);
   void Close(std::string* out);
   void Emit(const openai::tools::ChatOutputDelta& delta, std::string* out);
+  void End(FinishReason reason, const std::optional<std::string>& stop_string, std::string* out);
 
   MessageOptions options_;
   std::optional<openai::tools::ChatOutputParser> parser_;
@@ -83,6 +88,7 @@ class MessageStream {
   bool started_ = false;
   Block open_ = Block::kNone;
   int index_ = -1;  // the last block opened
+  bool stopped_ = false;  // message_stop sent
 };
 
 }  // namespace tessera::anthropic

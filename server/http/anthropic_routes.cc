@@ -28,7 +28,7 @@ class MessagesOutput : public JobOutput {
   void Add(int, const GenerationUpdate& u) override { acc->Add(u); }
   json Body() override { return acc->Build(); }
   std::string OnUpdate(int, const GenerationUpdate& u) override { return stream->OnUpdate(u); }
-  std::string StreamEnd() override { return ""; }  // message_stop came with the last update
+  std::string StreamEnd() override { return stream->Finish(); }  // "" : message_stop came with the last update
   HttpResponse ErrorAnswer(const ApiError& e) const override { return AnthropicErrorResponse(e); }
   std::string StreamError(const ApiError& e) const override { return anthropic::SseError(e); }
 };
@@ -65,7 +65,11 @@ void HandleMessages(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) 
   } else {
     out->acc.emplace(opts);
   }
-  if (!req.user_id.empty()) spdlog::info("{}: metadata.user_id {}", opts.id, req.user_id);
+  if (!req.user_id.empty()) {  // the client's text in our log: control characters shown as '?'
+    std::string shown = req.user_id;
+    for (char& ch : shown) ch = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch;
+    spdlog::info("{}: metadata.user_id {}", opts.id, shown);
+  }
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, opts.id, stream, std::move(out));
   std::vector<GenerateInput> inputs;
   inputs.push_back(std::move(prepared.input));

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 namespace tessera::anthropic {
@@ -28,6 +29,7 @@ struct BadCase {
   std::string body;
   std::string param;
 };
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.body; }
 
 class MessagesBadInputTest : public ::testing::TestWithParam<BadCase> {};
 

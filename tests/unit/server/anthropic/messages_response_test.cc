@@ -173,6 +173,19 @@ TEST(MessagesResponseTest, StreamEventsByteByByteMatchTheMessage) {
   }
   EXPECT_EQ(order, "[][][]DS");
   EXPECT_EQ(content, whole["content"]) << content.dump();
+  EXPECT_EQ(s.Finish(), "");  // message_stop already sent
+}
+
+TEST(MessagesResponseTest, FinishClosesAStreamThatGotNoFinalDelta) {
+  MessageStream s(Options(false));
+  std::string sse = s.OnUpdate(U({D(0, "Hi")}, 3, 1));
+  sse += s.Finish();
+  std::vector<json> ev = Events(sse);
+  std::vector<std::string> types;
+  for (const json& e : ev) types.push_back(e["type"]);
+  EXPECT_EQ(types, (std::vector<std::string>{"message_start", "ping", "content_block_start", "content_block_delta",
+                                             "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_EQ(ev[5]["delta"]["stop_reason"], "end_turn");
 }
 
 TEST(MessagesResponseTest, ErrorShapes) {
