@@ -37,7 +37,9 @@ void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchang
     o.idle_timeout = std::chrono::milliseconds(120000);
     o.abandon = gone;
     bool streaming = false;
-    std::string held;  // a non-streamed answer, sent whole
+    bool stopped = false;  // message_stop relayed: the stream is complete
+    std::string tail;      // the last bytes relayed, to find message_stop across pieces
+    std::string held;      // a non-streamed answer, sent whole
     const int64_t estimate = static_cast<int64_t>(payload.size() / 4);
     ctx.registry->AddOutstanding(inst->address, estimate);
     Status s = HttpCall(inst->host, inst->port, "POST", path, payload, o, &r, [&](std::string_view d) {
@@ -47,6 +49,9 @@ void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchang
         ex->StartStream(SseResponseHead());
       }
       if (streaming) {
+        tail.append(d);
+        stopped = stopped || tail.find("event: message_stop") != std::string::npos;
+        if (tail.size() > 32) tail.erase(0, tail.size() - 32);
         ex->WriteChunk(std::string(d));
       } else {
         held.append(d);
@@ -55,10 +60,13 @@ void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchang
     });
     ctx.registry->AddOutstanding(inst->address, -estimate);
     if (streaming) {
-      if (!s.ok() && !gone()) {  // the instance failed mid-stream: tell the client in the stream's own terms
-        ex->WriteChunk(anthropic::SseError({ApiStatus::kServiceUnavailable,
-                                            "the instance serving this stream failed: " + s.message(),
-                                            "server_error", "", "unavailable"}));
+      // The instance failed, or the drain deadline cut the stream: tell the
+      // client in the stream's own terms (an `error` event), never a silent end.
+      if (!ex->closed() && !stopped && (stopping() || !s.ok())) {
+        ex->WriteChunk(anthropic::SseError(
+            {ApiStatus::kServiceUnavailable,
+             stopping() ? "the router is shutting down" : "the instance serving this stream failed: " + s.message(),
+             "server_error", "", "unavailable"}));
       }
       return ex->EndStream();
     }

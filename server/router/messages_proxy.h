@@ -6,7 +6,9 @@
 // (InstanceRegistry::Pick), retried on another instance while nothing has
 // reached the client; no prefill/decode split and no KV-aware choice yet
 // (those need the prompt's tokens, which only the OpenAI fronts compute
-// here). Errors the router itself answers are in Anthropic's shape.
+// here). Errors the router itself answers are in Anthropic's shape; a stream
+// cut by the instance failing or by the drain deadline ends with an `error`
+// event (never a silent end; a client that left gets nothing more).
 // Blocking (a ProxyPool worker); thread-safe.
 #pragma once
 
