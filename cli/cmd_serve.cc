@@ -267,6 +267,10 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_flag("--chat-template-content-special-tokens", f->chat_template_content_special_tokens,
                 "chat: special-token text in message content, tool results and tool calls becomes the model's "
                 "control tokens, as HF's apply_chat_template + encode does (default: plain text, as OpenAI)");
+  cmd->add_option("--cache-control", f->cache_control,
+                  "Anthropic cache_control markers on /v1/messages: refuse (a 400 naming the field; default) or "
+                  "best-effort (accepted as hints the ordinary prefix cache serves, with no retention promise)")
+      ->check(CLI::IsMember({"refuse", "best-effort"}));
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");

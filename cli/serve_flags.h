@@ -76,6 +76,7 @@ struct ServeFlags {
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
   bool chat_template_content_special_tokens = false;  // special-token text in chat content: control tokens
+  std::string cache_control = "refuse";  // Anthropic cache_control: refuse | best-effort
   // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;
