@@ -4,7 +4,7 @@
 // of `tessera serve` (its flags and its --config file; the scheduling ones
 // decide, the others — ports, keys, parsers — have nothing to act on) and
 // tessera-bench's workload flags (its datasets, arrivals and metric names),
-// and writes tessera-bench's JSON with the twin's figures beside them.
+// and writes tessera-bench's JSON (and SVG) with the twin's figures beside them.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -49,6 +49,7 @@ struct SimulateFlags {
   double time_scale = 1.0;
   std::vector<std::string> goodput;
   std::string result_json;
+  std::string svg;
   bool per_request = false;
 };
 
@@ -269,6 +270,12 @@ int Simulate(const ServeFlags& sf, const SimulateFlags& f) {
       {"max_model_len", so->limits.max_model_len}};
   const nlohmann::json doc = {{"tool", "tessera simulate"}, {"config", config}, {"runs", {rj}}};
   std::fputs(bench::FormatSummary(summary, "tessera simulate (virtual time)").c_str(), stderr);
+  if (!f.svg.empty()) {
+    std::ofstream svg(f.svg, std::ios::binary);
+    svg << bench::SingleRunSvg(records, "tessera simulate: " + f.dataset + " (virtual time)");
+    svg.close();
+    if (!svg) return Fail(Status(StatusCode::kUnavailable, "simulate: cannot write --svg " + f.svg));
+  }
   if (f.result_json.empty()) {
     std::printf("%s\n", doc.dump(2).c_str());
     return 0;
@@ -341,6 +348,8 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
       ->group("Simulation");
   cmd->add_option("--goodput", f->goodput, "SLOs for goodput, e.g. ttft:500 tpot:50 (milliseconds)")->group("Simulation");
   cmd->add_option("--result-json", f->result_json, "write the JSON here (default: stdout)")->group("Simulation");
+  cmd->add_option("--svg", f->svg, "write tessera-bench's latency CDFs and TTFT-over-time chart here")
+      ->group("Simulation");
   cmd->add_flag("--per-request", f->per_request, "add each request's record to the JSON")->group("Simulation");
   cmd->callback([cmd, sf, f, exit_code] {
     if (!f->config.empty()) {

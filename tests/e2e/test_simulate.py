@@ -7,7 +7,7 @@ Runs the command on small workloads and checks its JSON: tessera-bench's metric
 names, every request completed with its output length (ignore_eos), the twin's
 figures (preemptions under a small KV pool, prefix-cache hits on shared
 prefixes), the same JSON for the same seed, a BurstGPT CSV's arrivals, a cost
-model file's times, serve's --config file, the KV pool sized from a model's
+model file's times, the SVG chart, serve's --config file, the KV pool sized from a model's
 config as serve sizes it, and refusals naming the flag. The runs go in
 parallel (each is mostly process start-up).
 """
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import Results  # noqa: E402
@@ -81,7 +82,7 @@ def main():
             "shared": (base, 0),
             "shared again": (base, 0),
             "trace": (["--num-kv-blocks", "256", "--dataset", "burstgpt", "--dataset-path", csv, "--per-request",
-                       "--cost-model", cost], 0),
+                       "--cost-model", cost, "--svg", os.path.join(work, "trace.svg")], 0),
             "config": (["--config", toml, "--num-prompts", "20"], 0),
             "model": (["--model", model, "--kv-cache-mb", "8", "--num-prompts", "10"], 0),
             "speculative": (["--num-kv-blocks", "8", "--speculative-config",
@@ -127,6 +128,8 @@ def main():
             assert sends == [i * 2.0 for i in range(50)], sends[:5]
             assert [r["output_tokens"] for r in run["requests"]] == [5 + i % 7 for i in range(50)]
             assert run["duration_s"] >= 98
+            svg = ET.parse(os.path.join(work, "trace.svg")).getroot()
+            assert svg.tag.endswith("svg"), svg.tag
             # Alone on the engine, 10 ms a step: the prompt and first token in one step, then one a step.
             assert abs(run["ttft_ms"]["max"] - 10) < 1e-6 and abs(run["tpot_ms"]["max"] - 10) < 1e-6, run["ttft_ms"]
 
