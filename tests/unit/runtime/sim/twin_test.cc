@@ -27,18 +27,7 @@ TwinRequest Req(const std::string& id, int64_t prompt, int64_t max_tokens, int64
   return t;
 }
 
-TEST(VirtualClockTest, AdvancesAndNeverGoesBack) {
-  VirtualClock c;
-  EXPECT_EQ(c.now_ns(), 0);
-  c.Advance(5);
-  c.AdvanceTo(3);
-  EXPECT_EQ(c.now_ns(), 5);
-  c.AdvanceTo(12);
-  c.Advance(-4);
-  EXPECT_EQ(c.now_ns(), 12);
-}
-
-TEST(CostModelTest, ShapeAndLinearTime) {
+TEST(CostModelTest, ShapesTimesAndFiles) {
   auto s = Scheduler::Create(Options(64, 64)).value();
   Request r;
   r.id = "a";
@@ -71,9 +60,8 @@ TEST(CostModelTest, ShapeAndLinearTime) {
   x.decode_context = 100;
   EXPECT_EQ(m->StepNs(x), 1'000'000 + 5'000'000 + 1'000'000 + 4'000'000 + 500'000 + 1'000'000);
   EXPECT_EQ(LinearCostModel(LinearCoefficients{}).StepNs(x), 1);  // a step takes time
-}
 
-TEST(CostModelTest, FileErrorsNameTheKey) {
+  // File errors name the key.
   auto unknown = LinearCostModel::FromJson(R"({"model": "linear", "base_msec": 1})", "f.json");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("'base_msec'"), std::string::npos);
@@ -82,22 +70,31 @@ TEST(CostModelTest, FileErrorsNameTheKey) {
   EXPECT_NE(negative.status().message().find("'per_decode_seq_ms'"), std::string::npos);
   EXPECT_FALSE(LinearCostModel::FromJson(R"({"base_ms": 1})", "f.json").ok());  // no "model"
   EXPECT_FALSE(LinearCostModel::FromJson("[1]", "f.json").ok());
+
+  // Replay: by ordinal, the last time past the end.
+  ReplayCostModel replay({5, 7});
+  StepShape y;
+  EXPECT_EQ(replay.StepNs(y), 5);
+  y.ordinal = 1;
+  EXPECT_EQ(replay.StepNs(y), 7);
+  y.ordinal = 9;
+  EXPECT_EQ(replay.StepNs(y), 7);
 }
 
-TEST(CostModelTest, ReplayByOrdinal) {
-  ReplayCostModel m({5, 7});
-  StepShape s;
-  EXPECT_EQ(m.StepNs(s), 5);
-  s.ordinal = 1;
-  EXPECT_EQ(m.StepNs(s), 7);
-  s.ordinal = 9;
-  EXPECT_EQ(m.StepNs(s), 7);
-}
-
-// One request, 40 prompt tokens, budget 32 tokens a step, 1 ms a step: a
+// The virtual clock; then one request, 40 prompt tokens, budget 32 tokens a
+// step, 1 ms a step: a
 // 32-token chunk, then 8 tokens and the first output token (2 ms), then one
 // token per decode step.
-TEST(TwinTest, TimesFollowFromTheSteps) {
+TEST(TwinTest, ClockAndTimesFollowFromTheSteps) {
+  VirtualClock c;
+  EXPECT_EQ(c.now_ns(), 0);
+  c.Advance(5);
+  c.AdvanceTo(3);
+  EXPECT_EQ(c.now_ns(), 5);
+  c.AdvanceTo(12);
+  c.Advance(-4);
+  EXPECT_EQ(c.now_ns(), 12);
+
   ConstantCostModel cost(1'000'000);
   TwinOptions o;
   o.scheduler = Options();
@@ -111,7 +108,7 @@ TEST(TwinTest, TimesFollowFromTheSteps) {
   EXPECT_EQ(r->stats.end_ns, 8'000'000);  // the clock jumped to the arrival, then 5 steps
 }
 
-TEST(TwinTest, PreemptsPrefixHitsAndRefusesLikeServing) {
+TEST(TwinTest, PreemptsHitsPrefixesAndRefusesLikeServing) {
   ConstantCostModel cost(1'000'000);
   TwinOptions o;
   o.scheduler = Options(/*num_blocks=*/8, /*budget=*/64);  // 128 tokens
@@ -132,13 +129,9 @@ TEST(TwinTest, PreemptsPrefixHitsAndRefusesLikeServing) {
   auto again = RunTwin(o, reqs);
   ASSERT_TRUE(again.ok());
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(again->requests[i].token_ns, r->requests[i].token_ns);
-}
 
-TEST(TwinTest, RefusesWhatItDoesNotModel) {
-  ConstantCostModel cost(1);
-  TwinOptions o;
+  // What the twin does not model is refused.
   o.scheduler = Options();
-  o.cost = &cost;
   o.scheduler.num_lookahead_tokens = 2;
   EXPECT_FALSE(RunTwin(o, {}).ok());
   o.scheduler.num_lookahead_tokens = 0;
