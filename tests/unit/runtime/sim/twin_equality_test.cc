@@ -5,7 +5,7 @@
 // plan and measured time. The twin, fed those measured times, replays the same
 // arrivals and must plan the same steps: the same sequences admitted, the same
 // chunk sizes and positions, the same decodes, the same preemptions.
-#include <map>
+#include <algorithm>
 #include <random>
 #include <tuple>
 
@@ -137,12 +137,14 @@ TEST(TwinEqualityTest, SameDecisionsAsTheEngineLoopFromItsMeasuredStepTimes) {
     t.max_tokens = 6 + static_cast<int64_t>(i * 5 % 14);
     trace.push_back(std::move(t));
   }
-  // This machine's time per token (untimed steps), so the time bound below
-  // lands at ~40-token steps: it then cuts prompts into chunks by measured time.
-  std::vector<TwinRequest> warm(trace.begin(), trace.begin() + 3);
-  const Recorded untimed = RunRecorded(o, warm, {0, 0, 0});
+  // This machine's time per token (untimed steps after the first, which runs
+  // cold), so the time bound below lands at ~16-token steps: it then cuts
+  // prompts (up to 98 tokens) into chunks by measured time, even if the load
+  // changes the speed several times over.
+  std::vector<TwinRequest> warm = trace;
+  const Recorded untimed = RunRecorded(o, warm, std::vector<int>(trace.size(), 0));
   int64_t tokens = 0, ns = 0;
-  for (size_t i = 0; i < untimed.steps.size(); ++i) {  // as StepBudget: steps of 16 tokens or more
+  for (size_t i = 1; i < untimed.steps.size(); ++i) {  // as StepBudget: steps of 16 tokens or more
     int64_t n = 0;
     for (const auto& s : untimed.steps[i].seqs) n += static_cast<int64_t>(std::get<3>(s));
     if (n < Scheduler::kMinStepPrefillTokens) continue;
@@ -150,7 +152,7 @@ TEST(TwinEqualityTest, SameDecisionsAsTheEngineLoopFromItsMeasuredStepTimes) {
     ns += untimed.times[i];
   }
   ASSERT_GT(tokens, 0);
-  o.max_step_ms = 40.0 * static_cast<double>(ns) / static_cast<double>(tokens) / 1e6;
+  o.max_step_ms = 16.0 * static_cast<double>(ns) / static_cast<double>(tokens) / 1e6;
 
   const Recorded real = RunRecorded(o, trace, arrive);
   // The run exercised what the twin must reproduce.
@@ -172,10 +174,11 @@ TEST(TwinEqualityTest, SameDecisionsAsTheEngineLoopFromItsMeasuredStepTimes) {
   EXPECT_EQ(c.preemptions, real.metrics.counters.preemptions);
   EXPECT_EQ(c.prefix_cache_hits, real.metrics.counters.prefix_cache_hits);
 
-  // The times decide: the same arrivals with steps three times as long plan differently.
-  std::vector<int64_t> slower = real.times;
-  for (int64_t& t : slower) t *= 3;
-  EXPECT_NE(RunTwinLogs(real, o.max_step_ms, slower, trace), real.steps);
+  // The times decide: the same arrivals with steps 20 times shorter plan
+  // differently (whole prompts in a step where the real run cut them).
+  std::vector<int64_t> faster = real.times;
+  for (int64_t& t : faster) t = std::max<int64_t>(t / 20, 1);
+  EXPECT_NE(RunTwinLogs(real, o.max_step_ms, faster, trace), real.steps);
 }
 
 }  // namespace
