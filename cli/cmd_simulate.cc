@@ -338,7 +338,7 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--request-rate", f->request_rate, "requests/s, Poisson (or gamma with --burstiness); inf: all at 0")
       ->capture_default_str()
       ->group("Simulation");
-  cmd->add_option("--burstiness", f->burstiness, "gamma shape of the gaps: 1 = Poisson, < 1 burstier")
+  cmd->add_option("--burstiness", f->burstiness, "gamma shape of the gaps: 1 = Poisson, < 1 burstier, 1e9 = fixed gaps of 1/rate")
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->group("Simulation");
