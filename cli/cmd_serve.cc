@@ -18,39 +18,6 @@
 namespace tessera {
 namespace {
 
-// Applies `path` (TOML, CLI11's reader) to the options of `cmd` that were not
-// given on the command line. Unknown keys are errors, so typos do not pass silently.
-Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(path);
-  } catch (const std::exception& e) {
-    return InvalidArgument("serve: --config " + path + ": " + e.what());
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section markers
-    const std::string key = item.fullname();
-    if (key == "config") return InvalidArgument("serve: --config " + path + ": 'config' cannot nest");
-    if (key == "check-config") {
-      return InvalidArgument("serve: --config " + path + ": 'check-config' is a command-line action, not a setting");
-    }
-    CLI::Option* opt = nullptr;
-    try {
-      opt = cmd->get_option("--" + key);
-    } catch (const CLI::OptionNotFound&) {
-      return InvalidArgument("serve: --config " + path + ": unknown setting '" + key + "'");
-    }
-    if (opt->count() > 0) continue;  // the command line wins
-    try {
-      opt->add_result(item.inputs);
-      opt->run_callback();
-    } catch (const CLI::Error& e) {
-      return InvalidArgument("serve: --config " + path + ": '" + key + "': " + e.what());
-    }
-  }
-  return Status::Ok();
-}
-
 void AddEnvApiKey(ServeFlags& f) {
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
 }
@@ -90,6 +57,38 @@ int Serve(ServeFlags f) {
 }
 
 }  // namespace
+
+Status ApplyServeConfigFile(CLI::App* cmd, const std::string& path) {
+  const std::string where = cmd->get_name() + ": --config " + path;
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const std::exception& e) {
+    return InvalidArgument(where + ": " + e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--") continue;  // section markers
+    const std::string key = item.fullname();
+    if (key == "config") return InvalidArgument(where + ": 'config' cannot nest");
+    if (key == "check-config") {
+      return InvalidArgument(where + ": 'check-config' is a command-line action, not a setting");
+    }
+    CLI::Option* opt = nullptr;
+    try {
+      opt = cmd->get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      return InvalidArgument(where + ": unknown setting '" + key + "'");
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    try {
+      opt->add_result(item.inputs);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return InvalidArgument(where + ": '" + key + "': " + e.what());
+    }
+  }
+  return Status::Ok();
+}
 
 void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--model", f->model,
@@ -297,7 +296,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"full", "flags"}));
   cmd->callback([cmd, f, config, exit_code, check, check_scope] {
     if (!config->empty()) {
-      if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
+      if (Status s = ApplyServeConfigFile(cmd, *config); !s.ok()) {
         *exit_code = Fail(s);
         return;
       }

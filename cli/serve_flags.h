@@ -95,6 +95,12 @@ struct ServeFlags {
 // the parse; kv_cache_mb_set records whether --kv-cache-mb was given.
 void AddServeFlags(CLI::App* cmd, ServeFlags* f);
 
+// Applies the --config TOML file `path` (CLI11's reader; keys are long option
+// names) to the options of `cmd` that were not given on the command line
+// (defined in cmd_serve.cc; `tessera simulate` reads serve's files too).
+// Unknown keys are errors naming the key, so typos do not pass silently.
+Status ApplyServeConfigFile(CLI::App* cmd, const std::string& path);
+
 // --prefix-caching-hash-algo, --kv-offload-secret-file, --cache-isolation
 // (serve_flags.cc; AddServeFlags calls it).
 void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f);
