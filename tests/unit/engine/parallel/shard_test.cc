@@ -318,6 +318,49 @@ INSTANTIATE_TEST_SUITE_P(Moe, Eplb,
                          ::testing::Combine(::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"),
                                             ::testing::Values(2, 4)));
 
+// gpt-oss (HF MXFP4 experts with biases, sinks, skewed router): EP over 2 ranks with
+// data-parallel attention, and with EPLB moving experts (their biases with them), bitwise
+// equal to one rank; TP attention (sinks split by head) with EP within the dense tolerance;
+// experts split by TP refused by name.
+TEST(GptOssParallel, ExpertParallelBitwiseEplbMovesBiasesTpAttentionWithinTolerance) {
+  TempDir dir;
+  SynthOptions o;
+  o.arch = "gpt_oss";
+  o.dtype = DType::kMXFP4;
+  o.out_dir = dir.path();
+  o.router_skew = 3.0;
+  o.overrides = {"vocab_size=32768"};
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  ShardOptions ep;
+  ep.expert_parallel = true;
+  ep.data_parallel_attention = true;
+  RunResult par = RunRanks(dir.path(), 2, ep, steps);
+  ASSERT_EQ(par.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) EXPECT_TRUE(Bitwise(one.logits[s], par.logits[s])) << "ep step " << s;
+  ep.eplb.enabled = true;
+  ep.eplb.num_redundant_experts = 2;
+  ep.eplb.step_interval = 1;
+  ep.eplb.window_size = 2;
+  RunResult eplb = RunRanks(dir.path(), 2, ep, steps);
+  ASSERT_EQ(eplb.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) EXPECT_TRUE(Bitwise(one.logits[s], eplb.logits[s])) << "eplb step " << s;
+  EXPECT_GT(eplb.experts_moved, 0);
+  ShardOptions tp_ep;
+  tp_ep.expert_parallel = true;
+  RunResult tpa = RunRanks(dir.path(), 2, tp_ep, steps);
+  ASSERT_EQ(tpa.error, "");
+  for (size_t s = 0; s < steps.size(); ++s) {
+    double scale = 1;
+    EXPECT_LE(MaxAbsDiff(one.logits[s], tpa.logits[s], &scale), 1e-4 * scale) << "tp attention step " << s;
+  }
+  RunResult tp = RunRanks(dir.path(), 2, {}, steps);
+  EXPECT_NE(tp.error.find("expert biases with each expert split over tensor-parallel ranks"), std::string::npos)
+      << tp.error;
+}
+
 // Each rank reads a disjoint part of every split tensor; together the ranks read
 // each split tensor exactly once.
 TEST(ShardedLoad, EachRankReadsOnlyItsSlice) {
