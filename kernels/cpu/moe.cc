@@ -35,6 +35,22 @@ struct Tile {
   int64_t r0, r1;
 };
 
+// The k largest of v[0..n) in descending order to id/w, ties to the lower index;
+// `taken` is n bytes of scratch. Strictly greater wins, so NaN never does and a NaN
+// row still yields k distinct ids (the lowest untaken ones).
+void SelectTopK(const float* v, int64_t n, int64_t k, std::vector<char>* taken, int32_t* id, float* w) {
+  std::fill(taken->begin(), taken->end(), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (!(*taken)[e] && (best < 0 || v[e] > v[best])) best = e;
+    }
+    (*taken)[best] = 1;
+    id[j] = static_cast<int32_t>(best);
+    w[j] = v[best];
+  }
+}
+
 }  // namespace
 
 void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
@@ -51,20 +67,8 @@ void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t 
       sum += p[e];
     }
     for (int64_t e = 0; e < num_experts; ++e) p[e] /= sum;
-    std::fill(taken.begin(), taken.end(), 0);
-    int32_t* id = ids + t * top_k;
     float* w = weights + t * top_k;
-    for (int64_t j = 0; j < top_k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < num_experts; ++e) {
-        // Strictly greater: ties keep the lower id. NaN never wins, so a NaN
-        // row still yields k distinct ids (the lowest untaken ones).
-        if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
-      }
-      taken[best] = 1;
-      id[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
-    }
+    SelectTopK(p.data(), num_experts, top_k, &taken, ids + t * top_k, w);
     if (renormalize) {
       float s = 0.0f;
       for (int64_t j = 0; j < top_k; ++j) s += w[j];
@@ -77,19 +81,8 @@ void MoeRouteSoftmaxTopK(const float* logits, int64_t tokens, int64_t num_expert
                          float* weights) {
   std::vector<char> taken(static_cast<size_t>(num_experts));
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* l = logits + t * num_experts;
-    std::fill(taken.begin(), taken.end(), 0);
-    int32_t* id = ids + t * top_k;
     float* w = weights + t * top_k;
-    for (int64_t j = 0; j < top_k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < num_experts; ++e) {
-        if (!taken[e] && (best < 0 || l[e] > l[best])) best = e;  // ties keep the lower id; NaN never wins
-      }
-      taken[best] = 1;
-      id[j] = static_cast<int32_t>(best);
-      w[j] = l[best];
-    }
+    SelectTopK(logits + t * num_experts, num_experts, top_k, &taken, ids + t * top_k, w);
     const float mx = w[0];  // the largest selected logit
     float sum = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) {
