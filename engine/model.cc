@@ -154,6 +154,8 @@ Status Model::BindWeights() {
     if (shard_ && shard_->plan().expert_parallel()) moe_->SetExpertParallel(shard_.get());
   }
   for (const WeightSpec& spec : ExpectedWeights(c)) {
+    // An expert another rank holds: not even read (HF stacked experts are copied out).
+    if (shard_ && spec.IsExpert() && !shard_->plan().HoldsExpert(spec.expert)) continue;
     if (spec.IsMoe() && spec.shape.size() == 1) {  // router and expert biases
       std::shared_ptr<void> v;
       RETURN_IF_ERROR(vec(spec, &v));
