@@ -48,6 +48,9 @@ struct AttentionParams {
   // > 0: each score s = scale * q.k becomes softcap * tanh(s / softcap) before the
   // softmax (Gemma 2's attn_logit_softcapping). Needs CheckOp(kAttentionSoftCap).
   float softcap = 0.0f;
+  // Non-null: [num_q_heads] f32 sink logits, one per q head, in every softmax
+  // denominator (gpt-oss attention sinks). Needs CheckOp(kAttentionSinks).
+  const float* sinks = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* token_to_seq = nullptr;
   const int32_t* block_tables = nullptr;
@@ -59,7 +62,7 @@ struct AttentionParams {
   int64_t max_context = 0;
 };
 
-// The routed experts of one MoE layer, each a SwiGLU FFN. Views may point into
+// The routed experts of one MoE layer, each a gated FFN. Views may point into
 // one stacked tensor (GGUF *_exps); all experts share one dtype and shape.
 struct MoeExpertWeights {
   int64_t num_experts = 0;
@@ -67,17 +70,35 @@ struct MoeExpertWeights {
   int64_t inter = 0;                    // moe_intermediate_size
   std::vector<WeightView> gate, up;     // per expert [inter, hidden]
   std::vector<WeightView> down;         // per expert [hidden, inter]
+  // Per expert biases as f32 [1, inter] / [1, hidden] views (gpt-oss), or empty
+  // vectors: none. They travel with their expert (expert parallelism, EPLB).
+  // Needs CheckOp(kMoeExpertBias).
+  std::vector<WeightView> gate_bias, up_bias, down_bias;
+  // The activation: silu(g) * u, or with swiglu_oai (CheckOp(kSwigluOai))
+  // g' = min(g, limit), u' = clamp(u, -limit, limit), g' * sigmoid(alpha g') * (u' + 1).
+  bool swiglu_oai = false;
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
+  // The 3 projections then the 3 bias tables, for code that moves experts whole.
+  std::vector<std::vector<WeightView>*> Tables() { return {&gate, &up, &down, &gate_bias, &up_bias, &down_bias}; }
 };
 
 // Ops only some architectures need; Model::Load asks Backend::CheckOp for each one
 // its config uses, so a backend without one refuses the model by name at load.
-enum class BackendOp { kGeluTanhMul, kScale, kSoftCap, kAttentionSoftCap };
+enum class BackendOp {
+  kGeluTanhMul, kScale, kSoftCap, kAttentionSoftCap,
+  kAttentionSinks, kMoeSoftmaxTopK, kMoeExpertBias, kSwigluOai, kAdd,
+};
 inline const char* BackendOpName(BackendOp op) {
   switch (op) {
     case BackendOp::kGeluTanhMul: return "GeluTanhMul";
     case BackendOp::kScale: return "Scale";
     case BackendOp::kSoftCap: return "SoftCap";
     case BackendOp::kAttentionSoftCap: return "attention logit soft-capping";
+    case BackendOp::kAttentionSinks: return "attention sinks";
+    case BackendOp::kMoeSoftmaxTopK: return "MoE routing by softmax over the top-k logits";
+    case BackendOp::kMoeExpertBias: return "MoE expert biases";
+    case BackendOp::kSwigluOai: return "clamped SwiGLU (swiglu_limit) expert activation";
+    case BackendOp::kAdd: return "Add";
   }
   return "?";
 }
@@ -146,6 +167,8 @@ class Backend {
   virtual void Scale(float* x, int64_t n, float s) { (void)x, (void)n, (void)s; }
   // x[i] = cap * tanh(x[i] / cap) for i < n (final logit soft-capping).
   virtual void SoftCap(float* x, int64_t n, float cap) { (void)x, (void)n, (void)cap; }
+  // out[i] += x[i] for i < n (an ungated shared expert's output).
+  virtual void Add(float* out, const float* x, int64_t n) { (void)out, (void)x, (void)n; }
 
   // Rotates the first rot_dim dims of each head (rot_dim <= head_dim, even;
   // partial rotary when smaller); cos_sin rows are rot_dim floats (engine/rope.h).
@@ -163,14 +186,17 @@ class Backend {
   // Per token: softmax over `num_experts` router logits (f32), the top_k
   // experts by probability (ties: lower expert id first), written in that
   // order to topk_ids/topk_weights [tokens, top_k]; with `renormalize` the k
-  // weights are divided by their sum. Deterministic and batch-invariant.
+  // weights are divided by their sum. With `softmax_topk` (CheckOp(kMoeSoftmaxTopK))
+  // the top_k logits are chosen instead and the weights are the softmax over
+  // those k only. Deterministic and batch-invariant.
   virtual void MoeRoute(const float* router_logits, int64_t tokens, int64_t num_experts, int64_t top_k,
-                        bool renormalize, int32_t* topk_ids, float* topk_weights) {
-    (void)router_logits, (void)tokens, (void)num_experts, (void)top_k, (void)renormalize, (void)topk_ids,
-        (void)topk_weights;
+                        bool renormalize, bool softmax_topk, int32_t* topk_ids, float* topk_weights) {
+    (void)router_logits, (void)tokens, (void)num_experts, (void)top_k, (void)renormalize, (void)softmax_topk,
+        (void)topk_ids, (void)topk_weights;
   }
   // out[t, :] = sum over j = 0..top_k-1, in that order, of
-  //   topk_weights[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = topk_ids[t, j].
+  //   topk_weights[t, j] * (down_e(act(gate_e x[t] + bg_e, up_e x[t] + bu_e)) + bd_e),  e = topk_ids[t, j]
+  // (act and the optional biases: MoeExpertWeights).
   // A token's result must not depend on which other tokens share its experts
   // (batch invariance): group tokens by expert so each expert's weights are read
   // once per call, but keep every row's arithmetic independent of the group.

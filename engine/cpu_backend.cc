@@ -135,6 +135,7 @@ class CpuBackend final : public Backend {
   }
   void Scale(float* x, int64_t n, float s) override { k::Scale(x, n, s, &pool_); }
   void SoftCap(float* x, int64_t n, float cap) override { k::SoftCap(x, n, cap, &pool_); }
+  void Add(float* out, const float* x, int64_t n) override { k::AddTo(out, x, n, &pool_); }
   void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t x_stride, int64_t rot_dim,
             const int32_t* positions, const float* cos_sin) override {
     k::Rope(x, tokens, heads, head_dim, x_stride, rot_dim, positions, cos_sin, &pool_);
@@ -163,14 +164,19 @@ class CpuBackend final : public Backend {
     a.sliding_window = p.sliding_window;
     a.scale = p.scale;
     a.softcap = p.softcap;
+    a.sinks = p.sinks;
     a.out = out;
     k::PagedAttention(a, &pool_);
   }
 
   Status CheckMoe() const override { return Status::Ok(); }
   void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
-                int32_t* ids, float* weights) override {
-    k::MoeRoute(logits, tokens, num_experts, top_k, renormalize, ids, weights);
+                bool softmax_topk, int32_t* ids, float* weights) override {
+    if (softmax_topk) {
+      k::MoeRouteSoftmaxTopK(logits, tokens, num_experts, top_k, ids, weights);
+    } else {
+      k::MoeRoute(logits, tokens, num_experts, top_k, renormalize, ids, weights);
+    }
   }
   void MoeExperts(const float* x, int64_t tokens, const int32_t* ids, const float* weights, int64_t top_k,
                   const MoeExpertWeights& w, float* out) override {
@@ -197,6 +203,20 @@ class CpuBackend final : public Backend {
     a.gate = moe_ptrs_.data();
     a.up = moe_ptrs_.data() + w.num_experts;
     a.down = moe_ptrs_.data() + 2 * w.num_experts;
+    if (!w.gate_bias.empty()) {
+      moe_bias_.resize(3 * static_cast<size_t>(w.num_experts));
+      for (int64_t e = 0; e < w.num_experts; ++e) {
+        moe_bias_[e] = static_cast<const float*>(w.gate_bias[e].data);
+        moe_bias_[w.num_experts + e] = static_cast<const float*>(w.up_bias[e].data);
+        moe_bias_[2 * w.num_experts + e] = static_cast<const float*>(w.down_bias[e].data);
+      }
+      a.gate_bias = moe_bias_.data();
+      a.up_bias = moe_bias_.data() + w.num_experts;
+      a.down_bias = moe_bias_.data() + 2 * w.num_experts;
+    }
+    a.swiglu_oai = w.swiglu_oai;
+    a.swiglu_alpha = w.swiglu_alpha;
+    a.swiglu_limit = w.swiglu_limit;
     a.out = out;
     k::MoeExperts(a, &moe_scratch_, &pool_);
   }
@@ -214,6 +234,7 @@ class CpuBackend final : public Backend {
   HugePageArena arena_;  // weights; outlives every WeightView handed out
   k::MoeScratch moe_scratch_;           // MoeExperts' buffers, grown to the largest call
   std::vector<const void*> moe_ptrs_;   // MoeExperts' expert matrix pointers
+  std::vector<const float*> moe_bias_;  // MoeExperts' expert bias pointers
 };
 
 }  // namespace

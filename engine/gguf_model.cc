@@ -109,7 +109,7 @@ Status RopeFreqsToScaling(const GgufTensor& t, double base, int64_t head_dim, co
 Status GgufMoeConfig(const GgufContents& g, const Meta& m, const std::string& arch, int64_t layers, json* c) {
   const std::string p = arch + ".";
   ASSIGN_OR_RETURN(int64_t experts, m.Int(p + "expert_count", 0));
-  const bool moe_arch = arch == "qwen2moe" || arch == "qwen3moe";
+  const bool moe_arch = arch == "qwen2moe" || arch == "qwen3moe" || arch == "gpt-oss";
   if (experts == 0 && !moe_arch) return Status::Ok();
   if (experts <= 0 || experts > (1 << 16)) {
     return InvalidArgument(m.label() + ": metadata '" + p + "expert_count' must be in [1, 65536], got " +
@@ -124,6 +124,15 @@ Status GgufMoeConfig(const GgufContents& g, const Meta& m, const std::string& ar
   // not for qwen2moe; expert_weights_norm overrides.
   ASSIGN_OR_RETURN(bool norm, m.Bool(p + "expert_weights_norm", arch != "qwen2moe"));
   (*c)["num_experts_per_tok"] = used;
+  if (arch == "gpt-oss") {  // every layer; each expert is the (expert_)feed_forward_length wide
+    (*c)["num_local_experts"] = experts;
+    ASSIGN_OR_RETURN(int64_t expert_ffn, m.Int(p + "expert_feed_forward_length"));
+    if (expert_ffn <= 0 || expert_ffn > (1 << 24)) {
+      return InvalidArgument(m.label() + ": metadata '" + p + "expert_feed_forward_length' must be in [1, 2^24]");
+    }
+    (*c)["intermediate_size"] = expert_ffn;
+    return Status::Ok();
+  }
   if (arch == "llama") {
     (*c)["architectures"] = {"MixtralForCausalLM"};
     (*c)["num_local_experts"] = experts;
@@ -329,6 +338,7 @@ std::string GgufArchFor(const std::string& model_type) {
   if (model_type == "qwen3_moe" || model_type == "qwen3moe") return "qwen3moe";
   if (model_type == "gemma2") return "gemma2";
   if (model_type == "gemma3" || model_type == "gemma3_text") return "gemma3";
+  if (model_type == "gpt_oss" || model_type == "gpt-oss") return "gpt-oss";
   return "";
 }
 
@@ -352,10 +362,12 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     c["architectures"] = {"Gemma2ForCausalLM"};
   } else if (arch == "gemma3") {
     c["architectures"] = {"Gemma3ForCausalLM"};
+  } else if (arch == "gpt-oss") {
+    c["architectures"] = {"GptOssForCausalLM"};
   } else {
     return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
                          "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, phi3, "
-                         "gemma2, gemma3)");
+                         "gemma2, gemma3, gpt-oss)");
   }
   c["model_type"] = arch;
   const std::string p = arch + ".";
@@ -424,6 +436,9 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
       ASSIGN_OR_RETURN(double bs, m.Num(p + "rope.scaling.yarn_beta_slow", 1.0));
       s["beta_fast"] = bf;
       s["beta_slow"] = bs;
+      // gpt-oss's YaRN does not round the correction range (HF truncate: false; llama.cpp
+      // has no key for it and rounds, a difference only its speed baseline inherits).
+      if (arch == "gpt-oss") s["truncate"] = false;
     }
     c["rope_scaling"] = s;
   } else if (scaling != "none") {
@@ -438,6 +453,7 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   }
   if (arch == "phi3") RETURN_IF_ERROR(GgufPhi3Config(g, m, head_dim > 0 ? head_dim : hidden / heads, ctx, &c));
   ASSIGN_OR_RETURN(int64_t window, m.Int(p + "attention.sliding_window", 0));
+  if (arch == "gpt-oss" && window > 0) c["sliding_window"] = window;  // on even layers (llama.cpp: swa pattern 2)
   if (window > 0 && arch == "llama") {
     // Same weights; window on every layer (Mixtral keeps its architecture).
     if (!c.contains("num_local_experts")) c["architectures"] = {"MistralForCausalLM"};
@@ -516,7 +532,7 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
     if (c.moe.shared_inter > 0) md.emplace_back(p + "expert_shared_feed_forward_length", u32(c.moe.shared_inter));
   }
   for (int64_t w : c.layer_sliding_window) {
-    if (w > 0 && (arch == "llama" || arch == "phi3")) {
+    if (w > 0 && (arch == "llama" || arch == "phi3" || arch == "gpt-oss")) {
       md.emplace_back(p + "attention.sliding_window", u32(w));
       break;
     }
@@ -533,7 +549,7 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
   return md;
 }
 
-std::string GgufTensorName(const WeightSpec& spec) {
+std::string GgufTensorName(const WeightSpec& spec, const std::string& arch) {
   using R = WeightRole;
   const std::string b = "blk." + std::to_string(spec.layer) + ".";
   switch (spec.role) {
@@ -541,7 +557,7 @@ std::string GgufTensorName(const WeightSpec& spec) {
     case R::kLmHead: return "output.weight";
     case R::kFinalNorm: return "output_norm.weight";
     case R::kInputNorm: return b + "attn_norm.weight";
-    case R::kPostNorm: return b + "ffn_norm.weight";
+    case R::kPostNorm: return b + (arch == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight");
     case R::kQNorm: return b + "attn_q_norm.weight";
     case R::kKNorm: return b + "attn_k_norm.weight";
     // Phi-3: q/k/v fused as attn_qkv; gate/up fused as ffn_up ([gate | up] rows).
@@ -569,6 +585,11 @@ std::string GgufTensorName(const WeightSpec& spec) {
     case R::kSharedUp: return b + "ffn_up_shexp.weight";
     case R::kSharedDown: return b + "ffn_down_shexp.weight";
     case R::kSharedExpertGate: return b + "ffn_gate_inp_shexp.weight";
+    case R::kSinks: return b + "attn_sinks.weight";
+    case R::kRouterBias: return b + "ffn_gate_inp.bias";
+    case R::kExpertGateBias: return b + "ffn_gate_exps.bias";  // all experts stacked [E, inter]
+    case R::kExpertUpBias: return b + "ffn_up_exps.bias";
+    case R::kExpertDownBias: return b + "ffn_down_exps.bias";
   }
   return "";
 }
@@ -598,13 +619,17 @@ StatusOr<std::unique_ptr<GgufWeightSource>> GgufWeightSource::Open(const std::st
 }
 
 StatusOr<SourceTensor> GgufWeightSource::Get(const WeightSpec& spec) {
-  const std::string name = GgufTensorName(spec);
+  const std::string name = GgufTensorName(spec, arch_);
   const std::string& path = file_->path();
   const GgufTensor* t = file_->contents().FindTensor(name);
   if (!t) return NotFound(path + ": missing tensor '" + name + "' (for " + spec.name + ")");
   if (spec.IsExpert()) {
-    // One expert's [rows, cols] slice of the stacked [n_expert, rows, cols] tensor.
-    const std::vector<int64_t> want = {config_.moe.num_experts, spec.shape[0], spec.shape[1]};
+    // One expert's [rows, cols] (or bias [rows]) slice of the stacked [n_expert, rows, cols] tensor.
+    std::vector<int64_t> want = {config_.moe.num_experts};
+    want.insert(want.end(), spec.shape.begin(), spec.shape.end());
+    if (spec.shape.size() == 1 && IsQuantized(t->dtype)) {
+      return Unimplemented(path + ": tensor '" + name + "' is quantized; expert biases must be F32, F16 or BF16");
+    }
     if (t->shape() != want) {
       return InvalidArgument(path + ": tensor '" + name + "' has shape " + ShapeStr(t->shape()) + " (ne " +
                              ShapeStr(t->ne) + "), expected " + ShapeStr(want));

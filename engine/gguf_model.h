@@ -44,8 +44,9 @@ std::vector<std::pair<std::string, std::vector<float>>> GgufRopeFactorTensors(co
 // GGUF architecture for an HF model_type ("mistral" -> "llama"); "" if unsupported.
 std::string GgufArchFor(const std::string& model_type);
 
-// llama.cpp tensor name of a weight spec, e.g. "blk.3.attn_q.weight".
-std::string GgufTensorName(const WeightSpec& spec);
+// llama.cpp tensor name of a weight spec, e.g. "blk.3.attn_q.weight", in GGUF
+// architecture `arch` (gpt-oss names the MLP's input norm post_attention_norm).
+std::string GgufTensorName(const WeightSpec& spec, const std::string& arch = "");
 
 // Whether llama.cpp permutes attn_q/attn_k rows for this architecture.
 inline bool GgufPermutesQk(const std::string& arch) { return arch == "llama"; }

@@ -18,6 +18,12 @@ constexpr GgufPreTokenizer kPre[] = {
      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
      false, true, false},
     {"gpt2", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)", false, false, false},
+    // o200k (gpt-oss): tokenizer.json sets ignore_merges; no BOS.
+    {"gpt-4o",
+     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+     R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+     true, false, false},
 };
 
 // The Split regex of a byte-level pre-tokenizer ("" when there is none).
@@ -248,7 +254,7 @@ StatusOr<std::vector<std::pair<std::string, GgufValue>>> GgufTokenizerMetadata(
   const GgufPreTokenizer* pre = FindGgufPreTokenizerByRegex(regex);
   if (!pre) {
     return InvalidArgument(label + ": field 'pre_tokenizer' has a regex with no llama.cpp name (known: "
-                           "llama-bpe, qwen2, gpt2)");
+                           "llama-bpe, qwen2, gpt2, gpt-4o)");
   }
   TokenTable t;
   RETURN_IF_ERROR(t.Fill(tj, model, vocab_size, label, [](const std::string&) -> int32_t { return kGgufTokenNormal; }));

@@ -8,6 +8,7 @@
 
 #include "engine/gguf_model.h"
 #include "engine/safetensors.h"
+#include "engine/stacked_experts.h"
 #include "engine/weight_source.h"
 #include "engine/weight_specs.h"
 
@@ -19,8 +20,10 @@ float* F(const std::shared_ptr<void>& p) { return static_cast<float*>(p.get()); 
 // Safetensors checkpoint directory as a WeightSource.
 class SafetensorsSource : public WeightSource {
  public:
-  explicit SafetensorsSource(std::unique_ptr<WeightStore> store) : store_(std::move(store)) {}
+  SafetensorsSource(std::unique_ptr<WeightStore> store, int64_t num_experts)
+      : store_(std::move(store)), num_experts_(num_experts) {}
   StatusOr<SourceTensor> Get(const WeightSpec& spec) override {
+    if (spec.stacked) return ReadStackedExpert(*store_, spec, num_experts_, &owned_);
     const std::vector<int64_t> s = spec.StoredShape();
     StatusOr<const SafetensorsTensor*> t = s.size() == 1 ? store_->Require(spec.name, {s[0]})
                                                          : store_->Require(spec.name, {s[0], s[1]});
@@ -30,6 +33,8 @@ class SafetensorsSource : public WeightSource {
 
  private:
   std::unique_ptr<WeightStore> store_;
+  const int64_t num_experts_;
+  std::vector<std::unique_ptr<uint8_t[]>> owned_;  // stacked experts' per-expert copies
 };
 
 // The optional backend ops (BackendOp) this config's forward pass calls.
@@ -39,6 +44,7 @@ Status CheckBackendOps(const ModelConfig& c, const Backend& backend) {
   if (c.embedding_scale != 1.0) ops.push_back(BackendOp::kScale);
   if (c.final_logit_softcapping > 0) ops.push_back(BackendOp::kSoftCap);
   if (c.attn_logit_softcapping > 0) ops.push_back(BackendOp::kAttentionSoftCap);
+  if (c.attn_sinks) ops.push_back(BackendOp::kAttentionSinks);
   for (BackendOp op : ops) {
     Status s = backend.CheckOp(op);
     if (!s.ok()) return Unimplemented(c.architecture + " needs the " + BackendOpName(op) + " op: " + s.message());
@@ -69,7 +75,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
         store->Find(kNewPrefix + "embed_tokens.weight") != nullptr) {
       m->config_.weight_prefix = kNewPrefix;
     }
-    m->source_ = std::make_unique<SafetensorsSource>(std::move(store));
+    m->source_ = std::make_unique<SafetensorsSource>(std::move(store), m->config_.moe.num_experts);
   }
   RETURN_IF_ERROR(backend->CheckHeadDim(m->config_.head_dim));
   RETURN_IF_ERROR(CheckBackendOps(m->config_, *backend));
@@ -148,6 +154,14 @@ Status Model::BindWeights() {
     if (shard_ && shard_->plan().expert_parallel()) moe_->SetExpertParallel(shard_.get());
   }
   for (const WeightSpec& spec : ExpectedWeights(c)) {
+    // An expert another rank holds: not even read (HF stacked experts are copied out).
+    if (shard_ && spec.IsExpert() && !shard_->plan().HoldsExpert(spec.expert)) continue;
+    if (spec.IsMoe() && spec.shape.size() == 1) {  // router and expert biases
+      std::shared_ptr<void> v;
+      RETURN_IF_ERROR(vec(spec, &v));
+      if (v) RETURN_IF_ERROR(moe_->BindVector(spec, std::move(v), dir_));
+      continue;
+    }
     if (spec.IsMoe()) {
       WeightView w;
       RETURN_IF_ERROR(matrix(spec, &w));
@@ -181,6 +195,7 @@ Status Model::BindWeights() {
       case R::kGateBias: RETURN_IF_ERROR(vec(spec, &L->gate_bias)); break;
       case R::kUpBias: RETURN_IF_ERROR(vec(spec, &L->up_bias)); break;
       case R::kDownBias: RETURN_IF_ERROR(vec(spec, &L->down_bias)); break;
+      case R::kSinks: RETURN_IF_ERROR(vec(spec, &L->sinks)); break;
       default: return Internal("model: unhandled weight " + spec.name);
     }
   }
@@ -377,6 +392,7 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   const double qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(d);
   p.scale = static_cast<float>(1.0 / std::sqrt(qpas));
   p.softcap = static_cast<float>(c.attn_logit_softcapping);
+  p.sinks = F(L.sinks);
   p.positions = d_positions_;
   p.token_to_seq = d_token_to_seq_;
   p.block_tables = d_block_tables_;

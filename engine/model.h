@@ -30,6 +30,7 @@ struct LayerWeights {
   std::shared_ptr<void> input_norm, post_norm, q_norm, k_norm;
   std::shared_ptr<void> attn_out_norm, ffn_out_norm;  // sandwich norms (Gemma); null otherwise
   std::shared_ptr<void> q_bias, k_bias, v_bias, o_bias, gate_bias, up_bias, down_bias;
+  std::shared_ptr<void> sinks;  // f32 [q heads] attention sink logits (gpt-oss); null otherwise
 };
 
 class Model {

@@ -255,6 +255,83 @@ Status ParseMoe(const json& root, const std::string& label, ModelConfig* c) {
   return Status::Ok();
 }
 
+// layer_types (transformers >= 4.53): per layer "sliding_attention" or "full_attention".
+// *listed is false when the field is absent (the architecture's default pattern applies).
+Status ParseLayerTypes(const json& root, const std::string& label, int64_t layers, std::vector<bool>* sliding,
+                       bool* listed) {
+  sliding->assign(layers, false);
+  auto types = root.find("layer_types");
+  *listed = types != root.end() && !types->is_null();
+  if (!*listed) return Status::Ok();
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != layers) {
+    return InvalidArgument(label + ": field 'layer_types' must list one entry per layer (" + std::to_string(layers) +
+                           ")");
+  }
+  for (int64_t i = 0; i < layers; ++i) {
+    const json& t = (*types)[i];
+    if (t == "sliding_attention") {
+      (*sliding)[i] = true;
+    } else if (t != "full_attention") {
+      return InvalidArgument(label + ": field 'layer_types' entry " + std::to_string(i) + " is " + t.dump() +
+                             " (expected \"sliding_attention\" or \"full_attention\")");
+    }
+  }
+  return Status::Ok();
+}
+
+// --- gpt-oss (transformers' GptOssConfig field names): attention with biases and sinks,
+// sliding (128) and full layers alternating, every layer a top-k MoE whose experts are
+// intermediate_size wide with biases and the clamped SwiGLU.
+Status ParseGptOss(const json& root, const std::string& label, ModelConfig* c) {
+  FieldReader r(root, label);
+  c->qkv_bias = true;
+  RETURN_IF_ERROR(r.Bool("attention_bias", &c->qkv_bias));
+  c->o_bias = c->qkv_bias;
+  c->attn_sinks = true;
+  int64_t window = 128;
+  RETURN_IF_ERROR(r.Int("sliding_window", &window, false));
+  std::vector<bool> sliding;
+  bool listed = false;
+  RETURN_IF_ERROR(ParseLayerTypes(root, label, c->num_layers, &sliding, &listed));
+  for (int64_t i = 0; i < c->num_layers; ++i) {
+    c->layer_sliding_window[i] = (listed ? sliding[i] : i % 2 == 0) ? window : 0;
+  }
+  MoeConfig& m = c->moe;
+  m.num_experts = 128;  // GptOssConfig defaults
+  m.top_k = 4;
+  RETURN_IF_ERROR(r.Int("num_local_experts", &m.num_experts, false));
+  RETURN_IF_ERROR(r.Int("experts_per_token", &m.top_k, false));  // older configs
+  RETURN_IF_ERROR(r.Int("num_experts_per_tok", &m.top_k, false));
+  m.expert_inter = c->intermediate_size;
+  m.norm_topk_prob = true;  // the softmax over the k selected logits sums to 1
+  m.scoring = MoeScoring::kSoftmaxTopK;
+  m.router_bias = true;
+  m.expert_bias = true;
+  m.activation = MoeActivation::kSwigluOai;
+  RETURN_IF_ERROR(r.Double("swiglu_limit", &m.swiglu_limit, false, 0.0));
+  RETURN_IF_ERROR(r.Double("swiglu_alpha", &m.swiglu_alpha, false, 0.0));
+  c->layer_moe.assign(c->num_layers, true);
+  auto q = root.find("quantization_config");
+  if (q != root.end() && !q->is_null()) {
+    const std::string method = q->is_object() && q->contains("quant_method") && (*q)["quant_method"].is_string()
+                                   ? (*q)["quant_method"].get<std::string>()
+                                   : std::string();
+    if (method != "mxfp4") {
+      return Unimplemented(label + ": field 'quantization_config.quant_method' must be \"mxfp4\" for gpt-oss, got " +
+                           (q->is_object() && q->contains("quant_method") ? (*q)["quant_method"].dump() : "none"));
+    }
+  }
+  if (m.top_k > m.num_experts) {
+    return InvalidArgument(label + ": field 'num_experts_per_tok' (" + std::to_string(m.top_k) +
+                           ") must be <= 'num_local_experts' (" + std::to_string(m.num_experts) + ")");
+  }
+  if (m.num_experts > (1 << 16)) {
+    return InvalidArgument(label + ": field 'num_local_experts' must be <= 65536, got " +
+                           std::to_string(m.num_experts));
+  }
+  return Status::Ok();
+}
+
 // --- Gemma 2 / Gemma 3 (transformers' Gemma2Config / Gemma3TextConfig field names).
 
 bool IsGemma(const std::string& a) {
@@ -328,23 +405,10 @@ Status ParseGemma(const json& root, const std::string& label, ModelConfig* c) {
   RETURN_IF_ERROR(r.Int("sliding_window", &window, false));
   // Which layers slide: layer_types when given, else Gemma 2 every other layer from
   // layer 0, Gemma 3 all but every sliding_window_pattern-th.
-  std::vector<bool> sliding(c->num_layers, false);
-  auto types = root.find("layer_types");
-  if (types != root.end() && !types->is_null()) {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->num_layers) {
-      return InvalidArgument(label + ": field 'layer_types' must list one entry per layer (" +
-                             std::to_string(c->num_layers) + ")");
-    }
-    for (int64_t i = 0; i < c->num_layers; ++i) {
-      const json& t = (*types)[i];
-      if (t == "sliding_attention") {
-        sliding[i] = true;
-      } else if (t != "full_attention") {
-        return InvalidArgument(label + ": field 'layer_types' entry " + std::to_string(i) + " is " + t.dump() +
-                               " (expected \"sliding_attention\" or \"full_attention\")");
-      }
-    }
-  } else {
+  std::vector<bool> sliding;
+  bool listed = false;
+  RETURN_IF_ERROR(ParseLayerTypes(root, label, c->num_layers, &sliding, &listed));
+  if (!listed) {
     int64_t pattern = g2 ? 2 : 6;
     if (!g2) RETURN_IF_ERROR(r.Int("sliding_window_pattern", &pattern, false));
     for (int64_t i = 0; i < c->num_layers; ++i) sliding[i] = (i + 1) % pattern != 0;
@@ -373,7 +437,7 @@ const std::vector<std::string>& SupportedArchitectures() {
                                                   "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
                                                   "Qwen3MoeForCausalLM", "Phi3ForCausalLM",
                                                   "Gemma2ForCausalLM",   "Gemma3ForCausalLM",
-                                                  "Gemma3ForConditionalGeneration"};
+                                                  "Gemma3ForConditionalGeneration", "GptOssForCausalLM"};
   return kArchs;
 }
 
@@ -390,7 +454,9 @@ int64_t LayerParameters(const ModelConfig& c, int64_t experts) {
   const int64_t h = c.hidden_size;
   const int64_t attn = h * c.num_q_heads * c.head_dim * 2 + h * c.num_kv_heads * c.head_dim * 2;
   const int64_t moe = h * c.moe.num_experts + experts * 3 * h * c.moe.expert_inter +
-                      3 * h * c.moe.shared_inter + (c.moe.shared_gate ? h : 0);
+                      3 * h * c.moe.shared_inter + (c.moe.shared_gate ? h : 0) +
+                      (c.moe.router_bias ? c.moe.num_experts : 0) +
+                      (c.moe.expert_bias ? experts * (2 * c.moe.expert_inter + h) : 0);
   const int64_t moe_layers = c.num_moe_layers();
   const int64_t norms = (c.sandwich_norms ? 4 : 2) * h;
   return c.num_layers * (attn + norms) + (c.num_layers - moe_layers) * 3 * h * c.intermediate_size +
@@ -561,6 +627,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   c.layer_rope.assign(c.num_layers, 0);
   if (moe) RETURN_IF_ERROR(ParseMoe(root, label, &c));
   if (IsGemma(a)) RETURN_IF_ERROR(ParseGemma(root, label, &c));
+  if (a == "GptOssForCausalLM") RETURN_IF_ERROR(ParseGptOss(root, label, &c));
   return c;
 }
 

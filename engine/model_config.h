@@ -41,6 +41,17 @@ struct RopeScaling {
   std::vector<double> short_factor, long_factor;
 };
 
+// How a token's router logits become its top_k expert ids and weights (engine/moe/).
+enum class MoeScoring {
+  kSoftmax,      // softmax over all experts, then the top_k probabilities (Mixtral, Qwen)
+  kSoftmaxTopK,  // the top_k logits, then a softmax over those k only (gpt-oss)
+};
+// A routed expert's gated activation act(g, u), g = gate x, u = up x.
+enum class MoeActivation {
+  kSilu,       // silu(g) * u
+  kSwigluOai,  // g' = min(g, limit), u' = clamp(u, -limit, limit): g' * sigmoid(alpha g') * (u' + 1) (gpt-oss)
+};
+
 // The routed-expert FFN of MoE layers (engine/moe/). num_experts == 0: dense model.
 struct MoeConfig {
   int64_t num_experts = 0;       // num_local_experts (Mixtral) / num_experts (Qwen)
@@ -49,6 +60,12 @@ struct MoeConfig {
   bool norm_topk_prob = true;    // divide the k softmax weights by their sum
   int64_t shared_inter = 0;      // shared expert width (Qwen2-MoE); 0: none
   bool shared_gate = false;      // shared expert scaled by sigmoid(shared_expert_gate . x)
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  bool router_bias = false;      // router logits = W_r x + b_r (gpt-oss mlp.router.bias)
+  bool expert_bias = false;      // each expert's gate/up/down have biases (gpt-oss)
+  MoeActivation activation = MoeActivation::kSilu;
+  double swiglu_alpha = 1.702;   // kSwigluOai only
+  double swiglu_limit = 7.0;     // kSwigluOai only
 };
 
 struct ModelConfig {
@@ -70,6 +87,9 @@ struct ModelConfig {
   bool o_bias = false;    // bias on o_proj (Llama attention_bias)
   bool mlp_bias = false;  // biases on gate/up/down (Llama mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm on q and k before RoPE (Qwen3)
+  // A learned logit per query head in every softmax denominator (gpt-oss self_attn.sinks):
+  // the head may attend to "nothing" (docs/architecture.md, "Engine").
+  bool attn_sinks = false;
   // Per layer: attention window in tokens (0 = full causal attention).
   std::vector<int64_t> layer_sliding_window;
   MoeConfig moe;

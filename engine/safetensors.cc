@@ -677,7 +677,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
     if (i > 0 && t.name == order[i - 1]->name) return InvalidArgument(what + "duplicate name");
     if (t.name == "__metadata__") return InvalidArgument(what + "name is reserved");
     if (!t.fill) return InvalidArgument(what + "no fill function");
-    uint64_t n = static_cast<uint64_t>(DTypeSize(t.dtype));
+    uint64_t n = t.u8 ? 1 : static_cast<uint64_t>(DTypeSize(t.dtype));
     for (int64_t d : t.shape) {
       if (d < 0) return InvalidArgument(what + "shape " + ShapeStr(t.shape) + " has a negative dimension");
       if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > (1ull << 62)) {
@@ -694,8 +694,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
     if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump() + ",";
     for (size_t i = 0; i < order.size(); ++i) {
       const SafetensorsTensorToWrite& t = *order[i];
-      header +=
-          json(t.name).dump() + ":{\"dtype\":\"" + std::string(SafetensorsName(t.dtype)) + "\",\"shape\":[";
+      const std::string dtype(t.u8 ? "U8" : SafetensorsName(t.dtype));
+      header += json(t.name).dump() + ":{\"dtype\":\"" + dtype + "\",\"shape\":[";
       for (size_t d = 0; d < t.shape.size(); ++d) header += (d ? "," : "") + std::to_string(t.shape[d]);
       header +=
           "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + sizes[i]) + "]},";

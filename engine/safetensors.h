@@ -148,6 +148,9 @@ struct SafetensorsTensorToWrite {
   std::vector<int64_t> shape;
   // Writes exactly numel * DTypeSize(dtype) bytes to dst.
   std::function<void(uint8_t* dst)> fill;
+  // Raw bytes: true writes dtype "U8" (1 byte per element; `dtype` is ignored), as
+  // HF stores MXFP4 blocks and scales.
+  bool u8 = false;
 };
 
 // Writes a safetensors file: tensors laid out sorted by name, header padded

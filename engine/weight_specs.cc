@@ -2,6 +2,35 @@
 
 namespace tessera {
 
+namespace {
+
+// gpt-oss: mlp.router.{weight,bias}; the experts stacked per layer, gate and up
+// interleaved by rows in gate_up_proj (gate = even rows), each with its bias.
+void AddGptOssMoe(const ModelConfig& c, int64_t layer, const std::string& p, std::vector<WeightSpec>* w) {
+  using R = WeightRole;
+  const int64_t h = c.hidden_size, ei = c.moe.expert_inter, e_n = c.moe.num_experts;
+  w->push_back({p + "mlp.router.weight", {e_n, h}, R::kRouter, layer});
+  w->push_back({p + "mlp.router.bias", {e_n}, R::kRouterBias, layer});
+  const std::string x = p + "mlp.experts.";
+  for (int64_t e = 0; e < e_n; ++e) {
+    auto part = [&](const std::string& name, std::vector<int64_t> shape, R role, int64_t offset, int64_t stored,
+                    int64_t step) {
+      WeightSpec s{x + name, std::move(shape), role, layer, e, offset, stored};
+      s.stacked = true;
+      s.row_step = step;
+      w->push_back(std::move(s));
+    };
+    part("gate_up_proj", {ei, h}, R::kExpertGate, 0, 2 * ei, 2);
+    part("gate_up_proj", {ei, h}, R::kExpertUp, 1, 2 * ei, 2);
+    part("down_proj", {h, ei}, R::kExpertDown, 0, h, 1);
+    part("gate_up_proj_bias", {ei}, R::kExpertGateBias, 0, 2 * ei, 2);
+    part("gate_up_proj_bias", {ei}, R::kExpertUpBias, 1, 2 * ei, 2);
+    part("down_proj_bias", {h}, R::kExpertDownBias, 0, h, 1);
+  }
+}
+
+}  // namespace
+
 std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
   const int64_t h = c.hidden_size, d = c.head_dim, inter = c.intermediate_size;
   const int64_t q_out = c.num_q_heads * d, kv_out = c.num_kv_heads * d;
@@ -36,6 +65,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("self_attn.v_proj.bias", {kv_out}, R::kVBias);
     }
     if (c.o_bias) add("self_attn.o_proj.bias", {h}, R::kOBias);
+    if (c.attn_sinks) add("self_attn.sinks", {c.num_q_heads}, R::kSinks);
     if (c.qk_norm) {
       add("self_attn.q_norm.weight", {d}, R::kQNorm);
       add("self_attn.k_norm.weight", {d}, R::kKNorm);
@@ -46,6 +76,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("post_feedforward_layernorm.weight", {h}, R::kFfnOutNorm);
     } else {
       add("post_attention_layernorm.weight", {h}, R::kPostNorm);
+    }
+    if (c.layer_moe[i] && c.architecture == "GptOssForCausalLM") {
+      AddGptOssMoe(c, i, p, &w);
+      continue;
     }
     if (c.layer_moe[i]) {
       const MoeConfig& m = c.moe;

@@ -23,6 +23,9 @@ enum class WeightRole {
   // down [h, inter]; shared expert gate/up/down; shared expert gate [1, h].
   kRouter, kExpertGate, kExpertUp, kExpertDown,
   kSharedGate, kSharedUp, kSharedDown, kSharedExpertGate,
+  // gpt-oss: per query head attention sink logits [heads]; router bias [E]; per expert
+  // gate/up bias [inter] and down bias [hidden].
+  kSinks, kRouterBias, kExpertGateBias, kExpertUpBias, kExpertDownBias,
 };
 
 struct WeightSpec {
@@ -37,15 +40,36 @@ struct WeightSpec {
   // row-major matrix are contiguous bytes, so a part is a zero-copy view.
   int64_t row_offset = 0;
   int64_t stored_rows = 0;
+  // HF experts stacked in one tensor per layer (gpt-oss `mlp.experts.gate_up_proj`):
+  // `name` holds every expert, [E, ...]; this expert's rows are row_offset,
+  // row_offset + row_step, ... of its [stored_rows, cols] slice (gate and up
+  // interleave: step 2). A dense stacked tensor stores each slice transposed
+  // ([cols, stored_rows], x @ W); MXFP4 ones are name + "_blocks" / "_scales"
+  // (engine/mxfp4_repack.h). Read through a copy, never a view.
+  bool stacked = false;
+  int64_t row_step = 1;
   std::vector<int64_t> StoredShape() const {
-    return stored_rows > 0 ? std::vector<int64_t>{stored_rows, shape[1]} : shape;
+    if (stored_rows == 0) return shape;
+    return shape.size() == 1 ? std::vector<int64_t>{stored_rows} : std::vector<int64_t>{stored_rows, shape[1]};
   }
   bool IsNorm() const {
     return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
            role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm ||
            role == WeightRole::kAttnOutNorm || role == WeightRole::kFfnOutNorm;
   }
-  bool IsMoe() const { return role >= WeightRole::kRouter; }
+  // Weights MoeBlock binds (engine/moe/).
+  bool IsMoe() const {
+    switch (role) {
+      case WeightRole::kRouter: case WeightRole::kRouterBias:
+      case WeightRole::kExpertGate: case WeightRole::kExpertUp: case WeightRole::kExpertDown:
+      case WeightRole::kExpertGateBias: case WeightRole::kExpertUpBias: case WeightRole::kExpertDownBias:
+      case WeightRole::kSharedGate: case WeightRole::kSharedUp: case WeightRole::kSharedDown:
+      case WeightRole::kSharedExpertGate:
+        return true;
+      default:
+        return false;
+    }
+  }
   bool IsExpert() const { return expert >= 0; }
   bool IsBias() const {
     return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias ||

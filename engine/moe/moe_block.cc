@@ -14,6 +14,15 @@ float* F(const std::shared_ptr<void>& p) { return static_cast<float*>(p.get()); 
 StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const ModelConfig& c, Backend* backend) {
   if (!c.is_moe()) return InvalidArgument("moe: " + c.architecture + " has no MoE layers");
   RETURN_IF_ERROR(backend->CheckMoe());
+  std::vector<BackendOp> ops;
+  if (c.moe.scoring == MoeScoring::kSoftmaxTopK) ops.push_back(BackendOp::kMoeSoftmaxTopK);
+  if (c.moe.expert_bias) ops.push_back(BackendOp::kMoeExpertBias);
+  if (c.moe.activation == MoeActivation::kSwigluOai) ops.push_back(BackendOp::kSwigluOai);
+  if (c.moe.shared_inter > 0 && !c.moe.shared_gate) ops.push_back(BackendOp::kAdd);
+  for (BackendOp op : ops) {
+    Status s = backend->CheckOp(op);
+    if (!s.ok()) return Unimplemented(c.architecture + " needs the " + BackendOpName(op) + " op: " + s.message());
+  }
   auto b = std::unique_ptr<MoeBlock>(new MoeBlock());
   b->config_ = c;
   b->backend_ = backend;
@@ -32,10 +41,42 @@ StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const ModelConfig& c, Backe
     x.gate.resize(x.num_experts);
     x.up.resize(x.num_experts);
     x.down.resize(x.num_experts);
+    if (c.moe.expert_bias) {
+      x.gate_bias.resize(x.num_experts);
+      x.up_bias.resize(x.num_experts);
+      x.down_bias.resize(x.num_experts);
+    }
+    x.swiglu_oai = c.moe.activation == MoeActivation::kSwigluOai;
+    x.swiglu_alpha = static_cast<float>(c.moe.swiglu_alpha);
+    x.swiglu_limit = static_cast<float>(c.moe.swiglu_limit);
   }
   const int64_t count_bytes = static_cast<int64_t>(b->moe_layers_.size()) * c.moe.num_experts * 8;
   ASSIGN_OR_RETURN(b->counts_, backend->Allocate(count_bytes));  // zeroed
   return b;
+}
+
+Status MoeBlock::BindVector(const WeightSpec& spec, std::shared_ptr<void> data, const std::string& file) {
+  if (spec.layer < 0 || spec.layer >= config_.num_layers || moe_index_[spec.layer] < 0 ||
+      (spec.IsExpert() && spec.expert >= config_.moe.num_experts)) {
+    return InvalidArgument(file + ": tensor '" + spec.name + "' belongs to no MoE layer or expert");
+  }
+  MoeLayerWeights& L = weights_[moe_index_[spec.layer]];
+  const WeightView v{data.get(), DType::kF32, 1, spec.shape[0]};
+  using R = WeightRole;
+  const bool expert_bias =
+      spec.role == R::kExpertGateBias || spec.role == R::kExpertUpBias || spec.role == R::kExpertDownBias;
+  if (expert_bias && !config_.moe.expert_bias) {
+    return InvalidArgument(file + ": tensor '" + spec.name + "': the config has no expert biases");
+  }
+  switch (spec.role) {
+    case R::kRouterBias: L.router_bias = data; break;
+    case R::kExpertGateBias: L.experts.gate_bias[spec.expert] = v; break;
+    case R::kExpertUpBias: L.experts.up_bias[spec.expert] = v; break;
+    case R::kExpertDownBias: L.experts.down_bias[spec.expert] = v; break;
+    default: return InvalidArgument(file + ": tensor '" + spec.name + "' is not an MoE vector");
+  }
+  vectors_.push_back(std::move(data));
+  return Status::Ok();
 }
 
 Status MoeBlock::Bind(const WeightSpec& spec, const WeightView& w, const std::string& file) {
@@ -85,10 +126,15 @@ void MoeBlock::BuildLocal() {
     MoeExpertWeights x;
     x.hidden = all.hidden;
     x.inter = all.inter;
+    x.swiglu_oai = all.swiglu_oai;
+    x.swiglu_alpha = all.swiglu_alpha;
+    x.swiglu_limit = all.swiglu_limit;
+    MoeExpertWeights& src = weights_[i].experts;
+    const std::vector<std::vector<WeightView>*> from = src.Tables(), to = x.Tables();
     for (int64_t e : ep_->SlotExperts(static_cast<int64_t>(i))) {
-      x.gate.push_back(all.gate[e]);
-      x.up.push_back(all.up[e]);
-      x.down.push_back(all.down[e]);
+      for (size_t k = 0; k < from.size(); ++k) {
+        if (!from[k]->empty()) to[k]->push_back((*from[k])[e]);
+      }
     }
     x.num_experts = static_cast<int64_t>(x.gate.size());
     local_.push_back(std::move(x));
@@ -101,10 +147,10 @@ Status MoeBlock::Validate() {
   for (size_t i = 0; i < weights_.size(); ++i) {
     const MoeLayerWeights& L = weights_[i];
     const std::string where = "moe layer " + std::to_string(moe_layers_[i]);
-    bool missing = L.router.empty();
-    const MoeExpertWeights& held = ep_ ? local_[i] : L.experts;
-    for (int64_t e = 0; e < held.num_experts; ++e) {
-      missing |= held.gate[e].empty() || held.up[e].empty() || held.down[e].empty();
+    bool missing = L.router.empty() || (m.router_bias && !L.router_bias);
+    MoeExpertWeights& held = ep_ ? local_[i] : weights_[i].experts;
+    for (const std::vector<WeightView>* table : held.Tables()) {
+      for (const WeightView& v : *table) missing |= v.empty();
     }
     missing |= m.shared_inter > 0 && (L.shared_gate.empty() || L.shared_up.empty() || L.shared_down.empty());
     missing |= m.shared_gate && L.shared_expert_gate.empty();
@@ -143,8 +189,9 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
   auto* ids = static_cast<int32_t*>(ws_.ids.get());
   Backend& b = *backend_;
   if (t > 0) {
-    b.Linear(x, t, L.router, nullptr, F(ws_.logits), m.num_experts);
-    b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, ids, F(ws_.weights));
+    b.Linear(x, t, L.router, F(L.router_bias), F(ws_.logits), m.num_experts);
+    b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, m.scoring == MoeScoring::kSoftmaxTopK,
+               ids, F(ws_.weights));
     b.MoeCountExperts(ids, t * m.top_k, m.num_experts, static_cast<int64_t*>(counts_.get()) + idx * m.num_experts);
   }
   if (ep_) {
@@ -162,13 +209,17 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
   if (m.shared_gate) {
     b.Linear(x, t, L.shared_expert_gate, nullptr, F(ws_.gate_logit), 1);
     b.SigmoidGateAdd(out, F(ws_.shared_out), F(ws_.gate_logit), t, h);
+  } else {
+    b.Add(out, F(ws_.shared_out), t * h);  // a shared expert without a gate (DeepSeek): a plain add
   }
 }
 
 int64_t MoeBlock::expert_bytes() const {
   if (weights_.empty()) return 0;
-  const MoeExpertWeights& x = ep_ ? local_[0] : weights_[0].experts;
-  return x.gate[0].bytes() + x.up[0].bytes() + x.down[0].bytes();
+  MoeExpertWeights x = ep_ ? local_[0] : weights_[0].experts;
+  int64_t bytes = 0;
+  for (const std::vector<WeightView>* table : x.Tables()) bytes += table->empty() ? 0 : (*table)[0].bytes();
+  return bytes;
 }
 
 StatusOr<ExpertLoad> MoeBlock::ReadExpertLoad() const {

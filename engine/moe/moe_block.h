@@ -1,11 +1,14 @@
-// MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE and Qwen3-MoE
+// MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss
 // (docs/architecture.md, "Engine"), run by Model in place of the dense SwiGLU on the layers
 // ModelConfig::layer_moe marks:
 //
-//   logits = router x                        [tokens, E]
+//   logits = router x (+ router bias)        [tokens, E]
 //   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob)
-//   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order
+//            or softmax over the top-k logits (MoeScoring::kSoftmaxTopK, gpt-oss)
+//   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order;
+//            an expert may carry gate/up/down biases and the clamped SwiGLU (MoeConfig)
 //   out   += sigmoid(shared_gate . x) * shared_expert(x)      (Qwen2-MoE)
+//   out   += shared_expert(x)                                 (a shared expert without a gate)
 //
 // Every op is per-token (Backend::MoeExperts groups tokens by expert but keeps
 // each row's arithmetic independent of the group), so batch invariance holds
@@ -29,6 +32,7 @@ class ModelShard;
 
 struct MoeLayerWeights {
   WeightView router;  // [num_experts, hidden]
+  std::shared_ptr<void> router_bias;  // f32 [num_experts] in backend memory; null without
   MoeExpertWeights experts;
   WeightView shared_gate, shared_up, shared_down;  // empty without a shared expert
   WeightView shared_expert_gate;                   // [1, hidden]; empty without the sigmoid gate
@@ -41,6 +45,9 @@ class MoeBlock {
 
   // Records one uploaded MoE weight (spec.IsMoe()). `file` names its source in errors.
   Status Bind(const WeightSpec& spec, const WeightView& weight, const std::string& file);
+  // Records one MoE vector (router or expert bias) converted to f32 in backend
+  // memory; the block keeps `data` alive.
+  Status BindVector(const WeightSpec& spec, std::shared_ptr<void> data, const std::string& file);
   // Expert parallelism: only the shard's experts are bound, and Forward sends
   // tokens to the other ranks' experts through it. Call before Bind.
   void SetExpertParallel(parallel::ModelShard* shard) { ep_ = shard; }
@@ -54,7 +61,7 @@ class MoeBlock {
   // parallelism tokens may be 0 (a rank with no sequences still takes part).
   void Forward(int64_t layer, const float* x, int64_t tokens, float* out);
 
-  // Bytes of one routed expert (gate + up + down) as stored on the backend.
+  // Bytes of one routed expert (gate + up + down, and its biases) as stored on the backend.
   int64_t expert_bytes() const;
   int64_t num_moe_layers() const { return static_cast<int64_t>(moe_layers_.size()); }
 
@@ -78,6 +85,7 @@ class MoeBlock {
   parallel::ModelShard* ep_ = nullptr;    // not owned; null without expert parallelism
   std::vector<MoeExpertWeights> local_;   // per MoE layer: this rank's slots' experts (EP)
   std::shared_ptr<void> counts_;        // int64 [moe layers, num_experts], backend memory
+  std::vector<std::shared_ptr<void>> vectors_;  // expert biases' memory (BindVector)
   struct Workspace {
     int64_t capacity = 0;
     std::shared_ptr<void> logits, ids, weights, shared_gate_up, shared_act, shared_out, gate_logit;

@@ -5,6 +5,7 @@
 //   s_j  = dot(q, k_j): one 8-lane FMA accumulator over head_dim, Hsum tree, scalar
 //          FMA tail (4 keys at a time via Hsum4, leftovers one by one: same value);
 //   s_j *= scale;  m = max_j s_j;  e_j = Exp(s_j - m);  sum = 8-lane sum over j, Hsum;
+//   with sinks: m = max(m, S_h), then sum += Exp(S_h - m);
 //   out[d] = (sum_j e_j * v_j[d], FMA in increasing j) / sum.
 // Cost per item ~ 2 * keys * head_dim FMAs; K/V rows are read through the block table.
 #include <immintrin.h>
@@ -75,7 +76,7 @@ float Dot1(const float* q, const float* k, int64_t hd) {
 // s = softcap * Tanh(s / softcap) (the [n, npad) padding lanes run through it too and
 // are then overwritten); m = max; e = Exp(s - m) with the padding up to npad at
 // -inf -> 0; returns sum(e) (8 lanes over j, Hsum tree).
-float Softmax(float* sc, int64_t n, int64_t npad, float scale, float softcap) {
+float Softmax(float* sc, int64_t n, int64_t npad, float scale, float softcap, const float* sink) {
   const __m256 sv = _mm256_set1_ps(scale);
   const int64_t n8 = n & ~int64_t{7};
   int64_t j = 0;
@@ -92,14 +93,18 @@ float Softmax(float* sc, int64_t n, int64_t npad, float scale, float softcap) {
   for (j = n; j < npad; ++j) sc[j] = -std::numeric_limits<float>::infinity();
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (j = 0; j < npad; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + j));
-  const __m256 m = _mm256_set1_ps(avx2::HmaxPs(mv));
+  const float mx = avx2::HmaxPs(mv);
+  const __m256 m = _mm256_set1_ps(sink != nullptr ? std::max(mx, *sink) : mx);
   __m256 sum = _mm256_setzero_ps();
   for (j = 0; j < npad; j += 8) {
     const __m256 e = avx2::Exp(_mm256_sub_ps(_mm256_loadu_ps(sc + j), m));
     _mm256_storeu_ps(sc + j, e);
     sum = _mm256_add_ps(sum, e);
   }
-  return avx2::Hsum(sum);
+  const float keys = avx2::Hsum(sum);
+  if (sink == nullptr) return keys;
+  // The sink's e^(S - m), through the same vector Exp as the keys, after their sum.
+  return keys + _mm256_cvtss_f32(avx2::Exp(_mm256_sub_ps(_mm256_set1_ps(*sink), m)));
 }
 
 // For H heads (scores lde apart, running sums ldacc apart): acc_h[d0 .. d0 + 8*NV) +=
@@ -204,7 +209,9 @@ void AttentionItemsAvx2(const PagedAttentionArgs& a, int64_t begin, int64_t end)
     }
     if (t_sums.size() < static_cast<size_t>(g_count)) t_sums.resize(g_count);
     float* sum = t_sums.data();
-    for (int64_t g = 0; g < g_count; ++g) sum[g] = Softmax(sc + g * npad, n, npad, a.scale, a.softcap);
+    for (int64_t g = 0; g < g_count; ++g) {
+      sum[g] = Softmax(sc + g * npad, n, npad, a.scale, a.softcap, a.sinks ? a.sinks + h0 + g : nullptr);
+    }
 
     std::fill(acc, acc + g_count * hd, 0.0f);
     for (int64_t j0 = 0; j0 < n; j0 += kKeyBlock) {

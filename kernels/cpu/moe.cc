@@ -35,6 +35,22 @@ struct Tile {
   int64_t r0, r1;
 };
 
+// The k largest of v[0..n) in descending order to id/w, ties to the lower index;
+// `taken` is n bytes of scratch. Strictly greater wins, so NaN never does and a NaN
+// row still yields k distinct ids (the lowest untaken ones).
+void SelectTopK(const float* v, int64_t n, int64_t k, std::vector<char>* taken, int32_t* id, float* w) {
+  std::fill(taken->begin(), taken->end(), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      if (!(*taken)[e] && (best < 0 || v[e] > v[best])) best = e;
+    }
+    (*taken)[best] = 1;
+    id[j] = static_cast<int32_t>(best);
+    w[j] = v[best];
+  }
+}
+
 }  // namespace
 
 void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
@@ -51,26 +67,53 @@ void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t 
       sum += p[e];
     }
     for (int64_t e = 0; e < num_experts; ++e) p[e] /= sum;
-    std::fill(taken.begin(), taken.end(), 0);
-    int32_t* id = ids + t * top_k;
     float* w = weights + t * top_k;
-    for (int64_t j = 0; j < top_k; ++j) {
-      int64_t best = -1;
-      for (int64_t e = 0; e < num_experts; ++e) {
-        // Strictly greater: ties keep the lower id. NaN never wins, so a NaN
-        // row still yields k distinct ids (the lowest untaken ones).
-        if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
-      }
-      taken[best] = 1;
-      id[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
-    }
+    SelectTopK(p.data(), num_experts, top_k, &taken, ids + t * top_k, w);
     if (renormalize) {
       float s = 0.0f;
       for (int64_t j = 0; j < top_k; ++j) s += w[j];
       for (int64_t j = 0; j < top_k; ++j) w[j] /= s;
     }
   }
+}
+
+void MoeRouteSoftmaxTopK(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, int32_t* ids,
+                         float* weights) {
+  std::vector<char> taken(static_cast<size_t>(num_experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* w = weights + t * top_k;
+    SelectTopK(logits + t * num_experts, num_experts, top_k, &taken, ids + t * top_k, w);
+    const float mx = w[0];  // the largest selected logit
+    float sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      w[j] = std::exp(w[j] - mx);
+      sum += w[j];
+    }
+    for (int64_t j = 0; j < top_k; ++j) w[j] /= sum;
+  }
+}
+
+void AddTo(float* out, const float* x, int64_t n, ThreadPool* pool) {
+  ForRange(pool, (n + 4095) / 4096, n >= kMinParallelUnits, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * 4096; i < std::min(n, e * 4096); ++i) out[i] += x[i];
+  });
+}
+
+void SwigluOaiMul(const float* gate_up, int64_t rows, int64_t inter, float alpha, float limit, float* out,
+                  ThreadPool* pool) {
+  ForRange(pool, rows, rows * inter >= kMinParallelUnits, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* gr = gate_up + r * 2 * inter;
+      const float* ur = gr + inter;
+      float* o = out + r * inter;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float g = std::min(gr[i], limit);
+        const float u = std::clamp(ur[i], -limit, limit);
+        const float glu = g * (1.0f / (1.0f + std::exp(-(alpha * g))));
+        o[i] = (u + 1.0f) * glu;
+      }
+    }
+  });
 }
 
 void MoeCountExperts(const int32_t* ids, int64_t n, int64_t num_experts, int64_t* counts) {
@@ -152,11 +195,17 @@ void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
       const bool gate = t.which == 0;
       const auto* w = static_cast<const uint8_t*>(gate ? a.gate[t.e] : a.up[t.e]);
       const DType type = gate ? a.gate_dtype : a.up_dtype;
-      Linear(xg + off * h, m, h, w + t.r0 * (gate ? gate_row_bytes : up_row_bytes), type, t.r1 - t.r0, nullptr,
+      const float* const* biases = gate ? a.gate_bias : a.up_bias;
+      const float* bias = biases != nullptr ? biases[t.e] + t.r0 : nullptr;
+      Linear(xg + off * h, m, h, w + t.r0 * (gate ? gate_row_bytes : up_row_bytes), type, t.r1 - t.r0, bias,
              gu + off * 2 * inter + t.which * inter + t.r0, 2 * inter, nullptr);
     }
   });
-  SiluMul(gu, n, inter, act, pool);
+  if (a.swiglu_oai) {
+    SwigluOaiMul(gu, n, inter, a.swiglu_alpha, a.swiglu_limit, act, pool);
+  } else {
+    SiluMul(gu, n, inter, act, pool);
+  }
 
   // Down projections: tiles of each active expert's [hidden, inter] matrix.
   tiles.clear();
@@ -175,7 +224,8 @@ void MoeExperts(const MoeExpertsArgs& a, MoeScratch* s, ThreadPool* pool) {
       const Tile& t = tiles[i];
       const int64_t off = s->offsets[t.e], m = s->offsets[t.e + 1] - off;
       const auto* w = static_cast<const uint8_t*>(a.down[t.e]);
-      Linear(act + off * inter, m, inter, w + t.r0 * down_row_bytes, a.down_dtype, t.r1 - t.r0, nullptr,
+      const float* bias = a.down_bias != nullptr ? a.down_bias[t.e] + t.r0 : nullptr;
+      Linear(act + off * inter, m, inter, w + t.r0 * down_row_bytes, a.down_dtype, t.r1 - t.r0, bias,
              y + off * h + t.r0, h, nullptr);
     }
   });

@@ -20,12 +20,27 @@ namespace tessera::kernels::cpu {
 void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
               int32_t* ids, float* weights);
 
+// Per token t: the top_k logits (ties to the lower expert id), in descending
+// order, to ids [tokens, top_k]; weights = their softmax over those k only
+// (max subtracted, exp and sum in slot order), as gpt-oss routes.
+void MoeRouteSoftmaxTopK(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, int32_t* ids,
+                         float* weights);
+
 // counts[e] += number of entries of ids[0..n) equal to e (ids in [0, num_experts)).
 void MoeCountExperts(const int32_t* ids, int64_t n, int64_t num_experts, int64_t* counts);
 
 // out[r, :] += sigmoid(gate_logits[r]) * shared[r, :]   (rows x dim).
 void SigmoidGateAdd(float* out, const float* shared, const float* gate_logits, int64_t rows, int64_t dim,
                     ThreadPool* pool);
+
+// out[i] += x[i], i < n. Elementwise: any split gives the same values.
+void AddTo(float* out, const float* x, int64_t n, ThreadPool* pool);
+
+// gpt-oss's clamped SwiGLU: per row r and i < inter, g = min(gate_up[r, i], limit),
+// u = clamp(gate_up[r, inter + i], -limit, limit),
+// out[r, i] = (u + 1) * (g * (1 / (1 + exp(-alpha g)))), in that order (libm exp; rows independent).
+void SwigluOaiMul(const float* gate_up, int64_t rows, int64_t inter, float alpha, float limit, float* out,
+                  ThreadPool* pool);
 
 struct MoeExpertsArgs {
   const float* x = nullptr;  // [tokens, hidden]
@@ -38,6 +53,13 @@ struct MoeExpertsArgs {
   const void* const* gate = nullptr;     // per expert [inter, hidden]
   const void* const* up = nullptr;       // per expert [inter, hidden]
   const void* const* down = nullptr;     // per expert [hidden, inter]
+  // Optional per expert f32 biases [inter] / [inter] / [hidden]: null arrays mean none.
+  const float* const* gate_bias = nullptr;
+  const float* const* up_bias = nullptr;
+  const float* const* down_bias = nullptr;
+  // act(g, u) = silu(g) * u, or SwigluOaiMul's with swiglu_oai.
+  bool swiglu_oai = false;
+  float swiglu_alpha = 0.0f, swiglu_limit = 0.0f;
   float* out = nullptr;                  // [tokens, hidden], overwritten
 };
 
@@ -48,7 +70,9 @@ struct MoeScratch {
 };
 
 // out[t, :] = sum over j = 0..top_k-1, in that order, of
-//   w[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]),  e = ids[t, j].
+//   w[t, j] * (down_e(act(gate_e x[t] + bg_e, up_e x[t] + bu_e)) + bd_e),  e = ids[t, j]
+// (biases inside Linear, the down bias before the weight, so expert parallelism,
+// which combines unweighted y rows, keeps the same sums).
 // Tokens are grouped by expert, so each chosen expert's matrices stream from
 // memory once per call for all its tokens; the per-expert products run as
 // Linear (ops.h) on column tiles spread over the pool, so both threads work

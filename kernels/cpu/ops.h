@@ -136,6 +136,10 @@ struct PagedAttentionArgs {
   float scale = 1.0f;                       // applied to q.k
   // > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax.
   float softcap = 0.0f;
+  // Non-null: one logit S_h per q head joins every softmax denominator without a
+  // value (gpt-oss attention sinks): m = max(max_j s_j, S_h), out = sum_j e^(s_j - m) v_j /
+  // (sum_j e^(s_j - m) + e^(S_h - m)); the sink term is added after the keys' sum.
+  const float* sinks = nullptr;             // [q_heads]
   float* out = nullptr;                     // [tokens, q_heads, head_dim] dense
 };
 // Causal softmax attention per (token, head), exact f32 softmax with max subtraction.

@@ -179,11 +179,14 @@ void AttentionItemsScalar(const PagedAttentionArgs& a, int64_t begin, int64_t en
       if (a.softcap > 0.0f) sc[j] = a.softcap * std::tanh(sc[j] / a.softcap);
       mx = std::max(mx, sc[j]);
     }
+    const float sink = a.sinks != nullptr ? a.sinks[h] : 0.0f;
+    if (a.sinks != nullptr) mx = std::max(mx, sink);
     float sum = 0.0f;
     for (int64_t j = 0; j < n; ++j) {
       sc[j] = std::exp(sc[j] - mx);
       sum += sc[j];
     }
+    if (a.sinks != nullptr) sum += std::exp(sink - mx);
     std::fill(out, out + hd, 0.0f);
     for (int64_t j = 0; j < n; ++j) {
       const float* v = a.v_cache + slot(lo + j);

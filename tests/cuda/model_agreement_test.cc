@@ -314,6 +314,19 @@ TEST_F(ModelAgreementTest, UnsupportedHeadDimIsRefusedAtLoad) {
   EXPECT_NE(m.status().ToString().find("head_dim 16"), std::string::npos) << m.status().ToString();
 }
 
+// gpt-oss needs ops without CUDA kernels yet (attention sinks first): refused by name, never
+// run without them.
+TEST_F(ModelAgreementTest, GptOssIsRefusedNamingTheMissingOp) {
+  testing::TempDir dir;
+  testing::MakeTinyModel(dir.path(), "gpt_oss", DType::kBF16, {"vocab_size=32768", "head_dim=64"});
+  StatusOr<std::unique_ptr<Backend>> b = MakeCudaBackend(CudaBackendOptions{});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  StatusOr<std::unique_ptr<Model>> m = Model::Load(dir.path(), b->get());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().ToString().find("GptOssForCausalLM needs the attention sinks op"), std::string::npos)
+      << m.status().ToString();
+}
+
 TEST(GraphBatchSizesTest, CappedByMaxNumSeqsWhichIsAlwaysCaptured) {
   EXPECT_EQ(Model::GraphBatchSizes(1), (std::vector<int64_t>{1}));
   EXPECT_EQ(Model::GraphBatchSizes(5), (std::vector<int64_t>{1, 2, 4, 5}));

@@ -36,7 +36,7 @@ ATTENTION_OF = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"
 # --------------------------------------------------------------------------- safetensors
 
 _NP_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
-              "F64": np.dtype("<f8")}
+              "F64": np.dtype("<f8"), "U8": np.dtype("u1")}  # U8: MXFP4 blocks/scales (gpt-oss)
 
 
 def read_safetensors(path):

@@ -268,6 +268,26 @@ class Oracle:
         return None
 
 
+def hf_mxfp4(gguf):
+    """HF's MXFP4 (gpt-oss *_blocks / *_scales, decoded as reference_gptoss.py reads
+    transformers' layout) repacked into ggml blocks as llama.cpp's converter does (low
+    nibbles elements 0..15, high 16..31, the E8M0 byte first): gguf-py decodes the same
+    numbers, so HF and GGUF experts are one set of weights."""
+    import reference_gptoss  # noqa: E402 - this folder's gpt-oss reference
+    rng = np.random.default_rng(5)
+    blocks = rng.integers(0, 256, size=(3, 7, 16), dtype=np.uint8)
+    scales = rng.integers(100, 150, size=(3, 7), dtype=np.uint8)
+    scales[0, 0], scales[0, 1] = 0, 160  # the smallest exponent (f32 subnormals) and a large one
+    want = reference_gptoss.dequant_mxfp4(blocks, scales)  # [3, 7 * 32]
+    elems = np.empty(blocks.shape[:-1] + (32,), dtype=np.uint8)
+    elems[..., 0::2], elems[..., 1::2] = blocks & 0x0F, blocks >> 4
+    ggml = np.concatenate([scales[..., None], elems[..., :16] | (elems[..., 16:] << 4)], axis=-1)
+    got = gguf.quants.dequantize(ggml.reshape(3, 7 * 17), gguf.GGMLQuantizationType.MXFP4)
+    if got.shape != want.shape or not np.array_equal(got.astype(np.float64), want):
+        return f"gguf-py decodes the repacked blocks differently (max diff {np.nanmax(np.abs(got - want)):.3g})"
+    return None
+
+
 def find_gguf_py():
     candidates = [os.environ.get("TESSERA_GGUF_PY", ""), os.path.join(REPO, ".deps", "llama.cpp", "src", "gguf-py"),
                   os.path.expanduser("~/.cache/tessera/llama.cpp/src/gguf-py")]
@@ -301,6 +321,7 @@ def main():
         wide = ["--set", "hidden_size=256", "--set", "intermediate_size=512", "--set", "head_dim=64"]
         checks += [("gguf-info q4_k_m mix (rows of 256: Q4_K, Q6_K)", lambda: o.gguf_info("q4_k_m", wide)),
                    ("gguf-info iq4_xs mix (rows of 64: fallbacks)", lambda: o.gguf_info("iq4_xs", ["--mix"]))]
+        checks += [("hf mxfp4 (gpt-oss blocks/scales) repacked = gguf-py mxfp4", lambda: hf_mxfp4(gguf))]
         for name, fn in checks:
             msg = fn()
             if msg is None:

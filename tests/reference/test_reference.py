@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
 import reference_gemma  # noqa: E402
+import reference_gptoss  # noqa: E402
 
 # Tolerance: max |tessera - ref| / max |ref| per row.  Tessera computes in f32 (the
 # reference in f64), so for f32 weights the gap is f32 rounding accumulated over a few
@@ -98,6 +99,26 @@ def _swap_gate_up(model):  # gate_up_proj halves read the wrong way round
     return dict(model, w=w)
 
 
+def _gptoss_swap_gate_up(model):  # gate = odd, up = even columns of gate_up_proj
+    w = dict(model["w"])
+    for i in range(model["cfg"]["n_layers"]):
+        for n in ("gate_up_proj", "gate_up_proj_bias"):
+            k = f"model.layers.{i}.mlp.experts.{n}"
+            x = w[k].copy()
+            x[..., 0::2], x[..., 1::2] = w[k][..., 1::2], w[k][..., 0::2]
+            w[k] = x
+    return dict(model, w=w)
+
+
+def _gptoss_no_expert_bias(model):
+    return dict(model, w={k: (0 * v if k.endswith("_proj_bias") else v) for k, v in model["w"].items()})
+
+
+def _gptoss_yarn_truncated(model, rs):  # llama.cpp's rounding of the YaRN correction range
+    inv, af = reference.yarn_inv_freq(150000.0, model["cfg"]["head_dim"], dict(rs, truncate=True), 131072)
+    return dict(model, inv_freq=inv, attn_factor=af)
+
+
 @contextlib.contextmanager
 def _patched(name, fn):
     old = getattr(reference, name)
@@ -145,9 +166,23 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "no-sliding": (lambda m: _with(m, sliding=[False] * m["cfg"]["n_layers"]), None),
     "default-rope-global": (lambda m: dict(m, rope_global=(_default_rope(m)["inv_freq"], 1.0)), None),
     "sliding-all-layers": (lambda m: _with(m, sliding=[True] * m["cfg"]["n_layers"]), None),
+    # gpt-oss (reference_gptoss.py): each of its equations left out or replaced by a neighbour's.
+    "no-sinks": (lambda m: _with(m, sinks=False), None),
+    "softmax-over-all-experts": (lambda m: _with(m, softmax_topk=False), None),
+    "no-swiglu-clamp": (lambda m: _with(m, limit=None), None),
+    "gptoss-swap-gate-up": (_gptoss_swap_gate_up, None),
+    "no-expert-bias": (_gptoss_no_expert_bias, None),
+    "yarn-truncated": (lambda m: _gptoss_yarn_truncated(m, GPTOSS_YARN), None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 GEMMA_ARCHS = ("gemma2", "gemma3")
+# gpt-oss's YaRN (factor 32, no truncation) over an original context of 32: with head_dim 16
+# the correction range then has fractional ends, so rounding them (llama.cpp's truncation)
+# turns some dims by ~3 rad within the test's 33 positions.
+GPTOSS_YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+               "original_max_position_embeddings": 32, "truncate": False}
+# swiglu_limit 0.5: a clamp that bites on a tiny random model (the published 7 hardly does).
+GPTOSS_CLAMP = {"rope_scaling": GPTOSS_YARN, "vocab_size": 32768, "swiglu_limit": 0.5}
 
 
 def gemma_ablations_for(c):
@@ -168,6 +203,10 @@ def gemma_ablations_for(c):
 def ablations_for(c):
     if c["arch"] in GEMMA_ARCHS:
         return gemma_ablations_for(c)
+    if c["arch"] == "gpt_oss":
+        return ["gqa-interleaved", "no-sinks", "softmax-over-all-experts", "gptoss-swap-gate-up", "no-expert-bias",
+                "yarn-truncated", "no-sliding", "sliding-all-layers"] + (
+                    ["no-swiglu-clamp"] if "swiglu_limit" in c["sets"] else [])
     names = ["gqa-interleaved", "rope-interleaved"]
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
@@ -193,6 +232,8 @@ def reference_rows(model, seqs, ablation=None):
     fn, patch = ABLATIONS[ablation] if ablation else (lambda m: m, None)
     with (patch() if patch else contextlib.nullcontext()):
         m = fn(model)
+        if "sinks" in m["cfg"]:  # a gpt-oss model (reference_gptoss.load)
+            return np.concatenate([reference_gptoss.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
         if "rope_local" in m:  # a Gemma model (reference_gemma.load)
             return np.concatenate([reference_gemma.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
         return np.concatenate([reference.forward(m, s["tokens"])[s["logits_at"]] for s in seqs])
@@ -236,6 +277,13 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     case("gemma2-f32-attn-softcap-1-qpas-24", "gemma2",
          sets={"attn_logit_softcapping": 1.0, "query_pre_attn_scalar": 24, **GEMMA_VOCAB}, seed=76),
     case("gemma3-gguf-f32", "gemma3", sets=GEMMA_VOCAB, gguf=True, seed=77),
+    # gpt-oss (tiny: 16-token windows on even layers, sinks, biases, clamped SwiGLU): f32
+    # from the HF checkpoint (gate_up_proj stacked x @ W); MXFP4 experts from the HF
+    # blocks/scales, chunked. The GGUF twin gives these logits bit for bit
+    # (tests/unit/engine/moe/gpt_oss_model_test.cc); writing its 200k-token vocabulary
+    # would double this file's gpt-oss time.
+    case("gpt_oss-f32", "gpt_oss", sets=GPTOSS_CLAMP, seed=80),
+    case("gpt_oss-mxfp4-chunked-7", "gpt_oss", "mxfp4", sets=GPTOSS_CLAMP, chunk=7, seed=81),
 ]
 
 
@@ -273,6 +321,7 @@ def run_case(tessera, c, work, threads):
         if config.get(k) != v:
             raise CaseError(f"config.json {k}={config.get(k)!r}, --set asked for {v!r}")
     model = (reference_gemma.load(model_dir) if reference_gemma.is_gemma(config)
+             else reference_gptoss.load(model_dir) if reference_gptoss.is_gpt_oss(config)
              else reference.load(model_dir, c["max_model_len"]))
     vocab = model["cfg"]["vocab"]
     if c["sets"].get("sliding_window") and max(n for n, _ in SEQUENCES) <= c["sets"]["sliding_window"]:
@@ -344,7 +393,8 @@ def main():
 
     passed = failed = 0
     for name, check in (("reference-self-check", reference.self_check),
-                        ("reference-gemma-self-check", reference_gemma.self_check)):
+                        ("reference-gemma-self-check", reference_gemma.self_check),
+                        ("reference-gptoss-self-check", reference_gptoss.self_check)):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             ok = check()

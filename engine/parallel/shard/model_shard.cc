@@ -26,6 +26,10 @@ StatusOr<std::unique_ptr<ModelShard>> ModelShard::Create(const ModelConfig& conf
   auto s = std::unique_ptr<ModelShard>(new ModelShard());
   ASSIGN_OR_RETURN(s->plan_, MakeShardPlan(config, setup.shard));
   s->config_ = config;
+  if (config.moe.expert_bias && s->plan_.expert_inter.count != config.moe.expert_inter) {
+    return Unimplemented(config.architecture + ": expert biases with each expert split over tensor-parallel ranks "
+                         "are not supported; run its experts with expert parallelism (--enable-expert-parallel)");
+  }
   s->local_ = s->plan_.LocalConfig(config);
   s->comm_ = setup.comm;
   s->backend_ = backend;
@@ -344,7 +348,8 @@ StatusOr<std::vector<ExpertMap>> ModelShard::BroadcastMaps() {
 // Moving one layer's experts. Every rank derives the same transfer list from
 // the old and new maps: rank d needs expert x when a new slot of d holds x and
 // d holds x neither in an old slot nor from the start; the lowest rank with x
-// in an old slot sends it (gate, up, down bytes, padded to 4-byte words).
+// in an old slot sends it (gate, up, down bytes and the expert's biases, if any,
+// padded to 4-byte words).
 Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
   if (maps_.empty()) return Status::Ok();
   if (!error_.ok()) return error_;
@@ -363,8 +368,18 @@ Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
     // Template views (shape and dtype) from any expert this rank holds.
     int64_t any = 0;
     while (tab.gate[any].empty()) ++any;
-    const WeightView tg = tab.gate[any], tu = tab.up[any], td = tab.down[any];
-    const int64_t bytes = tg.bytes() + tu.bytes() + td.bytes(), words = (bytes + 3) / 4;
+    std::vector<std::vector<WeightView>*> parts;  // the expert's matrices and biases, in packing order
+    std::vector<WeightView> tmpl;
+    std::vector<int64_t> offset;  // of each part, 64-byte aligned (f32 biases follow quantized rows)
+    int64_t bytes = 0;
+    for (std::vector<WeightView>* table : tab.Tables()) {
+      if (table->empty()) continue;
+      parts.push_back(table);
+      tmpl.push_back((*table)[any]);
+      offset.push_back((bytes + 63) / 64 * 64);
+      bytes = offset.back() + tmpl.back().bytes();
+    }
+    const int64_t words = (bytes + 3) / 4;
     auto needs = [&](int d) {  // ascending experts rank d must receive
       std::vector<int64_t> out;
       for (int64_t x = 0; x < num_e; ++x) {
@@ -387,9 +402,9 @@ Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
         const size_t at = send.size();
         send.resize(at + static_cast<size_t>(words), 0);
         auto* p = reinterpret_cast<uint8_t*>(send.data() + at);
-        std::memcpy(p, tab.gate[x].data, static_cast<size_t>(tg.bytes()));
-        std::memcpy(p + tg.bytes(), tab.up[x].data, static_cast<size_t>(tu.bytes()));
-        std::memcpy(p + tg.bytes() + tu.bytes(), tab.down[x].data, static_cast<size_t>(td.bytes()));
+        for (size_t k = 0; k < parts.size(); ++k) {
+          std::memcpy(p + offset[k], (*parts[k])[x].data, static_cast<size_t>(tmpl[k].bytes()));
+        }
         send_counts[d] += words;
       }
     }
@@ -411,9 +426,9 @@ Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
         ASSIGN_OR_RETURN(std::shared_ptr<void> buf, backend_->Allocate(bytes));
         std::memcpy(buf.get(), recv.data() + at * words, static_cast<size_t>(bytes));
         auto* b = static_cast<const uint8_t*>(buf.get());
-        tab.gate[x] = {b, tg.dtype, tg.rows, tg.cols};
-        tab.up[x] = {b + tg.bytes(), tu.dtype, tu.rows, tu.cols};
-        tab.down[x] = {b + tg.bytes() + tu.bytes(), td.dtype, td.rows, td.cols};
+        for (size_t k = 0; k < parts.size(); ++k) {
+          (*parts[k])[x] = {b + offset[k], tmpl[k].dtype, tmpl[k].rows, tmpl[k].cols};
+        }
         held[x] = std::move(buf);
         ++at;
       }
@@ -422,7 +437,7 @@ Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
     for (int64_t x = 0; x < num_e; ++x) {
       if (!held[x] || neu.RankHolds(me, x)) continue;
       held[x].reset();
-      tab.gate[x] = tab.up[x] = tab.down[x] = WeightView{};
+      for (std::vector<WeightView>* table : parts) (*table)[x] = WeightView{};
     }
   }
   maps_ = std::move(next);

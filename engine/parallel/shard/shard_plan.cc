@@ -121,6 +121,7 @@ TensorSlice SliceFor(const ShardPlan& p, const ModelConfig& c, const WeightSpec&
   if (spec.IsExpert()) {
     if (!p.HoldsExpert(spec.expert)) return skip;
     if (p.expert_inter.count == c.moe.expert_inter) return whole;
+    // Split experts with biases are refused by ModelShard::Create.
     return spec.role == R::kExpertDown ? cols(p.expert_inter) : rows(p.expert_inter);
   }
   if (!p.tensor_parallel()) return whole;
@@ -131,6 +132,7 @@ TensorSlice SliceFor(const ShardPlan& p, const ModelConfig& c, const WeightSpec&
     case R::kEmbed: return TensorSlice{K::kRows, p.vocab, true};
     case R::kLmHead: return rows(p.vocab);
     case R::kQ: case R::kQBias: return rows(q);
+    case R::kSinks: return rows(p.q_heads);  // one per q head
     case R::kK: case R::kV: case R::kKBias: case R::kVBias: return rows(kv);
     case R::kO: return cols(q);
     case R::kGate: case R::kUp: case R::kGateBias: case R::kUpBias: return rows(p.inter);

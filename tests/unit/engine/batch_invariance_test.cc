@@ -117,6 +117,8 @@ class BatchInvarianceTest : public ::testing::TestWithParam<std::tuple<std::stri
     // Gemma: a 32k vocabulary instead of Gemma 3's 262k (the head is the same Linear as
     // every arch's; at 262k it was half of this test's time).
     if (arch == "gemma2" || arch == "gemma3") sets = {"vocab_size=32768"};
+    // gpt-oss: HF MXFP4 experts with biases, sinks, an 8-token window on even layers.
+    if (arch == "gpt_oss") sets = {"vocab_size=32768", "sliding_window=8"};
     MakeTinyModel(dir_.path(), arch, std::get<1>(GetParam()), sets);
     backend1_ = MakeCpuBackend({1});
     backend2_ = MakeCpuBackend({2});
@@ -198,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
                                            std::make_tuple("qwen2_moe", DType::kF32),
                                            std::make_tuple("qwen3_moe", DType::kBF16),
                                            std::make_tuple("phi3", DType::kBF16),
+                                           std::make_tuple("gpt_oss", DType::kMXFP4),
                                            // Gemma tiny: 16-token windows (sliding and global
                                            // layers, two RoPE tables for gemma3), soft-capping.
                                            std::make_tuple("gemma2", DType::kBF16),

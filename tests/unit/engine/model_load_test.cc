@@ -165,6 +165,19 @@ TEST(GemmaLoadTest, BackendWithoutTheOpsRefusesGemmaByOpName) {
   EXPECT_TRUE(Model::Load(llama.path(), &backend).ok());
 }
 
+// gpt-oss on a backend without its ops (as the CUDA backend today): refused at load
+// naming the first one it lacks, never run without its sinks.
+TEST(GptOssLoadTest, BackendWithoutTheOpsRefusesGptOssByOpName) {
+  TempDir dir;
+  MakeTinyModel(dir.path(), "gpt_oss", DType::kF32, {"vocab_size=32768"});
+  WithoutOptionalOps backend(MakeCpuBackend({1}));
+  auto m = Model::Load(dir.path(), &backend);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(m.status().message().find("GptOssForCausalLM needs the attention sinks op"), std::string::npos)
+      << m.status().ToString();
+}
+
 // Gemma 3 with its vision tower: config under text_config, decoder tensors under
 // language_model.model. (as published) or model.language_model. (as transformers >= 4.52
 // saves it), vision tensors beside them. The decoder loads (the tower is skipped) and

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -206,6 +207,119 @@ TEST(MoeExpertsTest, MatchesDoublePrecisionDefinition) {
       }
     }
     for (int64_t r = 0; r < hidden; ++r) EXPECT_NEAR(out[t * hidden + r], want[r], 1e-4) << t << "," << r;
+  }
+}
+
+// gpt-oss routing: the top-k logits (ties to the lower id), softmax over those k.
+TEST(MoeRouteTest, SoftmaxOverTheTopKLogits) {
+  const std::vector<float> logits = {0.0f, 2.0f, 2.0f, 1.0f, -1.0f, 5.0f, 4.0f, -3.0f};
+  std::vector<int32_t> ids(4);
+  std::vector<float> w(4);
+  MoeRouteSoftmaxTopK(logits.data(), 2, 4, 2, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2, 1, 2}));
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+  EXPECT_FLOAT_EQ(w[1], 0.5f);
+  EXPECT_NEAR(w[2], 1.0 / (1.0 + std::exp(-1.0)), 1e-7);  // not the softmax over all four
+  EXPECT_NEAR(w[3], std::exp(-1.0) / (1.0 + std::exp(-1.0)), 1e-7);
+}
+
+// The clamped SwiGLU against its double formula, on both sides of each clamp.
+TEST(MoeRouteTest, SwigluOaiMatchesFormulaAtTheClamps) {
+  const float limit = 7.0f, alpha = 1.702f;
+  const std::vector<float> g = {-9.0f, -7.0f, -0.5f, 0.0f, 3.0f, 6.999f, 7.0f, 12.0f};
+  const std::vector<float> u = {-12.0f, -7.0f, -1.0f, 0.0f, 0.5f, 7.0f, 8.0f, 100.0f};
+  const int64_t n = static_cast<int64_t>(g.size());
+  std::vector<float> gu(g);
+  gu.insert(gu.end(), u.begin(), u.end());
+  std::vector<float> out(n);
+  SwigluOaiMul(gu.data(), 1, n, alpha, limit, out.data(), nullptr);
+  for (int64_t i = 0; i < n; ++i) {
+    const double gc = std::min<double>(g[i], limit), uc = std::clamp<double>(u[i], -limit, limit);
+    const double want = gc / (1.0 + std::exp(-alpha * gc)) * (uc + 1.0);
+    EXPECT_NEAR(out[i], want, 1e-6 * std::max(1.0, std::fabs(want))) << i;
+  }
+}
+
+// Experts with gate/up/down biases and the clamped SwiGLU: the double-precision
+// definition (down bias inside y, before the routing weight), and each token alone
+// == batched == 2 threads, bitwise.
+TEST(MoeExpertsTest, BiasesAndClampedSwigluMatchDefinitionAndAreBatchInvariant) {
+  const int64_t num = 5, hidden = 64, inter = 160, k = 2, tokens = 7;
+  const Experts e = MakeExperts(DType::kF32, num, hidden, inter);
+  std::vector<std::vector<float>> bg, bu, bd;
+  std::vector<const float*> pg, pu, pd;
+  for (int64_t i = 0; i < num; ++i) {
+    bg.push_back(RandomVec(inter, 300 + i));
+    bu.push_back(RandomVec(inter, 400 + i));
+    bd.push_back(RandomVec(hidden, 500 + i));
+  }
+  for (int64_t i = 0; i < num; ++i) pg.push_back(bg[i].data()), pu.push_back(bu[i].data()), pd.push_back(bd[i].data());
+  std::vector<float> x = RandomVec(tokens * hidden, 11);
+  for (float& v : x) v *= 8.0f;  // pre-activations beyond the clamp limit
+  std::vector<float> logits = RandomVec(tokens * num, 12);
+  std::vector<int32_t> ids(tokens * k);
+  std::vector<float> w(tokens * k);
+  MoeRouteSoftmaxTopK(logits.data(), tokens, num, k, ids.data(), w.data());
+  auto run = [&](int64_t t0, int64_t nt, ThreadPool* pool) {
+    std::vector<float> out(nt * hidden, -7.0f);
+    MoeExpertsArgs a;
+    a.x = x.data() + t0 * hidden;
+    a.tokens = nt;
+    a.hidden = hidden;
+    a.inter = inter;
+    a.top_k = k;
+    a.num_experts = num;
+    a.topk_ids = ids.data() + t0 * k;
+    a.topk_weights = w.data() + t0 * k;
+    a.gate = e.g.data();
+    a.up = e.u.data();
+    a.down = e.d.data();
+    a.gate_bias = pg.data();
+    a.up_bias = pu.data();
+    a.down_bias = pd.data();
+    a.swiglu_oai = true;
+    a.swiglu_alpha = 1.702f;
+    a.swiglu_limit = 7.0f;
+    a.out = out.data();
+    MoeScratch scratch;
+    MoeExperts(a, &scratch, pool);
+    return out;
+  };
+  ThreadPool pool2(2);
+  const std::vector<float> one = run(0, tokens, nullptr), two = run(0, tokens, &pool2);
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4));
+  auto val = [](const std::vector<uint8_t>& m, int64_t i) {
+    float f;
+    std::memcpy(&f, m.data() + 4 * i, 4);
+    return static_cast<double>(f);
+  };
+  for (int64_t t = 0; t < tokens; ++t) {
+    const std::vector<float> alone = run(t, 1, &pool2);
+    EXPECT_EQ(0, std::memcmp(alone.data(), one.data() + t * hidden, hidden * 4)) << "token " << t;
+    std::vector<double> want(hidden, 0.0), mag(hidden, 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t ex = ids[t * k + j];
+      std::vector<double> act(inter);
+      for (int64_t r = 0; r < inter; ++r) {
+        double g = bg[ex][r], u = bu[ex][r];
+        for (int64_t c = 0; c < hidden; ++c) {
+          g += val(e.gate[ex], r * hidden + c) * x[t * hidden + c];
+          u += val(e.up[ex], r * hidden + c) * x[t * hidden + c];
+        }
+        g = std::min(g, 7.0);
+        u = std::clamp(u, -7.0, 7.0);
+        act[r] = g / (1 + std::exp(-1.702 * g)) * (u + 1);
+      }
+      for (int64_t r = 0; r < hidden; ++r) {
+        double y = bd[ex][r];
+        for (int64_t c = 0; c < inter; ++c) y += val(e.down[ex], r * inter + c) * act[c];
+        want[r] += w[t * k + j] * y;
+        mag[r] += std::fabs(w[t * k + j] * y);
+      }
+    }
+    for (int64_t r = 0; r < hidden; ++r) {
+      EXPECT_NEAR(one[t * hidden + r], want[r], 1e-5 * mag[r] + 1e-4) << t << "," << r;
+    }
   }
 }
 

@@ -425,6 +425,7 @@ TEST(KernelsTest, CpuFeaturesAndOverride) {
 struct AttnConfig {
   int64_t q_heads, kv_heads, head_dim, block_size, window;
   float softcap = 0.0f;  // attention logit soft-capping (Gemma 2)
+  bool sinks = false;    // a learned logit per q head in the denominator (gpt-oss)
 };
 
 // Two sequences with shuffled, non-contiguous block tables over one random cache,
@@ -432,7 +433,7 @@ struct AttnConfig {
 struct AttnCase {
   AttnConfig c;
   int64_t num_blocks = 64, max_blocks = 0, q_stride = 0;
-  std::vector<float> k_cache, v_cache, q;
+  std::vector<float> k_cache, v_cache, q, sinks;
   std::vector<int32_t> tables, positions, token_to_seq;
 
   explicit AttnCase(const AttnConfig& cfg) : c(cfg) {
@@ -457,6 +458,11 @@ struct AttnCase {
     positions.assign(pos, pos + 8);
     q_stride = c.q_heads * c.head_dim + 5;
     q = RandomVec(8 * q_stride, 102);
+    // Sinks around the scores' range: some dominate a head's softmax, some barely count.
+    if (c.sinks) {
+      sinks = RandomVec(c.q_heads, 103);
+      for (size_t h = 0; h < sinks.size(); ++h) sinks[h] *= h % 2 ? 4.0f : 0.5f;
+    }
   }
   int64_t tokens() const { return static_cast<int64_t>(positions.size()); }
 
@@ -478,6 +484,7 @@ struct AttnCase {
     a.sliding_window = c.window;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     a.softcap = c.softcap;
+    a.sinks = c.sinks ? sinks.data() : nullptr;
     a.out = out;
     return a;
   }
@@ -500,9 +507,11 @@ struct AttnCase {
       sc.push_back(s);
       vs.push_back(v_cache.data() + base);
     }
-    const double mx = *std::max_element(sc.begin(), sc.end());
+    double mx = *std::max_element(sc.begin(), sc.end());
+    if (c.sinks) mx = std::max(mx, static_cast<double>(sinks[h]));
     double sum = 0;
     for (double& s : sc) sum += (s = std::exp(s - mx));
+    if (c.sinks) sum += std::exp(sinks[h] - mx);
     out->assign(hd, 0.0);
     mag->assign(hd, 0.0);
     for (size_t j = 0; j < sc.size(); ++j) {
@@ -517,7 +526,8 @@ struct AttnCase {
 const AttnConfig kAttnConfigs[] = {{4, 2, 64, 16, 0},  {6, 2, 13, 5, 0},  {8, 8, 128, 16, 0},
                                    {4, 1, 20, 4, 7},   {2, 2, 64, 16, 20}, {14, 2, 64, 16, 0},
                                    {3, 3, 7, 3, 0},    {2, 1, 72, 8, 1},
-                                   {4, 2, 64, 16, 0, 0.3f}, {3, 1, 13, 5, 20, 0.2f}};
+                                   {4, 2, 64, 16, 0, 0.3f}, {3, 1, 13, 5, 20, 0.2f},
+                                   {8, 2, 64, 16, 0, 0.0f, true}, {6, 2, 13, 5, 7, 0.0f, true}};
 
 TEST_P(KernelPathTest, PagedAttentionMatchesReference) {
   ThreadPool pool(2);

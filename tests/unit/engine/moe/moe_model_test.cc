@@ -315,5 +315,29 @@ TEST_F(MoeLoadErrorTest, RouterSkewMakesTheFirstExpertsHot) {
   EXPECT_EQ(WriteSyntheticCheckpoint(o).code(), StatusCode::kInvalidArgument);
 }
 
+// gpt-oss, MXFP4 experts: the HF blocks/scales repacked at load and the GGUF's ggml blocks
+// (llama.cpp's split ffn_{gate,up,down}_exps and their biases, post_attention_norm,
+// attn_sinks) give identical logits (the f32 HF layout is checked against the NumPy
+// reference); a scale tensor of the wrong shape and a missing sink are refused by name.
+TEST_F(MoeLoadErrorTest, GptOssTwinsAndBadCheckpoints) {
+  SynthOptions o = Synth(tmp_.path() + "/g", "gpt_oss", DType::kMXFP4, "both");
+  o.overrides = {"vocab_size=32768"};  // the 201k head proves nothing here
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  const PrefillRun hf = Prefill(o.out_dir, kTokens), gguf = Prefill(SynthGgufPath(o.out_dir), kTokens, 2);
+  ASSERT_FALSE(hf.logits.empty());
+  EXPECT_TRUE(hf.logits == gguf.logits);
+  EXPECT_EQ(hf.load.counts, gguf.load.counts);
+  const std::string file = o.out_dir + "/model.safetensors", good = ReadAll(file);
+  // Down scales [E, hidden, inter / 32] = [8, 64, 2] -> [8, 32, 4]: the same bytes, the wrong shape.
+  Patch(file, R"("shape":[8,64,2])", R"("shape":[8,32,4])");
+  std::string e = LoadError(o.out_dir);
+  EXPECT_NE(e.find("'model.layers.0.mlp.experts.down_proj_scales' has shape [8, 32, 4], expected [8, 64, 2]"),
+            std::string::npos) << e;
+  WriteAll(file, good);
+  Patch(file, "model.layers.0.self_attn.sinks", "model.layers.0.self_attn.sinkz");
+  e = LoadError(o.out_dir);
+  EXPECT_NE(e.find("missing tensor 'model.layers.0.self_attn.sinks'"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace tessera
