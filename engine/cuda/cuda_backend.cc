@@ -233,8 +233,11 @@ class CudaBackend final : public Backend {
     Check(kc::SiluMul(gate_up, rows, inter, out, stream_), "SiluMul");
   }
   Status CheckOp(BackendOp op) const override {
-    (void)op;
-    return Status::Ok();  // every optional op (kernels/cuda/geglu_softcap.cu, paged_attention.cu)
+    if (op == BackendOp::kMlaAttention) {
+      return Unimplemented("--device cuda has no multi-head latent attention kernel yet; serve the model with "
+                           "--device cpu");
+    }
+    return Status::Ok();  // every other optional op (kernels/cuda/geglu_softcap.cu, paged_attention.cu)
   }
   void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out) override {
     Check(kc::GeluTanhMul(gate_up, rows, inter, out, stream_), "GeluTanhMul");
