@@ -36,7 +36,7 @@ class SafetensorsSource : public WeightSource {
 Status CheckBackendOps(const ModelConfig& c, const Backend& backend) {
   std::vector<BackendOp> ops;
   if (c.hidden_act == GluActivation::kGeluTanh) ops.push_back(BackendOp::kGeluTanhMul);
-  if (c.embedding_scale != 1.0) ops.push_back(BackendOp::kScale);
+  if (c.embedding_scale != 1.0 || c.moe.routed_scaling_factor != 1.0) ops.push_back(BackendOp::kScale);
   if (c.final_logit_softcapping > 0) ops.push_back(BackendOp::kSoftCap);
   if (c.attn_logit_softcapping > 0) ops.push_back(BackendOp::kAttentionSoftCap);
   if (c.attention == AttentionKind::kMla) ops.push_back(BackendOp::kMlaAttention);

@@ -69,6 +69,8 @@ struct MoeConfig {
   bool norm_topk_prob = true;    // divide the k softmax weights by their sum
   int64_t shared_inter = 0;      // shared expert width (Qwen2-MoE); 0: none
   bool shared_gate = false;      // shared expert scaled by sigmoid(shared_expert_gate . x)
+  // DeepSeek: the k routed weights times this, after the optional renormalisation.
+  double routed_scaling_factor = 1.0;
 };
 
 struct ModelConfig {

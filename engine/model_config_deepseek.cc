@@ -2,7 +2,6 @@
 // multi-head latent attention, YaRN's softmax mscale, and DeepSeekMoE routing. What
 // the engine does not run yet is refused here, naming the field, never ignored.
 #include <cmath>
-#include <sstream>
 
 #include "engine/config_fields.h"
 
@@ -52,7 +51,7 @@ Status ParseMla(const FieldReader& r, const std::string& label, ModelConfig* c) 
 }
 
 // DeepSeekMoE: which layers are MoE, and the routing variants the MoE block runs
-// (softmax over all experts, greedy top-k, optional renormalisation).
+// (softmax over all experts, greedy top-k, optional renormalisation, scaling).
 Status ParseDeepseekMoe(const FieldReader& r, const std::string& label, ModelConfig* c) {
   MoeConfig& m = c->moe;
   RETURN_IF_ERROR(r.Int("n_routed_experts", &m.num_experts, false));
@@ -77,13 +76,7 @@ Status ParseDeepseekMoe(const FieldReader& r, const std::string& label, ModelCon
   }
   m.norm_topk_prob = false;  // DeepseekV2Config default
   RETURN_IF_ERROR(r.Bool("norm_topk_prob", &m.norm_topk_prob));
-  double scaling = 1.0;
-  RETURN_IF_ERROR(r.Double("routed_scaling_factor", &scaling, false, 0.0));
-  if (scaling != 1.0) {
-    std::ostringstream os;
-    os << label << ": field 'routed_scaling_factor' (" << scaling << ") is not supported yet (only 1.0)";
-    return Unimplemented(os.str());
-  }
+  RETURN_IF_ERROR(r.Double("routed_scaling_factor", &m.routed_scaling_factor, false, 0.0));
   std::string scoring = "softmax", topk = "greedy";
   RETURN_IF_ERROR(r.String("scoring_func", &scoring));
   RETURN_IF_ERROR(r.String("topk_method", &topk));

@@ -3,7 +3,8 @@
 // ModelConfig::layer_moe marks:
 //
 //   logits = router x                        [tokens, E]
-//   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob)
+//   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob;
+//                                             times routed_scaling_factor, DeepSeek)
 //   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order
 //   out   += sigmoid(shared_gate . x) * shared_expert(x)      (Qwen2-MoE)
 //

@@ -156,6 +156,7 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     # DeepSeek MLA (reference_deepseek.py).
     "mla-rope-halves": (lambda m: m, lambda: _patched("rope_pairs", _rope_halves, reference_deepseek)),
     "mla-no-mscale2": (lambda m: _with(m, attn_scale=m["cfg"]["head_dim"] ** -0.5), None),
+    "no-routed-scaling": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], scaling=1.0)), None),
     "mla-no-latent-norm": (lambda m: dict(m, w={k: (np.ones_like(v) if "kv_a_layernorm" in k else v)
                                                for k, v in m["w"].items()}), None),
 }
@@ -184,6 +185,7 @@ def ablations_for(c):
     names = ["gqa-interleaved", "rope-interleaved"]
     if c["arch"] == "deepseek_v2_lite":
         names = ["mla-rope-halves", "mla-no-mscale2", "mla-no-latent-norm", "flip-norm-topk", "top-k-minus-1"]
+        names += ["no-routed-scaling"] if c["sets"].get("routed_scaling_factor", 1.0) != 1.0 else []
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
     if c["arch"] in MOE_ARCHS:
@@ -257,7 +259,8 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     # DeepSeek-V2-Lite layout (MLA without q_lora, YaRN with mscale_all_dim, layer 0 dense,
     # layer 1 MoE); the reference runs the expanded form, Tessera the absorbed one. The
     # q_lora case adds q_a_proj -> q_a_layernorm -> q_b_proj (DeepSeek-V2 / V3 style).
-    case("deepseek_v2_lite-f32", "deepseek_v2_lite", sets=DEEPSEEK_VOCAB, seed=80),
+    case("deepseek_v2_lite-f32-routed-scaling", "deepseek_v2_lite", sets={"routed_scaling_factor": 2.5, **DEEPSEEK_VOCAB},
+         seed=80),
     case("deepseek_v2_lite-bf16-q-lora-chunked-7", "deepseek_v2_lite", "bf16",
          sets={"q_lora_rank": 24, **DEEPSEEK_VOCAB}, chunk=7, seed=81),
 ]

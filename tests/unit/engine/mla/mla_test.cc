@@ -32,6 +32,7 @@ json V3Shaped() {
           {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
           {"n_routed_experts", 256}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 2048},
           {"first_k_dense_replace", 3}, {"moe_layer_freq", 1}, {"norm_topk_prob", true},
+          {"routed_scaling_factor", 2.5},
           {"rope_theta", 10000}, {"max_position_embeddings", 163840},
           {"rope_scaling", {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096},
                             {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}};
@@ -52,6 +53,7 @@ TEST(MlaConfigTest, ParsesDeepseekV3Shape) {
   EXPECT_FALSE(c->layer_moe[2]);
   EXPECT_TRUE(c->layer_moe[3]);
   EXPECT_TRUE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.routed_scaling_factor, 2.5);
 }
 
 TEST(MlaConfigTest, RefusesWhatIsNotBuiltNamingTheField) {
@@ -59,7 +61,7 @@ TEST(MlaConfigTest, RefusesWhatIsNotBuiltNamingTheField) {
       {{{"scoring_func", "sigmoid"}}, "'scoring_func'"},
       {{{"topk_method", "noaux_tc"}}, "'topk_method'"},
       {{{"n_shared_experts", 1}}, "'n_shared_experts'"},
-      {{{"routed_scaling_factor", 2.5}}, "'routed_scaling_factor'"},
+      {{{"routed_scaling_factor", 0}}, "'routed_scaling_factor'"},
       {{{"rope_interleave", false}}, "'rope_interleave'"},
       {{{"attention_bias", true}}, "'attention_bias'"},
       {{{"quantization_config", {{"quant_method", "fp8"}}}}, "'quantization_config.quant_method'"},
