@@ -82,11 +82,30 @@ struct MoeExpertWeights {
   std::vector<std::vector<WeightView>*> Tables() { return {&gate, &up, &down, &gate_bias, &up_bias, &down_bias}; }
 };
 
+// Multi-head latent attention (engine/mla/) of one layer, weight-absorbed: the
+// per-head matrices that expand the latent, and the buffers the op works in.
+struct MlaAttentionParams {
+  int64_t num_heads = 0;
+  int64_t kv_lora_rank = 0;  // r
+  int64_t nope_dim = 0;      // qk_nope_head_dim
+  int64_t rope_dim = 0;      // qk_rope_head_dim
+  int64_t v_head_dim = 0;
+  std::vector<WeightView> k_b;  // per head [r, nope_dim]: W_UK^T (absorbs the query)
+  std::vector<WeightView> v_b;  // per head [v_head_dim, r]: W_UV (expands the output)
+  const float* cos_sin = nullptr;  // rope table, rows of rope_dim (interleaved pairs)
+  const int64_t* slot_mapping = nullptr;
+  // Scratch in backend memory: q_nope [heads, tokens, nope_dim], q_hat [tokens, heads,
+  // r + rope_dim], o_hat [heads, tokens, r].
+  float* q_nope = nullptr;
+  float* q_hat = nullptr;
+  float* o_hat = nullptr;
+};
+
 // Ops only some architectures need; Model::Load asks Backend::CheckOp for each one
 // its config uses, so a backend without one refuses the model by name at load.
 enum class BackendOp {
   kGeluTanhMul, kScale, kSoftCap, kAttentionSoftCap,
-  kAttentionSinks, kMoeSoftmaxTopK, kMoeExpertBias, kSwigluOai, kAdd,
+  kAttentionSinks, kMoeSoftmaxTopK, kMoeExpertBias, kSwigluOai, kAdd, kMlaAttention,
 };
 inline const char* BackendOpName(BackendOp op) {
   switch (op) {
@@ -99,6 +118,7 @@ inline const char* BackendOpName(BackendOp op) {
     case BackendOp::kMoeExpertBias: return "MoE expert biases";
     case BackendOp::kSwigluOai: return "clamped SwiGLU (swiglu_limit) expert activation";
     case BackendOp::kAdd: return "Add";
+    case BackendOp::kMlaAttention: return "multi-head latent attention";
   }
   return "?";
 }
@@ -162,6 +182,17 @@ class Backend {
   // gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void GeluTanhMul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
     (void)gate_up, (void)rows, (void)inter, (void)out;
+  }
+  // Multi-head latent attention (CheckOp(kMlaAttention)). q: [tokens, heads, nope_dim +
+  // rope_dim]; latent: [tokens, r + rope_dim] = [RMSNorm'd c | k_rope]; both rotated in
+  // place (interleaved pairs, a.positions), then each latent row is written to
+  // cache.k at its slot (a latent cache: KvLayerView.k rows of r + rope_dim values).
+  // Per token and head: q_hat = [k_b[h] q_nope | q_rope]; softmax(a.scale * q_hat .
+  // row_j) over the causal keys j in position order; o_hat = sum_j p_j c_j; out[t,
+  // h*v_head_dim ..] = v_b[h] o_hat. out: [tokens, heads * v_head_dim].
+  virtual void MlaAttention(float* q, float* latent, const MlaAttentionParams& m, KvLayerView cache,
+                            const AttentionParams& a, float* out) {
+    (void)q, (void)latent, (void)m, (void)cache, (void)a, (void)out;
   }
   // x[i] *= s for i < n.
   virtual void Scale(float* x, int64_t n, float s) { (void)x, (void)n, (void)s; }

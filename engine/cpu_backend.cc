@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "kernels/cpu/mla_attention.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 
@@ -167,6 +168,40 @@ class CpuBackend final : public Backend {
     a.sinks = p.sinks;
     a.out = out;
     k::PagedAttention(a, &pool_);
+  }
+
+  void MlaAttention(float* q, float* latent, const MlaAttentionParams& m, KvLayerView c, const AttentionParams& p,
+                    float* out) override {
+    std::vector<const void*> kb, vb;
+    for (const WeightView& w : m.k_b) kb.push_back(w.data);
+    for (const WeightView& w : m.v_b) vb.push_back(w.data);
+    k::MlaAttentionArgs a;
+    a.q = q;
+    a.latent = latent;
+    a.cache = static_cast<float*>(c.k);
+    a.num_tokens = p.num_tokens;
+    a.num_heads = m.num_heads;
+    a.r = m.kv_lora_rank;
+    a.nope = m.nope_dim;
+    a.rope = m.rope_dim;
+    a.v_dim = m.v_head_dim;
+    a.k_b = kb.data();
+    a.v_b = vb.data();
+    a.k_b_type = m.k_b.empty() ? DType::kF32 : m.k_b[0].dtype;
+    a.v_b_type = m.v_b.empty() ? DType::kF32 : m.v_b[0].dtype;
+    a.cos_sin = m.cos_sin;
+    a.positions = p.positions;
+    a.slot_mapping = m.slot_mapping;
+    a.token_to_seq = p.token_to_seq;
+    a.block_tables = p.block_tables;
+    a.max_blocks_per_seq = p.max_blocks_per_seq;
+    a.block_size = p.block_size;
+    a.scale = p.scale;
+    a.q_nope = m.q_nope;
+    a.q_hat = m.q_hat;
+    a.o_hat = m.o_hat;
+    a.out = out;
+    k::MlaAttention(a, &pool_);
   }
 
   Status CheckMoe() const override { return Status::Ok(); }

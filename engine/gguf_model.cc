@@ -577,6 +577,12 @@ std::string GgufTensorName(const WeightSpec& spec, const std::string& arch) {
     case R::kDownBias: return b + "ffn_down.bias";
     case R::kAttnOutNorm: return b + "post_attention_norm.weight";
     case R::kFfnOutNorm: return b + "post_ffw_norm.weight";
+    case R::kQA: return b + "attn_q_a.weight";  // MLA (llama.cpp deepseek2 names)
+    case R::kQANorm: return b + "attn_q_a_norm.weight";
+    case R::kQB: return b + "attn_q_b.weight";
+    case R::kKvA: return b + "attn_kv_a_mqa.weight";
+    case R::kKvANorm: return b + "attn_kv_a_norm.weight";
+    case R::kKvB: return b + "attn_kv_b.weight";
     case R::kRouter: return b + "ffn_gate_inp.weight";
     case R::kExpertGate: return b + "ffn_gate_exps.weight";  // all experts stacked [E, inter, h]
     case R::kExpertUp: return b + "ffn_up_exps.weight";

@@ -13,21 +13,19 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& c, Backend
   cache->num_blocks_ = num_blocks;
   cache->block_size_ = block_size;
   cache->dtype_ = backend->kv_dtype();
-  const int64_t per_layer = num_blocks * block_size * TokenBytes(c, cache->dtype_);
+  cache->layout_ = MakeKvCacheLayout(c);
+  const auto elem = static_cast<int64_t>(DTypeSize(cache->dtype_));
+  for (int64_t e : cache->layout_.plane_elems) cache->plane_block_bytes_.push_back(block_size * e * elem);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    ASSIGN_OR_RETURN(auto k, backend->Allocate(per_layer));
-    ASSIGN_OR_RETURN(auto v, backend->Allocate(per_layer));
-    cache->k_.push_back(std::move(k));
-    cache->v_.push_back(std::move(v));
+    for (int64_t b : cache->plane_block_bytes_) {
+      ASSIGN_OR_RETURN(auto plane, backend->Allocate(num_blocks * b));
+      cache->planes_.push_back(std::move(plane));
+      cache->block_bytes_ += b;
+      cache->bytes_ += num_blocks * b;
+    }
   }
-  cache->bytes_ = 2 * per_layer * c.num_layers;
-  cache->block_bytes_ = block_size * TokenBytes(c, cache->dtype_);
   cache->backend_ = backend;
   return cache;
-}
-
-int64_t KvCache::TokenBytes(const ModelConfig& c, DType dtype) {
-  return c.num_kv_heads * c.head_dim * static_cast<int64_t>(DTypeSize(dtype));
 }
 
 Status KvCache::ReadBlock(int64_t block, std::string* out) const {
@@ -36,11 +34,11 @@ Status KvCache::ReadBlock(int64_t block, std::string* out) const {
   }
   out->resize(static_cast<size_t>(BlockBytes()));
   char* dst = out->data();
-  for (size_t l = 0; l < k_.size(); ++l) {
-    for (const auto* base : {&k_[l], &v_[l]}) {
-      backend_->CopyToHost(dst, static_cast<const char*>(base->get()) + block * block_bytes_, block_bytes_);
-      dst += block_bytes_;
-    }
+  const size_t n = plane_block_bytes_.size();
+  for (size_t i = 0; i < planes_.size(); ++i) {
+    const int64_t b = plane_block_bytes_[i % n];
+    backend_->CopyToHost(dst, static_cast<const char*>(planes_[i].get()) + block * b, b);
+    dst += b;
   }
   return Status::Ok();
 }
@@ -54,11 +52,11 @@ Status KvCache::WriteBlock(int64_t block, std::string_view bytes) {
                            std::to_string(BlockBytes()));
   }
   const char* src = bytes.data();
-  for (size_t l = 0; l < k_.size(); ++l) {
-    for (auto* base : {&k_[l], &v_[l]}) {
-      backend_->CopyFromHost(static_cast<char*>(base->get()) + block * block_bytes_, src, block_bytes_);
-      src += block_bytes_;
-    }
+  const size_t n = plane_block_bytes_.size();
+  for (size_t i = 0; i < planes_.size(); ++i) {
+    const int64_t b = plane_block_bytes_[i % n];
+    backend_->CopyFromHost(static_cast<char*>(planes_[i].get()) + block * b, src, b);
+    src += b;
   }
   return Status::Ok();
 }
@@ -78,12 +76,18 @@ Status KvCache::CopyBlocks(const std::vector<std::pair<int64_t, int64_t>>& pairs
     }
   }
   if (todo.empty()) return Status::Ok();
-  std::vector<void*> bases;
-  for (size_t l = 0; l < k_.size(); ++l) {
-    bases.push_back(k_[l].get());
-    bases.push_back(v_[l].get());
+  // One backend call per plane width (MHA: K and V share it, so one call as before).
+  const size_t n = plane_block_bytes_.size();
+  for (size_t p = 0; p < n; ++p) {
+    bool first = true;
+    for (size_t q = 0; q < p; ++q) first &= plane_block_bytes_[q] != plane_block_bytes_[p];
+    if (!first) continue;
+    std::vector<void*> bases;
+    for (size_t i = 0; i < planes_.size(); ++i) {
+      if (plane_block_bytes_[i % n] == plane_block_bytes_[p]) bases.push_back(planes_[i].get());
+    }
+    backend_->CopyBlocks(bases, plane_block_bytes_[p], todo);
   }
-  backend_->CopyBlocks(bases, block_bytes_, todo);
   return Status::Ok();
 }
 

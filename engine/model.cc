@@ -41,10 +41,11 @@ class SafetensorsSource : public WeightSource {
 Status CheckBackendOps(const ModelConfig& c, const Backend& backend) {
   std::vector<BackendOp> ops;
   if (c.hidden_act == GluActivation::kGeluTanh) ops.push_back(BackendOp::kGeluTanhMul);
-  if (c.embedding_scale != 1.0) ops.push_back(BackendOp::kScale);
+  if (c.embedding_scale != 1.0 || c.moe.routed_scaling_factor != 1.0) ops.push_back(BackendOp::kScale);
   if (c.final_logit_softcapping > 0) ops.push_back(BackendOp::kSoftCap);
   if (c.attn_logit_softcapping > 0) ops.push_back(BackendOp::kAttentionSoftCap);
   if (c.attn_sinks) ops.push_back(BackendOp::kAttentionSinks);
+  if (c.attention == AttentionKind::kMla) ops.push_back(BackendOp::kMlaAttention);
   for (BackendOp op : ops) {
     Status s = backend.CheckOp(op);
     if (!s.ok()) return Unimplemented(c.architecture + " needs the " + BackendOpName(op) + " op: " + s.message());
@@ -84,6 +85,11 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
                  m->config_.architecture);
   }
   m->local_ = m->config_;
+  if (parallel != nullptr && m->config_.attention == AttentionKind::kMla) {
+    // ShardPlan splits K/V heads; the latent would have to be replicated instead.
+    return Unimplemented(m->config_.architecture + ": multi-head latent attention runs on one rank only for now "
+                         "(--tensor-parallel-size, --data-parallel-size and --enable-expert-parallel must be unset)");
+  }
   if (parallel != nullptr) {
     ASSIGN_OR_RETURN(m->shard_, parallel::ModelShard::Create(m->config_, *parallel, backend));
     m->local_ = m->shard_->local_config();
@@ -149,6 +155,29 @@ Status Model::BindWeights() {
   };
 
   layers_.resize(c.num_layers);
+  if (c.attention == AttentionKind::kMla) {
+    ASSIGN_OR_RETURN(mla_, MlaAttention::Create(local_, backend_));
+  }
+  // MLA layers: the attention weights go to MlaAttention; *bound false for other roles.
+  auto bind_mla = [&](const WeightSpec& spec, bool* bound) -> Status {
+    using R = WeightRole;
+    MlaLayerWeights* M = mla_->layer(spec.layer);
+    *bound = true;
+    switch (spec.role) {
+      case R::kQ: return matrix(spec, &M->q);
+      case R::kQA: return matrix(spec, &M->qa);
+      case R::kQB: return matrix(spec, &M->qb);
+      case R::kKvA: return matrix(spec, &M->kva);
+      case R::kO: return matrix(spec, &M->o);
+      case R::kQANorm: return vec(spec, &M->qa_norm);
+      case R::kKvANorm: return vec(spec, &M->kva_norm);
+      case R::kKvB: {
+        ASSIGN_OR_RETURN(SourceTensor t, source_->Get(spec));
+        return mla_->BindKvB(spec, t, &weight_bytes_);
+      }
+      default: *bound = false; return Status::Ok();
+    }
+  };
   if (c.is_moe()) {
     ASSIGN_OR_RETURN(moe_, MoeBlock::Create(local_, backend_));
     if (shard_ && shard_->plan().expert_parallel()) moe_->SetExpertParallel(shard_.get());
@@ -171,6 +200,19 @@ Status Model::BindWeights() {
     }
     LayerWeights* L = spec.layer >= 0 ? &layers_[spec.layer] : nullptr;
     using R = WeightRole;
+    if (mla_ && spec.layer >= 0) {
+      bool bound = false;
+      Status st = bind_mla(spec, &bound);
+      if (!st.ok()) {
+        const MlaConfig& m = c.mla;
+        return Status(st.code(), st.message() + " (config: kv_lora_rank " + std::to_string(m.kv_lora_rank) +
+                                     ", q_lora_rank " + std::to_string(m.q_lora_rank) + ", qk_nope_head_dim " +
+                                     std::to_string(m.qk_nope_head_dim) + ", qk_rope_head_dim " +
+                                     std::to_string(m.qk_rope_head_dim) + ", v_head_dim " +
+                                     std::to_string(m.v_head_dim) + ")");
+      }
+      if (bound) continue;
+    }
     switch (spec.role) {
       case R::kEmbed: RETURN_IF_ERROR(matrix(spec, &embed_)); break;
       case R::kLmHead: RETURN_IF_ERROR(matrix(spec, &lm_head_)); break;
@@ -200,6 +242,7 @@ Status Model::BindWeights() {
     }
   }
   if (moe_) RETURN_IF_ERROR(moe_->Validate());
+  if (mla_) RETURN_IF_ERROR(mla_->Validate());
   if (c.tie_word_embeddings) lm_head_ = embed_;
   return Status::Ok();
 }
@@ -275,6 +318,7 @@ Status Model::EnsureWorkspace(int64_t tokens, int64_t logit_rows) {
     RETURN_IF_ERROR(alloc(cap * c.intermediate_size, &ws_.act));
     RETURN_IF_ERROR(alloc(cap * c.hidden_size, &ws_.mlp_out));
     if (moe_) RETURN_IF_ERROR(moe_->EnsureWorkspace(cap));
+    if (mla_) RETURN_IF_ERROR(mla_->EnsureWorkspace(cap));
     ws_.token_capacity = cap;
   }
   if (logit_rows > ws_.logit_capacity) {
@@ -356,8 +400,35 @@ Status Model::UploadStep(const ForwardBatch& b) {
   return Status::Ok();
 }
 
+AttentionParams Model::StepAttentionParams(int64_t li, int64_t t, const KvCache& cache) const {
+  const ModelConfig& c = local_;
+  AttentionParams p;
+  p.num_tokens = t;
+  p.num_q_heads = c.num_q_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = c.head_dim;
+  p.block_size = cache.block_size();
+  p.sliding_window = c.layer_sliding_window[li];
+  const double qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_dim);
+  p.scale = static_cast<float>(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(qpas));
+  p.softcap = static_cast<float>(c.attn_logit_softcapping);
+  p.positions = d_positions_;
+  p.token_to_seq = d_token_to_seq_;
+  p.block_tables = d_block_tables_;
+  p.max_blocks_per_seq = step_max_blocks_;
+  p.host_positions = step_host_positions_;
+  p.host_token_to_seq = step_host_token_to_seq_;
+  p.max_context = step_max_context_;
+  return p;
+}
+
 void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   const ModelConfig& c = local_;
+  if (mla_) {  // o_proj output to mlp_out, as below
+    mla_->Forward(li, F(ws_.hidden), t, F(rope_devices_[c.layer_rope[li]]), d_slots_, cache->layer(li),
+                  StepAttentionParams(li, t, *cache), F(ws_.mlp_out));
+    return;
+  }
   const LayerWeights& L = layers_[li];
   const int64_t d = c.head_dim;
   const int64_t q_cols = c.num_q_heads * d, kv_cols = c.num_kv_heads * d;
@@ -382,24 +453,8 @@ void Model::AttentionBlock(int64_t li, int64_t t, KvCache* cache) {
   backend_->Rope(k, t, c.num_kv_heads, d, ld, rot, d_positions_, cos_sin);
   const KvLayerView kv = cache->layer(li);
   backend_->WriteKv(k, ld, v, ld, t, c.num_kv_heads, d, d_slots_, kv);
-  AttentionParams p;
-  p.num_tokens = t;
-  p.num_q_heads = c.num_q_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = d;
-  p.block_size = cache->block_size();
-  p.sliding_window = c.layer_sliding_window[li];
-  const double qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(d);
-  p.scale = static_cast<float>(1.0 / std::sqrt(qpas));
-  p.softcap = static_cast<float>(c.attn_logit_softcapping);
+  AttentionParams p = StepAttentionParams(li, t, *cache);
   p.sinks = F(L.sinks);
-  p.positions = d_positions_;
-  p.token_to_seq = d_token_to_seq_;
-  p.block_tables = d_block_tables_;
-  p.max_blocks_per_seq = step_max_blocks_;
-  p.host_positions = step_host_positions_;
-  p.host_token_to_seq = step_host_token_to_seq_;
-  p.max_context = step_max_context_;
   backend_->Attention(q, ld, kv, p, F(ws_.attn));
   // o_proj output goes to mlp_out, added to the residual by the next AddRmsNorm.
   backend_->Linear(F(ws_.attn), t, L.o, F(L.o_bias), F(ws_.mlp_out), c.hidden_size);

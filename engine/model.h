@@ -1,5 +1,6 @@
 // Model: a decoder (Llama/Mistral/Qwen2/Qwen3, and with MoE layers Mixtral/
-// Qwen2-MoE/Qwen3-MoE through engine/moe/) bound to a Backend.
+// Qwen2-MoE/Qwen3-MoE through engine/moe/; DeepSeek-V2/V3's latent attention through
+// engine/mla/) bound to a Backend.
 //
 // Forward() runs one flattened varlen batch (prefill chunks and decode tokens of
 // many sequences together) over a paged KV cache and returns logits only at the
@@ -16,6 +17,7 @@
 #include "engine/forward_batch.h"
 #include "engine/kv_cache.h"
 #include "engine/model_config.h"
+#include "engine/mla/mla_attention.h"
 #include "engine/moe/moe_block.h"
 #include "engine/parallel/shard/model_shard.h"
 #include "engine/rope.h"
@@ -105,6 +107,8 @@ class Model {
   // The whole network on the current step's device inputs (d_*, step_*).
   void RunLayers(int64_t tokens, int64_t logit_rows, KvCache* cache);
   void AttentionBlock(int64_t layer, int64_t tokens, KvCache* cache);
+  // The current step's attention inputs for `layer` (positions, block tables, window, scale).
+  AttentionParams StepAttentionParams(int64_t layer, int64_t tokens, const KvCache& cache) const;
   void MlpBlock(int64_t layer, int64_t tokens);
   // Index into graphs_.sizes for this batch, or -1 when it must run eagerly.
   int64_t GraphSlot(const ForwardBatch& b) const;
@@ -119,6 +123,7 @@ class Model {
   std::unique_ptr<WeightSource> source_;
   std::vector<LayerWeights> layers_;
   std::unique_ptr<MoeBlock> moe_;  // MoE layers' FFN; null for dense models
+  std::unique_ptr<MlaAttention> mla_;  // every layer's attention when the config's kind is MLA; else null
   WeightView embed_, lm_head_;
   std::shared_ptr<void> final_norm_;
   int64_t weight_bytes_ = 0;

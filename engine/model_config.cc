@@ -8,121 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "engine/config_fields.h"
 
 namespace tessera {
 namespace {
 
 using json = nlohmann::json;
 
-// Field readers: missing → default (or error when required), wrong type → error.
-class FieldReader {
- public:
-  FieldReader(const json& obj, std::string label) : obj_(obj), label_(std::move(label)) {}
-
-  Status Int(const char* key, int64_t* out, bool required, int64_t min_value = 1) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) {
-      if (required) return InvalidArgument(label_ + ": missing required field '" + key + "'");
-      return Status::Ok();
-    }
-    if (!it->is_number_integer()) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be an integer, got " + it->dump());
-    }
-    int64_t v = it->get<int64_t>();
-    if (v < min_value) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be >= " + std::to_string(min_value) +
-                             ", got " + std::to_string(v));
-    }
-    *out = v;
-    return Status::Ok();
-  }
-
-  Status Double(const char* key, double* out, bool required, double min_exclusive) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) {
-      if (required) return InvalidArgument(label_ + ": missing required field '" + key + "'");
-      return Status::Ok();
-    }
-    if (!it->is_number()) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be a number, got " + it->dump());
-    }
-    double v = it->get<double>();
-    if (!(v > min_exclusive)) {
-      std::ostringstream os;
-      os << label_ << ": field '" << key << "' must be > " << min_exclusive << ", got " << v;
-      return InvalidArgument(os.str());
-    }
-    *out = v;
-    return Status::Ok();
-  }
-
-  Status Bool(const char* key, bool* out) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return Status::Ok();
-    if (!it->is_boolean()) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be true or false, got " + it->dump());
-    }
-    *out = it->get<bool>();
-    return Status::Ok();
-  }
-
-  Status String(const char* key, std::string* out) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return Status::Ok();
-    if (!it->is_string()) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be a string, got " + it->dump());
-    }
-    *out = it->get<std::string>();
-    return Status::Ok();
-  }
-
-  // A required list of exactly `len` finite numbers > 0 (longrope factors).
-  Status PositiveList(const char* key, size_t len, const std::string& len_why, std::vector<double>* out) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return InvalidArgument(label_ + ": missing required field '" + key + "'");
-    if (!it->is_array() || it->size() != len) {
-      return InvalidArgument(label_ + ": field '" + key + "' must be a list of " + std::to_string(len) +
-                             " numbers (" + len_why + "), got " +
-                             (it->is_array() ? std::to_string(it->size()) + " entries" : it->dump()));
-    }
-    out->clear();
-    for (size_t i = 0; i < it->size(); ++i) {
-      const json& v = (*it)[i];
-      const double x = v.is_number() ? v.get<double>() : 0.0;
-      if (!v.is_number() || !std::isfinite(x) || !(x > 0.0)) {
-        return InvalidArgument(label_ + ": field '" + key + "' entry " + std::to_string(i) +
-                               " must be a finite number > 0, got " + v.dump());
-      }
-      out->push_back(x);
-    }
-    return Status::Ok();
-  }
-
-  // An int or a list of ints (eos_token_id takes both forms).
-  Status IntList(const char* key, std::vector<int64_t>* out) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return Status::Ok();
-    auto bad = [&] {
-      return InvalidArgument(label_ + ": field '" + key + "' must be an integer or a list of integers, got " +
-                             it->dump());
-    };
-    if (it->is_number_integer()) {
-      out->assign(1, it->get<int64_t>());
-      return Status::Ok();
-    }
-    if (!it->is_array()) return bad();
-    out->clear();
-    for (const auto& v : *it) {
-      if (!v.is_number_integer()) return bad();
-      out->push_back(v.get<int64_t>());
-    }
-    return Status::Ok();
-  }
-
- private:
-  const json& obj_;
-  std::string label_;
-};
+using config_internal::FieldReader;
 
 // LongRoPE (Phi-3 "longrope", formerly "su"): short and long per-frequency
 // divisors and the pre-training context they extend, which HF reads from
@@ -437,7 +330,8 @@ const std::vector<std::string>& SupportedArchitectures() {
                                                   "MixtralForCausalLM",  "Qwen2MoeForCausalLM",
                                                   "Qwen3MoeForCausalLM", "Phi3ForCausalLM",
                                                   "Gemma2ForCausalLM",   "Gemma3ForCausalLM",
-                                                  "Gemma3ForConditionalGeneration", "GptOssForCausalLM"};
+                                                  "Gemma3ForConditionalGeneration", "GptOssForCausalLM",
+                                                  "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
   return kArchs;
 }
 
@@ -452,7 +346,14 @@ namespace {
 // Parameters of the layers, counting `experts` routed experts per MoE layer.
 int64_t LayerParameters(const ModelConfig& c, int64_t experts) {
   const int64_t h = c.hidden_size;
-  const int64_t attn = h * c.num_q_heads * c.head_dim * 2 + h * c.num_kv_heads * c.head_dim * 2;
+  int64_t attn = h * c.num_q_heads * c.head_dim * 2 + h * c.num_kv_heads * c.head_dim * 2;
+  if (c.attention == AttentionKind::kMla) {
+    const MlaConfig& m = c.mla;
+    const int64_t q_out = c.num_q_heads * c.head_dim;
+    attn = (m.q_lora_rank > 0 ? m.q_lora_rank * (h + 1 + q_out) : h * q_out) +
+           (m.kv_lora_rank + m.qk_rope_head_dim) * h + m.kv_lora_rank +
+           m.kv_lora_rank * c.num_q_heads * (m.qk_nope_head_dim + m.v_head_dim) + c.num_q_heads * m.v_head_dim * h;
+  }
   const int64_t moe = h * c.moe.num_experts + experts * 3 * h * c.moe.expert_inter +
                       3 * h * c.moe.shared_inter + (c.moe.shared_gate ? h : 0) +
                       (c.moe.router_bias ? c.moe.num_experts : 0) +
@@ -628,6 +529,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   if (moe) RETURN_IF_ERROR(ParseMoe(root, label, &c));
   if (IsGemma(a)) RETURN_IF_ERROR(ParseGemma(root, label, &c));
   if (a == "GptOssForCausalLM") RETURN_IF_ERROR(ParseGptOss(root, label, &c));
+  if (a == "DeepseekV2ForCausalLM" || a == "DeepseekV3ForCausalLM") {
+    RETURN_IF_ERROR(config_internal::ParseDeepseek(root, label, &c));
+  }
   return c;
 }
 

@@ -4,7 +4,8 @@
 // bias, q/k norm, sliding window, rope scaling, partial rotary, fused projections);
 // the forward pass reads these flags instead of switching on the architecture name. Mixtral, Qwen2-MoE and Qwen3-MoE are the
 // same decoder with a mixture-of-experts FFN on the layers `layer_moe` marks
-// (MoeConfig; the block is engine/moe/).
+// (MoeConfig; the block is engine/moe/). DeepSeek-V2/V3 replace attention with
+// multi-head latent attention (MlaConfig; the block is engine/mla/).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,25 @@ enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn, kLongRope };
 
 // The gated FFN's activation: down(act(gate x) * up x).
 enum class GluActivation { kSilu, kGeluTanh };  // SwiGLU (Llama, Qwen) | GeGLU with tanh-GELU (Gemma)
+
+// Which dims RoPE rotates together: (i, i + rot/2) "rotate half" (GPT-NeoX, HF Llama)
+// or adjacent pairs (2i, 2i + 1) (GPT-J; DeepSeek's rope_interleave). Both read the same
+// cos/sin table (engine/rope.h): pair i turns by position * inv_freq[i].
+enum class RopeStyle { kHalf, kInterleaved };
+
+// Multi-head attention (K and V rows per KV head) or DeepSeek's multi-head latent
+// attention, whose cache row per token is the compressed latent plus the shared
+// rope key (engine/kv_layout.h; docs/architecture.md, "Engine").
+enum class AttentionKind { kMha, kMla };
+
+// MLA dimensions (HF DeepseekV2Config / DeepseekV3Config names).
+struct MlaConfig {
+  int64_t q_lora_rank = 0;       // 0: plain q_proj (V2-Lite); else q_a_proj -> norm -> q_b_proj
+  int64_t kv_lora_rank = 0;      // latent width r: the cache holds r + qk_rope_head_dim per token
+  int64_t qk_nope_head_dim = 0;  // per head, the query/key part without position
+  int64_t qk_rope_head_dim = 0;  // per head, the rotated part (the key's is shared by all heads)
+  int64_t v_head_dim = 0;
+};
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
@@ -66,6 +86,8 @@ struct MoeConfig {
   MoeActivation activation = MoeActivation::kSilu;
   double swiglu_alpha = 1.702;   // kSwigluOai only
   double swiglu_limit = 7.0;     // kSwigluOai only
+  // DeepSeek: the k routed weights times this, after the optional renormalisation.
+  double routed_scaling_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -134,10 +156,19 @@ struct ModelConfig {
   double rope_local_theta = 0.0;
   std::vector<int32_t> layer_rope;  // per layer: 0 = rope_theta + rope_scaling, 1 = local
 
-  // K and V bytes one token occupies across all layers, at `bytes_per_elem`.
-  int64_t KvBytesPerToken(int64_t bytes_per_elem) const {
-    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_elem;
-  }
+  // --- DeepSeek-V2/V3 (engine/mla/). With kMla, head_dim is the query/key head
+  // (qk_nope_head_dim + qk_rope_head_dim), rotary_dim is qk_rope_head_dim, and
+  // num_kv_heads is not a cache dimension (the latent is shared by all heads).
+  AttentionKind attention = AttentionKind::kMha;
+  MlaConfig mla;
+  RopeStyle rope_style = RopeStyle::kHalf;
+  // > 0: the softmax scale (MLA: head_dim^-1/2 times YaRN's mscale(factor,
+  // mscale_all_dim) squared); 0: derived from head_dim / query_pre_attn_scalar.
+  double attn_scale = 0.0;
+
+  // KV cache bytes one token occupies across all layers, at `bytes_per_elem`
+  // (engine/kv_layout.h: K and V rows, or the MLA latent row).
+  int64_t KvBytesPerToken(int64_t bytes_per_elem) const;
   bool is_moe() const { return moe.num_experts > 0; }
   int64_t num_moe_layers() const;
   // Approximate parameter count (embeddings, lm_head and all layers).

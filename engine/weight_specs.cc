@@ -48,7 +48,21 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       w.push_back({p + name, std::move(shape), role, i, -1, offset, total});
     };
     add("input_layernorm.weight", {h}, R::kInputNorm);
-    if (c.fused_qkv) {
+    if (c.attention == AttentionKind::kMla) {
+      const MlaConfig& m = c.mla;
+      if (m.q_lora_rank > 0) {
+        add("self_attn.q_a_proj.weight", {m.q_lora_rank, h}, R::kQA);
+        add("self_attn.q_a_layernorm.weight", {m.q_lora_rank}, R::kQANorm);
+        add("self_attn.q_b_proj.weight", {q_out, m.q_lora_rank}, R::kQB);
+      } else {
+        add("self_attn.q_proj.weight", {q_out, h}, R::kQ);
+      }
+      add("self_attn.kv_a_proj_with_mqa.weight", {m.kv_lora_rank + m.qk_rope_head_dim, h}, R::kKvA);
+      add("self_attn.kv_a_layernorm.weight", {m.kv_lora_rank}, R::kKvANorm);
+      add("self_attn.kv_b_proj.weight", {c.num_q_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
+          R::kKvB);
+      add("self_attn.o_proj.weight", {h, c.num_q_heads * m.v_head_dim}, R::kO);
+    } else if (c.fused_qkv) {
       const int64_t rows = q_out + 2 * kv_out;
       part("self_attn.qkv_proj.weight", {q_out, h}, R::kQ, 0, rows);
       part("self_attn.qkv_proj.weight", {kv_out, h}, R::kK, q_out, rows);
@@ -58,7 +72,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add("self_attn.k_proj.weight", {kv_out, h}, R::kK);
       add("self_attn.v_proj.weight", {kv_out, h}, R::kV);
     }
-    add("self_attn.o_proj.weight", {h, q_out}, R::kO);
+    if (c.attention == AttentionKind::kMha) add("self_attn.o_proj.weight", {h, q_out}, R::kO);
     if (c.qkv_bias) {
       add("self_attn.q_proj.bias", {q_out}, R::kQBias);
       add("self_attn.k_proj.bias", {kv_out}, R::kKBias);

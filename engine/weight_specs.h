@@ -19,6 +19,11 @@ enum class WeightRole {
   // Sandwich norms (Gemma): RMSNorm of the attention output and of the MLP output,
   // before each residual add (post_attention_layernorm / post_feedforward_layernorm).
   kAttnOutNorm, kFfnOutNorm,
+  // Multi-head latent attention (engine/mla/): q_a_proj [q_lora, h], q_a_layernorm
+  // [q_lora], q_b_proj [heads * (nope + rope), q_lora] (without q_lora: kQ is q_proj),
+  // kv_a_proj_with_mqa [r + rope, h], kv_a_layernorm [r], kv_b_proj [heads * (nope + v), r].
+  // Before kRouter: IsMoe() is every role from kRouter on.
+  kQA, kQANorm, kQB, kKvA, kKvANorm, kKvB,
   // MoE layers (engine/moe/): router [E, h]; per expert gate/up [inter, h] and
   // down [h, inter]; shared expert gate/up/down; shared expert gate [1, h].
   kRouter, kExpertGate, kExpertUp, kExpertDown,
@@ -55,7 +60,8 @@ struct WeightSpec {
   bool IsNorm() const {
     return role == WeightRole::kFinalNorm || role == WeightRole::kInputNorm ||
            role == WeightRole::kPostNorm || role == WeightRole::kQNorm || role == WeightRole::kKNorm ||
-           role == WeightRole::kAttnOutNorm || role == WeightRole::kFfnOutNorm;
+           role == WeightRole::kAttnOutNorm || role == WeightRole::kFfnOutNorm || role == WeightRole::kQANorm ||
+           role == WeightRole::kKvANorm;
   }
   // Weights MoeBlock binds (engine/moe/).
   bool IsMoe() const {

@@ -160,8 +160,8 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
 
   SchedulerOptions& so = options.scheduler;
   const bool auto_len = ApplyModelLimits(mc, &so);
-  const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim,
-                                                DTypeSize(loop->backend_->kv_dtype()));
+  // engine/kv_layout.h: K and V rows, or one MLA latent row per layer.
+  const int64_t per_token = mc.KvBytesPerToken(DTypeSize(loop->backend_->kv_dtype()));
   const bool from_budget = so.kv.num_blocks <= 0;
   int64_t probe = 0;
   const bool from_device = from_budget && !options.kv_cache_bytes_set && loop->backend_->MemoryInfo(&probe, &probe);

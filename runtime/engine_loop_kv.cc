@@ -45,6 +45,8 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
     KvTierOptions to = std::move(*options.kv_tiers);
     ASSIGN_OR_RETURN(to.model_fingerprint, KvModelKey(options.model_dir, mc, so.limits.max_model_len));
     to.layout = DescribeKvLayout(MakeKvLayout(mc, backend_->kv_dtype(), so.kv.block_size));
+    // MLA blocks hold latent rows: the plane layout keeps them apart from any MHA record.
+    if (mc.attention != AttentionKind::kMha) to.layout += "; " + cache_->layout().Describe();
     to.block_bytes = cache_->BlockBytes();
     to.notify = notify;
     ASSIGN_OR_RETURN(tiers_, TierConnector::Create(std::move(to)));
@@ -58,6 +60,11 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
     if (options.device != "cpu") {
       return FailedPrecondition("kv transfer (--role prefill|decode) needs --device cpu for now: the CUDA KV "
                                 "pool is not registered with UCX");
+    }
+    if (mc.attention != AttentionKind::kMha) {
+      // The transport registers and checks K and V regions per layer (engine/kv_transfer).
+      return Unimplemented("kv transfer (--role prefill|decode) does not carry multi-head latent attention "
+                           "caches yet (" + mc.architecture + "): serve it without --role");
     }
     ASSIGN_OR_RETURN(std::string fingerprint, KvModelKey(options.model_dir, mc, so.limits.max_model_len));
     KvTransportOptions to = *options.kv_transfer;

@@ -238,6 +238,9 @@ class CudaBackend final : public Backend {
       case BackendOp::kAttentionSinks: case BackendOp::kMoeSoftmaxTopK: case BackendOp::kMoeExpertBias:
       case BackendOp::kSwigluOai: case BackendOp::kAdd:
         return Unimplemented(name() + ": no " + BackendOpName(op) + " kernel");
+      case BackendOp::kMlaAttention:
+        return Unimplemented("--device cuda has no multi-head latent attention kernel yet; serve the model with "
+                             "--device cpu");
       default:
         return Status::Ok();  // kernels/cuda/geglu_softcap.cu, paged_attention.cu
     }

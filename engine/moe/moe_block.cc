@@ -192,6 +192,10 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
     b.Linear(x, t, L.router, F(L.router_bias), F(ws_.logits), m.num_experts);
     b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, m.scoring == MoeScoring::kSoftmaxTopK,
                ids, F(ws_.weights));
+    // Scaled here, on the token's rank, so expert-parallel ranks receive final weights.
+    if (m.routed_scaling_factor != 1.0) {
+      b.Scale(F(ws_.weights), t * m.top_k, static_cast<float>(m.routed_scaling_factor));
+    }
     b.MoeCountExperts(ids, t * m.top_k, m.num_experts, static_cast<int64_t*>(counts_.get()) + idx * m.num_experts);
   }
   if (ep_) {

@@ -3,7 +3,8 @@
 // ModelConfig::layer_moe marks:
 //
 //   logits = router x (+ router bias)        [tokens, E]
-//   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob)
+//   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob;
+//                                             times routed_scaling_factor, DeepSeek)
 //            or softmax over the top-k logits (MoeScoring::kSoftmaxTopK, gpt-oss)
 //   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order;
 //            an expert may carry gate/up/down biases and the clamped SwiGLU (MoeConfig)

@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
+import reference_deepseek  # noqa: E402
 import reference_gemma  # noqa: E402
 import reference_gptoss  # noqa: E402
 
@@ -45,6 +46,7 @@ LINEAR = {"rope_type": "linear", "factor": 2.0}
 # stretching an original context of 16 to the synth's 4096 positions.  Factors are exact in f32 (GGUF
 # stores them so).  max_model_len 16 selects the short set, anything above 16 the long one.
 GEMMA_VOCAB = {"vocab_size": 32768}
+DEEPSEEK_VOCAB = {"vocab_size": 32768}  # a 32k-row head keeps the cases fast (tokenizer: 128815 ids)
 PHI3_LONGROPE = {"partial_rotary_factor": 0.5, "original_max_position_embeddings": 16,
                  "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.25, 1.5, 2.0],
                                   "long_factor": [1.0, 4.0, 16.0, 64.0]}}
@@ -120,13 +122,19 @@ def _gptoss_yarn_truncated(model, rs):  # llama.cpp's rounding of the YaRN corre
 
 
 @contextlib.contextmanager
-def _patched(name, fn):
-    old = getattr(reference, name)
-    setattr(reference, name, fn)
+def _patched(name, fn, module=reference):
+    old = getattr(module, name)
+    setattr(module, name, fn)
     try:
         yield
     finally:
-        setattr(reference, name, old)
+        setattr(module, name, old)
+
+
+def _rope_halves(x, cos, sin):  # NeoX halves (i, i + d/2) instead of DeepSeek's interleaved pairs
+    h = x.shape[-1] // 2
+    c, s = cos[:, None, :], sin[:, None, :]
+    return np.concatenate([x[..., :h] * c - x[..., h:] * s, x[..., h:] * c + x[..., :h] * s], axis=-1)
 
 
 def _rope_interleaved(x, cos, sin):  # GPT-J pairing (2i, 2i+1) instead of HF halves
@@ -173,6 +181,12 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "gptoss-swap-gate-up": (_gptoss_swap_gate_up, None),
     "no-expert-bias": (_gptoss_no_expert_bias, None),
     "yarn-truncated": (lambda m: _gptoss_yarn_truncated(m, GPTOSS_YARN), None),
+    # DeepSeek MLA (reference_deepseek.py).
+    "mla-rope-halves": (lambda m: m, lambda: _patched("rope_pairs", _rope_halves, reference_deepseek)),
+    "mla-no-mscale2": (lambda m: _with(m, attn_scale=m["cfg"]["head_dim"] ** -0.5), None),
+    "no-routed-scaling": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], scaling=1.0)), None),
+    "mla-no-latent-norm": (lambda m: dict(m, w={k: (np.ones_like(v) if "kv_a_layernorm" in k else v)
+                                               for k, v in m["w"].items()}), None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 GEMMA_ARCHS = ("gemma2", "gemma3")
@@ -208,6 +222,9 @@ def ablations_for(c):
                 "yarn-truncated", "no-sliding", "sliding-all-layers"] + (
                     ["no-swiglu-clamp"] if "swiglu_limit" in c["sets"] else [])
     names = ["gqa-interleaved", "rope-interleaved"]
+    if c["arch"] == "deepseek_v2_lite":
+        names = ["mla-rope-halves", "mla-no-mscale2", "mla-no-latent-norm", "flip-norm-topk", "top-k-minus-1"]
+        names += ["no-routed-scaling"] if c["sets"].get("routed_scaling_factor", 1.0) != 1.0 else []
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
     if c["arch"] in MOE_ARCHS:
@@ -228,7 +245,7 @@ def ablations_for(c):
     return names
 
 
-def reference_rows(model, seqs, ablation=None):
+def reference_rows(model, seqs, ablation=None, mla_form="expanded"):
     fn, patch = ABLATIONS[ablation] if ablation else (lambda m: m, None)
     with (patch() if patch else contextlib.nullcontext()):
         m = fn(model)
@@ -236,6 +253,9 @@ def reference_rows(model, seqs, ablation=None):
             return np.concatenate([reference_gptoss.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
         if "rope_local" in m:  # a Gemma model (reference_gemma.load)
             return np.concatenate([reference_gemma.forward(m, s["tokens"], s["logits_at"]) for s in seqs])
+        if m["cfg"].get("mla"):  # DeepSeek (reference_deepseek.load)
+            return np.concatenate([reference_deepseek.forward(m, s["tokens"], mla_form)[s["logits_at"]]
+                                   for s in seqs])
         return np.concatenate([reference.forward(m, s["tokens"])[s["logits_at"]] for s in seqs])
 
 
@@ -284,6 +304,13 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
     # would double this file's gpt-oss time.
     case("gpt_oss-f32", "gpt_oss", sets=GPTOSS_CLAMP, seed=80),
     case("gpt_oss-mxfp4-chunked-7", "gpt_oss", "mxfp4", sets=GPTOSS_CLAMP, chunk=7, seed=81),
+    # DeepSeek-V2-Lite layout (MLA without q_lora, YaRN with mscale_all_dim, layer 0 dense,
+    # layer 1 MoE); the reference runs the expanded form, Tessera the absorbed one. The
+    # q_lora case adds q_a_proj -> q_a_layernorm -> q_b_proj (DeepSeek-V2 / V3 style).
+    case("deepseek_v2_lite-f32-routed-scaling", "deepseek_v2_lite", sets={"routed_scaling_factor": 2.5, **DEEPSEEK_VOCAB},
+         seed=80),
+    case("deepseek_v2_lite-bf16-q-lora-chunked-7", "deepseek_v2_lite", "bf16",
+         sets={"q_lora_rank": 24, **DEEPSEEK_VOCAB}, chunk=7, seed=81),
 ]
 
 
@@ -322,6 +349,7 @@ def run_case(tessera, c, work, threads):
             raise CaseError(f"config.json {k}={config.get(k)!r}, --set asked for {v!r}")
     model = (reference_gemma.load(model_dir) if reference_gemma.is_gemma(config)
              else reference_gptoss.load(model_dir) if reference_gptoss.is_gpt_oss(config)
+             else reference_deepseek.load(model_dir) if reference_deepseek.is_deepseek(config)
              else reference.load(model_dir, c["max_model_len"]))
     vocab = model["cfg"]["vocab"]
     if c["sets"].get("sliding_window") and max(n for n, _ in SEQUENCES) <= c["sets"]["sliding_window"]:
@@ -352,6 +380,10 @@ def run_case(tessera, c, work, threads):
     for a, v in sens.items():
         if v < SENSITIVITY_MIN:
             problems.append(f"case does not exercise it: ablation {a} moves logits only {v:.1e}")
+    if model["cfg"].get("mla"):  # the two published forms of MLA agree on this checkpoint
+        forms = float(row_rel(reference_rows(model, seqs, mla_form="absorbed"), ref).max())
+        if forms >= REL_TOL:
+            problems.append(f"reference MLA forms disagree: absorbed vs expanded {forms:.1e}")
     bad = np.nonzero(rel >= REL_TOL)[0]
     if bad.size:
         problems.append(f"{bad.size}/{len(rel)} rows over rel tol {REL_TOL:g} (rows {bad.tolist()[:8]})")
@@ -394,7 +426,8 @@ def main():
     passed = failed = 0
     for name, check in (("reference-self-check", reference.self_check),
                         ("reference-gemma-self-check", reference_gemma.self_check),
-                        ("reference-gptoss-self-check", reference_gptoss.self_check)):
+                        ("reference-gptoss-self-check", reference_gptoss.self_check),
+                        ("reference-deepseek-self-check", reference_deepseek.self_check)):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             ok = check()
