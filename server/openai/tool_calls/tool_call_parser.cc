@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "server/openai/tool_calls/deepseek_v3_parser.h"
+#include "server/openai/tool_calls/harmony_parser.h"
 #include "text/chat_template.h"
 
 namespace tessera::openai::tools {
@@ -355,8 +357,10 @@ StatusOr<ToolParserKind> ToolParserFromName(std::string_view name) {
   if (name == "hermes") return ToolParserKind::kHermes;
   if (name == "llama3_json") return ToolParserKind::kLlama3Json;
   if (name == "mistral") return ToolParserKind::kMistral;
+  if (name == "openai") return ToolParserKind::kOpenAI;
+  if (name == "deepseek_v3") return ToolParserKind::kDeepSeekV3;
   return InvalidArgument("unknown tool-call parser '" + std::string(name.substr(0, 64)) +
-                         "' (known: hermes, llama3_json, mistral)");
+                         "' (known: hermes, llama3_json, mistral, openai, deepseek_v3)");
 }
 
 std::string_view ToolParserName(ToolParserKind kind) {
@@ -364,12 +368,16 @@ std::string_view ToolParserName(ToolParserKind kind) {
     case ToolParserKind::kHermes: return "hermes";
     case ToolParserKind::kLlama3Json: return "llama3_json";
     case ToolParserKind::kMistral: return "mistral";
+    case ToolParserKind::kOpenAI: return "openai";
+    case ToolParserKind::kDeepSeekV3: return "deepseek_v3";
     case ToolParserKind::kNone: break;
   }
   return "";
 }
 
 ToolParserKind DetectToolParser(const text::ChatTemplate& t) {
+  if (t.SourceMentions(kHarmonyChannel)) return ToolParserKind::kOpenAI;
+  if (t.SourceMentions("<｜tool▁calls▁begin｜>")) return ToolParserKind::kDeepSeekV3;
   if (t.SourceMentions(kHermesOpen)) return ToolParserKind::kHermes;
   if (t.SourceMentions(kToolCallsTag)) return ToolParserKind::kMistral;
   if (t.SourceMentions(kPythonTag) || t.SourceMentions("respond with a JSON for a function call")) {
@@ -383,6 +391,8 @@ std::unique_ptr<ToolCallParser> MakeToolCallParser(ToolParserKind kind) {
     case ToolParserKind::kHermes: return std::make_unique<HermesParser>();
     case ToolParserKind::kLlama3Json: return std::make_unique<Llama3JsonParser>();
     case ToolParserKind::kMistral: return std::make_unique<MistralParser>();
+    case ToolParserKind::kDeepSeekV3: return MakeDeepSeekV3ToolCallParser();
+    case ToolParserKind::kOpenAI:  // HarmonyParser
     case ToolParserKind::kNone: break;
   }
   return nullptr;
