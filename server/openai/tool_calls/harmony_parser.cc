@@ -9,7 +9,6 @@ namespace {
 
 constexpr size_t npos = std::string_view::npos;
 constexpr std::string_view kEnd = "<|end|>";
-constexpr std::string_view kConstrain = "<|constrain|>";
 constexpr std::string_view kFunctions = "functions.";
 
 // What ends a header: its <|message|>, or (malformed) any token that ends or
