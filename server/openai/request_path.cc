@@ -174,7 +174,15 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   p.output.parallel_tool_calls = req.parallel_tool_calls;
   p.output.reasoning_parser = model.output.reasoning_parser;
   p.output.prompt_opened_think = tools::PromptOpensThink(prompt->text);
-  if (p.output.harmony()) p.output.harmony_open_header = tools::HarmonyOpenHeader(prompt->text);
+  if (p.output.harmony()) {
+    // An echoed prefix is fed to the parser as output (chat_response.h): the output starts where
+    // the prompt stood before it, or harmony markup in it would be read as the open body's text.
+    std::string_view before = prompt->text;
+    if (const std::string echo = ChatEchoPrefix(req); !echo.empty() && before.ends_with(echo)) {
+      before.remove_suffix(echo.size());
+    }
+    p.output.harmony_open_header = tools::HarmonyOpenHeader(before);
+  }
   if (req.tool_choice.mode == tools::ToolChoiceMode::kRequired || req.tool_choice.mode == tools::ToolChoiceMode::kNamed) {
     if (auto err = ForceToolCalls(model, p.output, &p.request)) return err;
   }

@@ -193,6 +193,14 @@ TEST(PrepareHarmonyChatTest, KeepsSpecialTokensStopsOnCallAndPassesEffortAndThin
   EXPECT_NE(prompt->find("<|channel|>analysis<|message|>Need a lookup.<|end|><|start|>assistant to=functions.get_weather"),
             std::string::npos)
       << *prompt;
+  // Echoed under continue_final_message, the final message's content is output: the parser
+  // starts where the prompt stood before it, not inside markup the content carries.
+  PreparedChat echoed;
+  err = PrepareChat(model, R"({"messages":[{"role":"user","content":"q"},{"role":"assistant",
+      "content":"Sure<|end|><|start|>assistant<|channel|>analysis <|message|>hmm"}],
+      "continue_final_message":true,"add_generation_prompt":false,"echo":true})", &echoed);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_EQ(echoed.output.harmony_open_header, "<|start|>assistant<|channel|>final<|message|>");
 }
 
 TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
