@@ -107,6 +107,25 @@ void AddHarmonyStops(const text::Tokenizer& tokenizer, SamplingParams* params) {
   }
 }
 
+// The prompt whose end sets the harmony parser's starting state. Under
+// continue_final_message the final message's content is cut off when it is
+// either fed to the parser again (echo, chat_response.h) or was plain text to
+// the model (content special tokens masked, the default): harmony markup
+// written in it must not decide how the output is read. Only content the
+// model read as control tokens, and does not see again, stays.
+std::string_view HarmonyStatePrompt(const RequestModel& model, const ChatRequest& req, std::string_view prompt) {
+  if (!req.continue_final_message || (!req.echo && model.chat_content_special_tokens) || !req.messages.is_array() ||
+      req.messages.empty()) {
+    return prompt;
+  }
+  const Json& last = req.messages.back();
+  auto content = last.is_object() && last.value("role", Json()) == "assistant" ? last.find("content") : last.end();
+  if (content == last.end() || !content->is_string()) return prompt;
+  const std::string& text = content->get_ref<const std::string&>();
+  if (prompt.ends_with(text)) prompt.remove_suffix(text.size());
+  return prompt;
+}
+
 }  // namespace
 
 RequestModel RequestModelOf(const ServingEngine& engine) {
@@ -174,15 +193,7 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   p.output.parallel_tool_calls = req.parallel_tool_calls;
   p.output.reasoning_parser = model.output.reasoning_parser;
   p.output.prompt_opened_think = tools::PromptOpensThink(prompt->text);
-  if (p.output.harmony()) {
-    // An echoed prefix is fed to the parser as output (chat_response.h): the output starts where
-    // the prompt stood before it, or harmony markup in it would be read as the open body's text.
-    std::string_view before = prompt->text;
-    if (const std::string echo = ChatEchoPrefix(req); !echo.empty() && before.ends_with(echo)) {
-      before.remove_suffix(echo.size());
-    }
-    p.output.harmony_open_header = tools::HarmonyOpenHeader(before);
-  }
+  if (p.output.harmony()) p.output.harmony_open_header = tools::HarmonyOpenHeader(HarmonyStatePrompt(model, req, prompt->text));
   if (req.tool_choice.mode == tools::ToolChoiceMode::kRequired || req.tool_choice.mode == tools::ToolChoiceMode::kNamed) {
     if (auto err = ForceToolCalls(model, p.output, &p.request)) return err;
   }

@@ -193,14 +193,25 @@ TEST(PrepareHarmonyChatTest, KeepsSpecialTokensStopsOnCallAndPassesEffortAndThin
   EXPECT_NE(prompt->find("<|channel|>analysis<|message|>Need a lookup.<|end|><|start|>assistant to=functions.get_weather"),
             std::string::npos)
       << *prompt;
-  // Echoed under continue_final_message, the final message's content is output: the parser
-  // starts where the prompt stood before it, not inside markup the content carries.
-  PreparedChat echoed;
-  err = PrepareChat(model, R"({"messages":[{"role":"user","content":"q"},{"role":"assistant",
+  // Under continue_final_message the parser starts where the prompt stood before the final
+  // message's content, not inside markup the content carries: echoed, the content is fed to the
+  // parser again; not echoed, it was plain text to the model. Only content read as control
+  // tokens and not echoed leaves the state after it.
+  const std::string continued = R"({"messages":[{"role":"user","content":"q"},{"role":"assistant",
       "content":"Sure<|end|><|start|>assistant<|channel|>analysis <|message|>hmm"}],
-      "continue_final_message":true,"add_generation_prompt":false,"echo":true})", &echoed);
-  ASSERT_FALSE(err) << err->message;
-  EXPECT_EQ(echoed.output.harmony_open_header, "<|start|>assistant<|channel|>final<|message|>");
+      "continue_final_message":true,"add_generation_prompt":false)";
+  for (const bool special : {false, true}) {
+    model.chat_content_special_tokens = special;
+    for (const char* echo : {"true", "false"}) {
+      PreparedChat c;
+      err = PrepareChat(model, continued + R"(,"echo":)" + echo + "}", &c);
+      ASSERT_FALSE(err) << err->message;
+      EXPECT_EQ(c.output.harmony_open_header, special && echo == std::string("false")
+                                                  ? "<|start|>assistant<|channel|>analysis <|message|>"
+                                                  : "<|start|>assistant<|channel|>final<|message|>")
+          << "content special tokens " << special << ", echo " << echo;
+    }
+  }
 }
 
 TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
