@@ -43,15 +43,11 @@ std::optional<ToolCall> ParseCallBody(std::string_view body) {
   return ToolCall{std::string(name), JsonText(*j)};
 }
 
-class DeepSeekV3Parser : public ToolCallParser {
- public:
-  void Feed(std::string_view text, ParsedText* out) override {
-    buf_.append(text);
-    Run(/*final=*/false, out);
-  }
+class DeepSeekV3Parser : public RescanningToolCallParser {
+ private:
+  enum class State { kOutside, kBlock, kCall };
 
-  void Finish(ParsedText* out) override {
-    Run(/*final=*/true, out);
+  void ReleaseHeld(ParsedText* out) override {
     switch (state_) {
       case State::kOutside: sink_.Text(buf_, out); break;
       case State::kBlock:
@@ -61,14 +57,9 @@ class DeepSeekV3Parser : public ToolCallParser {
         EndCall(buf_, "", out);
         break;
     }
-    buf_.clear();
     raw_.clear();
     state_ = State::kOutside;
-    sink_.Finish(out);
   }
-
- private:
-  enum class State { kOutside, kBlock, kCall };
 
   void EndCall(std::string_view body, std::string_view end, ParsedText* out) {
     if (std::optional<ToolCall> call = ParseCallBody(body)) {
@@ -80,7 +71,7 @@ class DeepSeekV3Parser : public ToolCallParser {
     raw_.clear();
   }
 
-  void Run(bool final, ParsedText* out) {
+  void Run(bool final, ParsedText* out) override {
     for (;;) {
       switch (state_) {
         case State::kOutside: {
@@ -137,11 +128,9 @@ class DeepSeekV3Parser : public ToolCallParser {
   }
 
   State state_ = State::kOutside;
-  std::string buf_;   // not yet released
   std::string raw_;   // markup consumed since the last released call (the verbatim fallback)
   int calls_in_block_ = 0;
   size_t search_from_ = 0;
-  CallTextSink sink_;
 };
 
 }  // namespace

@@ -176,27 +176,18 @@ bool IsNameChar(char c) {
 
 // [TOOL_CALLS] then either a JSON array of calls (or one call object), or
 // name[ARGS]{...} (newer tokenizers), possibly repeated with more tags.
-class MistralParser : public ToolCallParser {
- public:
-  void Feed(std::string_view text, ParsedText* out) override {
-    buf_.append(text);
-    Run(/*final=*/false, out);
-  }
-
-  void Finish(ParsedText* out) override {
-    Run(/*final=*/true, out);
+class MistralParser : public RescanningToolCallParser {
+ private:
+  void ReleaseHeld(ParsedText* out) override {
     if (in_calls_) {
       sink_.Text(std::string(kToolCallsTag) + buf_, out);
     } else {
       sink_.Text(buf_, out);
     }
-    buf_.clear();
     in_calls_ = false;
-    sink_.Finish(out);
   }
 
- private:
-  void Run(bool final, ParsedText* out) {
+  void Run(bool final, ParsedText* out) override {
     for (;;) {
       if (!in_calls_) {
         const size_t at = buf_.find(kToolCallsTag);
@@ -280,11 +271,9 @@ class MistralParser : public ToolCallParser {
     return true;
   }
 
-  std::string buf_;
   bool in_calls_ = false;
   size_t args_at_ = npos;  // where the scanner's [ARGS] object starts in buf_
   JsonValueScanner scanner_;
-  CallTextSink sink_;
 };
 
 // ---- forced formats (tool_choice required / named) -----------------------------
@@ -403,6 +392,20 @@ std::unique_ptr<ToolCallParser> MakeRequiredToolCallParser() { return std::make_
 std::unique_ptr<ToolCallParser> MakeNamedToolCallParser(std::string function_name) {
   if (function_name.empty()) return nullptr;
   return std::make_unique<ForcedParser>(std::move(function_name));
+}
+
+// ---- RescanningToolCallParser -----------------------------------------------------
+
+void RescanningToolCallParser::Feed(std::string_view text, ParsedText* out) {
+  buf_.append(text);
+  Run(/*final=*/false, out);
+}
+
+void RescanningToolCallParser::Finish(ParsedText* out) {
+  Run(/*final=*/true, out);
+  ReleaseHeld(out);
+  buf_.clear();
+  sink_.Finish(out);
 }
 
 // ---- CallTextSink ---------------------------------------------------------------

@@ -83,4 +83,22 @@ class CallTextSink {
   bool after_call_ = false; // the last thing released was a call
 };
 
+// A parser that holds unreleased output in buf_ and re-scans it: Feed appends
+// and runs Run(final=false); Finish runs Run(final=true), lets ReleaseHeld
+// release what is still held (as text, or a call complete at the end), then
+// closes the sink.
+class RescanningToolCallParser : public ToolCallParser {
+ public:
+  void Feed(std::string_view text, ParsedText* out) final;
+  void Finish(ParsedText* out) final;
+
+ protected:
+  virtual void Run(bool final, ParsedText* out) = 0;
+  // End of output, after the final Run: releases buf_ (cleared afterwards) and resets the state.
+  virtual void ReleaseHeld(ParsedText* out) = 0;
+
+  std::string buf_;  // output not yet released
+  CallTextSink sink_;
+};
+
 }  // namespace tessera::openai::tools
