@@ -18,39 +18,6 @@
 namespace tessera {
 namespace {
 
-// Applies `path` (TOML, CLI11's reader) to the options of `cmd` that were not
-// given on the command line. Unknown keys are errors, so typos do not pass silently.
-Status ApplyConfigFile(CLI::App* cmd, const std::string& path) {
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(path);
-  } catch (const std::exception& e) {
-    return InvalidArgument("serve: --config " + path + ": " + e.what());
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section markers
-    const std::string key = item.fullname();
-    if (key == "config") return InvalidArgument("serve: --config " + path + ": 'config' cannot nest");
-    if (key == "check-config") {
-      return InvalidArgument("serve: --config " + path + ": 'check-config' is a command-line action, not a setting");
-    }
-    CLI::Option* opt = nullptr;
-    try {
-      opt = cmd->get_option("--" + key);
-    } catch (const CLI::OptionNotFound&) {
-      return InvalidArgument("serve: --config " + path + ": unknown setting '" + key + "'");
-    }
-    if (opt->count() > 0) continue;  // the command line wins
-    try {
-      opt->add_result(item.inputs);
-      opt->run_callback();
-    } catch (const CLI::Error& e) {
-      return InvalidArgument("serve: --config " + path + ": '" + key + "': " + e.what());
-    }
-  }
-  return Status::Ok();
-}
-
 void AddEnvApiKey(ServeFlags& f) {
   if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') f.api_keys.push_back(key);
 }
@@ -90,6 +57,38 @@ int Serve(ServeFlags f) {
 }
 
 }  // namespace
+
+Status ApplyServeConfigFile(CLI::App* cmd, const std::string& path) {
+  const std::string where = cmd->get_name() + ": --config " + path;
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const std::exception& e) {
+    return InvalidArgument(where + ": " + e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    if (item.name == "++" || item.name == "--") continue;  // section markers
+    const std::string key = item.fullname();
+    if (key == "config") return InvalidArgument(where + ": 'config' cannot nest");
+    if (key == "check-config") {
+      return InvalidArgument(where + ": 'check-config' is a command-line action, not a setting");
+    }
+    CLI::Option* opt = nullptr;
+    try {
+      opt = cmd->get_option("--" + key);
+    } catch (const CLI::OptionNotFound&) {
+      return InvalidArgument(where + ": unknown setting '" + key + "'");
+    }
+    if (opt->count() > 0) continue;  // the command line wins
+    try {
+      opt->add_result(item.inputs);
+      opt->run_callback();
+    } catch (const CLI::Error& e) {
+      return InvalidArgument(where + ": '" + key + "': " + e.what());
+    }
+  }
+  return Status::Ok();
+}
 
 void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--model", f->model,
@@ -269,6 +268,10 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_flag("--chat-template-content-special-tokens", f->chat_template_content_special_tokens,
                 "chat: special-token text in message content, tool results and tool calls becomes the model's "
                 "control tokens, as HF's apply_chat_template + encode does (default: plain text, as OpenAI)");
+  cmd->add_option("--cache-control", f->cache_control,
+                  "Anthropic cache_control markers on /v1/messages: refuse (a 400 naming the field; default) or "
+                  "best-effort (accepted as hints the ordinary prefix cache serves, with no retention promise)")
+      ->check(CLI::IsMember({"refuse", "best-effort"}));
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");
@@ -295,7 +298,7 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"full", "flags"}));
   cmd->callback([cmd, f, config, exit_code, check, check_scope] {
     if (!config->empty()) {
-      if (Status s = ApplyConfigFile(cmd, *config); !s.ok()) {
+      if (Status s = ApplyServeConfigFile(cmd, *config); !s.ok()) {
         *exit_code = Fail(s);
         return;
       }

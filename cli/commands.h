@@ -17,6 +17,7 @@ void AddGenerateCommand(CLI::App& app, int* exit_code);
 void AddClientCommand(CLI::App& app, int* exit_code);
 void AddKernelCommand(CLI::App& app, int* exit_code);
 void AddGgufInfoCommand(CLI::App& app, int* exit_code);
+void AddSimulateCommand(CLI::App& app, int* exit_code);
 
 // Logs `s` as an error; returns the exit code of a subcommand that failed (1).
 int Fail(const Status& s);

@@ -76,6 +76,7 @@ struct ServeFlags {
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
   bool chat_template_content_special_tokens = false;  // special-token text in chat content: control tokens
+  std::string cache_control = "refuse";  // Anthropic cache_control: refuse | best-effort
   // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;
@@ -93,6 +94,12 @@ struct ServeFlags {
 // subcommand's own actions --config and --check-config). `f` must outlive
 // the parse; kv_cache_mb_set records whether --kv-cache-mb was given.
 void AddServeFlags(CLI::App* cmd, ServeFlags* f);
+
+// Applies the --config TOML file `path` (CLI11's reader; keys are long option
+// names) to the options of `cmd` that were not given on the command line
+// (defined in cmd_serve.cc; `tessera simulate` reads serve's files too).
+// Unknown keys are errors naming the key, so typos do not pass silently.
+Status ApplyServeConfigFile(CLI::App* cmd, const std::string& path);
 
 // --prefix-caching-hash-algo, --kv-offload-secret-file, --cache-isolation
 // (serve_flags.cc; AddServeFlags calls it).

@@ -169,6 +169,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   // Both names were checked by ValidateServeFlags.
   if (!f.tool_call_parser.empty()) o.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);
   if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
+  o.cache_control_best_effort = f.cache_control == "best-effort";
   return o;
 }
 

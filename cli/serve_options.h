@@ -53,6 +53,7 @@ struct ServeOptions {
   // template teaches (known once the model is loaded).
   std::optional<openai::tools::ToolParserKind> tool_parser;
   openai::tools::ReasoningParserKind reasoning_parser = openai::tools::ReasoningParserKind::kNone;
+  bool cache_control_best_effort = false;  // --cache-control best-effort
 };
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& flags);

@@ -30,6 +30,7 @@
 #include "engine/parallel/shard/rank_group.h"
 #include "runtime/backend_registry.h"
 #include "server/grpc/grpc_server.h"
+#include "server/http/anthropic_routes.h"
 #include "server/http/http_server.h"
 #include "server/http/openai_routes.h"
 #include "server/kv_events/kv_event_publisher.h"
@@ -286,7 +287,9 @@ int RunInstance(const ServeOptions& o) {
   ctx.role = o.role;
   if (!o.internal_api_key.empty()) ctx.internal_api_keys = {o.internal_api_key};
   if (*kv_event_publisher) AdvertiseKvEvents(o.kv_events->config, kv_event_publisher->get(), &ctx);
+  ctx.cache_control_best_effort = o.cache_control_best_effort;
   RegisterOpenAiRoutes(&ctx);
+  RegisterAnthropicRoutes(&ctx);
   Shutdown shutdown(ioc, server, ctx, o.drain_timeout);
 
   if (Status s = server.Listen(); !s.ok()) return Fail(s);

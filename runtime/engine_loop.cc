@@ -11,6 +11,7 @@
 #include "engine/kv_transfer/kv_layout.h"
 #include "runtime/backend_registry.h"
 #include "runtime/plan_to_batch.h"
+#include "runtime/scheduler_limits.h"
 
 namespace tessera {
 
@@ -158,16 +159,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   const ModelConfig& mc = loop->model_->config();
 
   SchedulerOptions& so = options.scheduler;
-  if (so.limits.vocab_size == 0) so.limits.vocab_size = mc.vocab_size;
-  const bool auto_len = so.limits.max_model_len <= 0;
-  if (auto_len) {
-    so.limits.max_model_len = mc.max_position_embeddings > 0 ? mc.max_position_embeddings : 4096;
-  } else if (mc.max_position_embeddings > 0) {
-    so.limits.max_model_len = std::min(so.limits.max_model_len, mc.max_position_embeddings);
-  }
-  if (so.eos_token_ids.empty()) {
-    for (int64_t id : mc.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
-  }
+  const bool auto_len = ApplyModelLimits(mc, &so);
   const int64_t per_token = KvBytesPerToken(mc.num_layers, mc.num_kv_heads, mc.head_dim,
                                                 DTypeSize(loop->backend_->kv_dtype()));
   const bool from_budget = so.kv.num_blocks <= 0;
@@ -180,17 +172,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   } else if (from_budget) {
     ASSIGN_OR_RETURN(so.kv.num_blocks, NumBlocksForBudget(options.kv_cache_bytes, per_token, so.kv.block_size));
   }
-  const int64_t kv_tokens = int64_t{so.kv.num_blocks} * so.kv.block_size;
-  if (so.limits.max_model_len > kv_tokens) {
-    if (auto_len) {
-      spdlog::info("max model length: {} (what the KV cache holds; the model allows {}); raise the KV cache "
-                   "size for longer sequences", kv_tokens, so.limits.max_model_len);
-      so.limits.max_model_len = kv_tokens;
-    } else {
-      spdlog::warn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
-                   so.limits.max_model_len, kv_tokens);
-    }
-  }
+  CapModelLenAtKvCache(auto_len, &so);
   ASSIGN_OR_RETURN(loop->cache_, loop->model_->CreateKvCache(so.kv.num_blocks, so.kv.block_size));
   if (loop->group_) {
     RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size, so.limits.max_model_len));
@@ -212,9 +194,9 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
-  loop->max_step_ms_ = options.max_step_ms;
-  // Until a step measured them, prompt-logprob rows go a few at a time.
-  if (loop->max_step_ms_ > 0) loop->scheduler_->SetStepPromptLogprobRows(Scheduler::kMinStepPrefillTokens);
+  loop->step_budget_ = StepBudget(options.max_step_ms);
+  loop->step_budget_.Init(loop->scheduler_.get());
+  loop->on_step_ = std::move(options.on_step);
   return loop;
 }
 
@@ -425,33 +407,13 @@ Status EngineLoop::RunStep() {
   if (plan.empty()) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
   Status s = RunPlan(plan);
-  if (s.ok() && max_step_ms_ > 0) BoundNextStep(plan, std::chrono::steady_clock::now() - start);
+  if (!s.ok()) return s;
+  using std::chrono::nanoseconds;
+  const int64_t took_ns = std::chrono::duration_cast<nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  const int64_t logprob_ns = std::chrono::duration_cast<nanoseconds>(step_prompt_logprob_time_).count();
+  step_budget_.Update(plan, took_ns, step_prompt_logprob_rows_, logprob_ns, scheduler_.get());
+  if (on_step_) on_step_(plan, took_ns);
   return s;
-}
-
-// Steps of fewer tokens say little about the per-token cost of a prefill chunk
-// (fixed costs dominate), so only larger ones update the estimate; the first
-// estimate comes from the warm-up step, which errs on the small-chunk side.
-void EngineLoop::BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took) {
-  // Prompt-logprob rows have their own budget: half a step (the tokens get the other half).
-  if (step_prompt_logprob_rows_ > 0) {
-    const double row_ms = std::chrono::duration<double, std::milli>(step_prompt_logprob_time_).count() /
-                          static_cast<double>(step_prompt_logprob_rows_);
-    ms_per_prompt_logprob_row_ =
-        ms_per_prompt_logprob_row_ == 0 ? row_ms : 0.5 * ms_per_prompt_logprob_row_ + 0.5 * row_ms;
-    took -= step_prompt_logprob_time_;
-    const double rows = 0.5 * max_step_ms_ / std::max(ms_per_prompt_logprob_row_, 1e-6);
-    scheduler_->SetStepPromptLogprobRows(static_cast<int64_t>(std::clamp(rows, 1.0, 1e9)));
-  }
-  int64_t tokens = 0;
-  for (const ScheduledSequence& s : plan.seqs) tokens += static_cast<int64_t>(s.token_ids.size());
-  const double ms = std::chrono::duration<double, std::milli>(took).count();
-  if (tokens >= Scheduler::kMinStepPrefillTokens || ms_per_token_ == 0) {
-    const double sample = ms / static_cast<double>(std::max<int64_t>(tokens, 1));
-    ms_per_token_ = ms_per_token_ == 0 ? sample : 0.5 * ms_per_token_ + 0.5 * sample;
-  }
-  const double tokens_in_target = max_step_ms_ / std::max(ms_per_token_, 1e-6);
-  scheduler_->SetStepTokenBudget(static_cast<int64_t>(std::clamp(tokens_in_target, 1.0, 1e9)));
 }
 
 Status EngineLoop::RunPlan(const SchedulerOutput& plan) {

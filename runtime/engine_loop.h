@@ -35,6 +35,7 @@
 #include "runtime/kv_connectors/transfer_connector.h"
 #include "runtime/mask_worker.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/step_budget.h"
 #include "runtime/spec/acceptance.h"
 #include "runtime/spec/proposer.h"
 #include "runtime/spec/spec_config.h"
@@ -70,6 +71,12 @@ struct EngineLoopOptions {
   // bounds how long a cancelled request holds its blocks and the engine.
   // 0: steps are bounded by max_num_batched_tokens only (offline throughput).
   double max_step_ms = 0;
+  // Called on the loop thread after each step that ran a plan, with the plan
+  // and the nanoseconds it took as time-bounded steps measure it (StepBudget
+  // gets the same number): the twin's decision-equality test (runtime/sim/)
+  // records the real loop's decisions and step times through it. Cheap; must
+  // not call back into the loop.
+  std::function<void(const SchedulerOutput& plan, int64_t step_ns)> on_step;
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.
   std::function<void(const FinishedSequenceStats&)> on_finished;
@@ -232,7 +239,6 @@ class EngineLoop {
   void DrainInbox();
   Status RunStep();
   Status RunPlan(const SchedulerOutput& plan);
-  void BoundNextStep(const SchedulerOutput& plan, std::chrono::steady_clock::duration took);
   void DeliverFinished();
   // Records prompt logprobs from a sequence's logits rows into
   // prompt_logprobs_; returns how many rows it turned into logprobs.
@@ -303,12 +309,10 @@ class EngineLoop {
   ExpertLoad expert_load_;
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
-  double max_step_ms_ = 0;
-  double ms_per_token_ = 0;  // EMA of step time per scheduled token (0: no sample yet)
+  StepBudget step_budget_{0};  // time-bounded steps
+  std::function<void(const SchedulerOutput&, int64_t)> on_step_;
   // Prompt logprobs (a log-softmax and top-k over the vocabulary per prompt
-  // token) are budgeted apart: EMA of their time per row, and this step's
-  // rows and time (RunPlan -> BoundNextStep).
-  double ms_per_prompt_logprob_row_ = 0;
+  // token) are budgeted apart: this step's rows and their time (RunPlan -> step_budget_).
   int64_t step_prompt_logprob_rows_ = 0;
   std::chrono::steady_clock::duration step_prompt_logprob_time_{};
   bool stop_ = false;

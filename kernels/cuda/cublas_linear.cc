@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/convert.cuh"
+#include "kernels/cuda/cublas_loader.h"
 
 #include <cublas_v2.h>
 
@@ -34,7 +35,10 @@ StatusOr<std::unique_ptr<CublasLinear>> CublasLinear::Create(cudaStream_t stream
   auto b = std::unique_ptr<CublasLinear>(new CublasLinear());
   b->stream_ = stream;
   cublasHandle_t h = nullptr;
-  if (cublasStatus_t s = cublasCreate(&h); s != CUBLAS_STATUS_SUCCESS) return BlasFail("cublasCreate", s);
+  if (cublasStatus_t s = cublasCreate(&h); s != CUBLAS_STATUS_SUCCESS) {
+    const char* load = CublasLoadError();  // not linked: opened on first use (cublas_loader.h)
+    return load != nullptr ? Internal(std::string("cublas linear: ") + load) : BlasFail("cublasCreate", s);
+  }
   b->handle_ = h;
   if (cublasStatus_t s = cublasSetStream(h, stream); s != CUBLAS_STATUS_SUCCESS) {
     return BlasFail("cublasSetStream", s);

@@ -74,6 +74,15 @@ for b in "$G"/bin/*; do
     fi
   done
 done
+# cuBLAS is opened with dlopen on first use (kernels/cuda/cublas_loader.cc), so ldd does not
+# list it: make sure the loader finds it, as it would a linked library.
+if ! ldconfig -p 2>/dev/null | grep -q "libcublas.so.13 "; then
+  if d=$(find_lib libcublas.so.13); then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"; LIBNOTES+="libcublas.so.13 from $d; "
+  else
+    LIBNOTES+="libcublas.so.13 NOT FOUND; "
+  fi
+fi
 if ldd "$G/bin/tessera-cuda-bench" 2>&1 | grep -q "GLIBCXX.*not found"; then
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$G/lib-fallback"  # the image's libstdc++ is older than ours
   LIBNOTES+="libstdc++ from .gpu/lib-fallback; "

@@ -122,7 +122,11 @@ int ApiKeyIndex(std::string_view authorization, const std::vector<std::string>& 
   for (size_t i = 0; i < 6; ++i) {
     if ((v[i] | 0x20) != "bearer"[i]) return -1;
   }
-  const std::string_view token = Trim(v.substr(7));
+  return BareApiKeyIndex(v.substr(7), keys);
+}
+
+int BareApiKeyIndex(std::string_view bare, const std::vector<std::string>& keys) {
+  const std::string_view token = Trim(bare);
   unsigned match = 0;
   unsigned index = 0;
   for (size_t k = 0; k < keys.size(); ++k) {
@@ -331,22 +335,30 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         }
       }
     }
+    HttpResponse (*const error_response)(const ApiError&) =
+        route && route->options.error_response ? route->options.error_response : ErrorResponse;
     // Authentication first, so unauthenticated clients learn nothing about routes.
     if (!core_->options.api_keys.empty() && !(route && route->options.public_route)) {
+      // Bearer, or else Anthropic's x-api-key.
       auto auth = ex->request().find(http::field::authorization);
-      std::string_view value;
-      if (auth != ex->request().end()) value = std::string_view(auth->value().data(), auth->value().size());
-      const int key = ApiKeyIndex(value, core_->options.api_keys);
+      auto x_key = ex->request().find("x-api-key");
+      int key = -1;
+      if (auth != ex->request().end()) {
+        key = ApiKeyIndex(std::string_view(auth->value().data(), auth->value().size()), core_->options.api_keys);
+      } else if (x_key != ex->request().end()) {
+        key = BareApiKeyIndex(std::string_view(x_key->value().data(), x_key->value().size()),
+                              core_->options.api_keys);
+      }
       if (key < 0) {
-        HttpResponse res = ErrorResponse({ApiStatus::kUnauthorized, "invalid or missing API key",
-                                          "authentication_error", "", "invalid_api_key"});
+        HttpResponse res = error_response({ApiStatus::kUnauthorized, "invalid or missing API key",
+                                           "authentication_error", "", "invalid_api_key"});
         res.set(http::field::www_authenticate, "Bearer");
         return ex->Send(std::move(res));
       }
       ex->tenant_ = core_->api_key_tenants[static_cast<size_t>(key)];
     }
     if (core_->draining.load() && !(route && route->options.serve_while_draining)) {
-      HttpResponse res = ErrorResponse(
+      HttpResponse res = error_response(
           {ApiStatus::kServiceUnavailable, "server is shutting down", "server_error", "", "shutting_down"});
       res.set(http::field::retry_after, "5");
       return ex->Send(std::move(res));  // Write adds Connection: close while draining
@@ -372,7 +384,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
           ct == ex->request().end() ? std::string_view() : std::string_view(ct->value().data(), ct->value().size());
       if (!IsJsonContentType(value)) {
         const std::string got = value.empty() ? "none" : "'" + std::string(value.substr(0, 64)) + "'";
-        return ex->Send(ErrorResponse({ApiStatus::kUnsupportedMediaType,
+        return ex->Send(error_response({ApiStatus::kUnsupportedMediaType,
                                        "Content-Type must be application/json, got " + got,
                                        "invalid_request_error", "", "unsupported_media_type"}));
       }

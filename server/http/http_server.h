@@ -105,6 +105,10 @@ struct RouteOptions {
   // The body must be JSON: a Content-Type other than application/json (or
   // application/*+json, parameters such as charset allowed), or none, is 415.
   bool json_body = false;
+  // The shape of the errors the server itself answers on this route (401,
+  // 503 while draining, 415): null is OpenAI's (ErrorResponse); the
+  // Anthropic routes pass AnthropicErrorResponse.
+  HttpResponse (*error_response)(const ApiError&) = nullptr;
 };
 
 struct HttpServerOptions {
@@ -116,7 +120,9 @@ struct HttpServerOptions {
   std::chrono::seconds write_timeout{60};  // one write (a response or a batch of chunks)
   uint64_t stream_buffer_limit = 4 << 20;  // unwritten stream bytes before the client counts as gone
   int max_connections = 1024;              // more get 503 too_many_connections
-  // Accepted `Authorization: Bearer <key>` values; empty: no authentication.
+  // Accepted keys, as `Authorization: Bearer <key>` or (Anthropic's header,
+  // read when there is no Authorization) `x-api-key: <key>`; empty: no
+  // authentication.
   std::vector<std::string> api_keys;
 };
 
@@ -164,6 +170,8 @@ std::optional<std::string> MessageFramingError(const boost::beast::http::fields&
 // Constant-time check of an Authorization header value against `keys`: the
 // index of the key it carries, -1 for none. Exposed for tests.
 int ApiKeyIndex(std::string_view authorization, const std::vector<std::string>& keys);
+// The same for a bare key (an x-api-key header value; surrounding blanks ignored).
+int BareApiKeyIndex(std::string_view key, const std::vector<std::string>& keys);
 inline bool ApiKeyMatches(std::string_view authorization, const std::vector<std::string>& keys) {
   return ApiKeyIndex(authorization, keys) >= 0;
 }

@@ -140,23 +140,6 @@ void HandleModel(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, con
                                          {"max_model_len", engine->limits().max_model_len}}));
 }
 
-// Runs `fn` on the front-end workers (inline when there are none). A handler
-// that throws answers 500 instead of taking a worker down.
-void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
-           void (*fn)(ServeContext*, const std::shared_ptr<HttpExchange>&)) {
-  auto run = [ctx, ex = std::move(ex), fn] {
-    try {
-      fn(ctx, ex);
-    } catch (const std::exception& e) {
-      spdlog::error("http: handler for {} threw: {}", ex->path(), e.what());
-      ex->Send(ErrorResponse({ApiStatus::kInternal, "internal error", "server_error", "",
-                              "internal_error"}));
-    }
-  };
-  if (ctx->workers == nullptr) return run();
-  boost::asio::post(*ctx->workers, std::move(run));
-}
-
 }  // namespace
 
 HttpResponse ErrorResponseWithRetry(const ApiError& error) {
@@ -164,6 +147,22 @@ HttpResponse ErrorResponseWithRetry(const ApiError& error) {
   if (error.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
   if (error.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
   return res;
+}
+
+void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
+           void (*fn)(ServeContext*, const std::shared_ptr<HttpExchange>&),
+           HttpResponse (*error_response)(const ApiError&)) {
+  auto run = [ctx, ex = std::move(ex), fn, error_response] {
+    try {
+      fn(ctx, ex);
+    } catch (const std::exception& e) {
+      spdlog::error("http: handler for {} threw: {}", ex->path(), e.what());
+      ex->Send(error_response({ApiStatus::kInternal, "internal error", "server_error", "",
+                              "internal_error"}));
+    }
+  };
+  if (ctx->workers == nullptr) return run();
+  boost::asio::post(*ctx->workers, std::move(run));
 }
 
 ApiError NotReadyError(const ServeContext& ctx) {

@@ -50,6 +50,10 @@ struct ServeContext {
   // Reasoning / tool-call output parsing of chat completions; written with
   // the engine, before state turns kReady (read only by ready handlers).
   openai::tools::ChatOutputConfig chat_output;
+  // serve --cache-control best-effort: Anthropic cache_control markers are
+  // accepted as prefix-cache hints (no retention promise); false: refused
+  // (server/anthropic/README.md).
+  bool cache_control_best_effort = false;
   // Set once by the loader thread (release) before state turns kReady; the
   // engine outlives the io threads.
   std::atomic<ServingEngine*> engine{nullptr};
@@ -75,5 +79,12 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
 HttpResponse ErrorResponseWithRetry(const ApiError& error);
 // 503 while loading or failed.
 ApiError NotReadyError(const ServeContext& ctx);
+
+// Runs `fn` on the front-end workers (inline when there are none). A handler
+// that throws answers 500 (in `error_response`'s shape) instead of taking a
+// worker down.
+void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
+           void (*fn)(ServeContext*, const std::shared_ptr<HttpExchange>&),
+           HttpResponse (*error_response)(const ApiError&) = ErrorResponse);
 
 }  // namespace tessera

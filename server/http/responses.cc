@@ -1,5 +1,7 @@
 #include "server/http/responses.h"
 
+#include "server/anthropic/errors.h"
+
 #include <random>
 
 namespace tessera {
@@ -52,6 +54,13 @@ HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body) {
 }
 
 HttpResponse ErrorResponse(const ApiError& e) { return JsonResponse(ToHttpStatus(e.status), ErrorJson(e)); }
+
+HttpResponse AnthropicErrorResponse(const ApiError& e) {
+  HttpResponse res = JsonResponse(ToHttpStatus(e.status), anthropic::ErrorBody(e));
+  if (e.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
+  if (e.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
+  return res;
+}
 
 HttpResponse SseResponseHead() {
   HttpResponse head{HttpStatus::ok, 11};

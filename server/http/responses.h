@@ -1,4 +1,4 @@
-// JSON and OpenAI-style error responses shared by the HTTP server and routes.
+// JSON and OpenAI- or Anthropic-style error responses shared by the HTTP server and routes.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -25,6 +25,9 @@ ApiStatus ApiStatusFromHttp(int status);
 HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body);
 // ErrorJson(error) with ToHttpStatus(error.status).
 HttpResponse ErrorResponse(const ApiError& error);
+// The same error in Anthropic's shape (anthropic/errors.h), with Retry-After
+// on 429 (1 s) and 503 (5 s).
+HttpResponse AnthropicErrorResponse(const ApiError& error);
 // The head of a server-sent-event stream: 200, text/event-stream (UTF-8).
 HttpResponse SseResponseHead();
 

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -23,6 +24,7 @@
 #include "server/router/http_client.h"
 #include "server/router/instance_registry.h"
 #include "server/router/kv_router.h"
+#include "server/router/messages_proxy.h"
 #include "server/router/proxy_job.h"
 #include "server/router/proxy_pool.h"
 #include "server/router/router_grpc.h"
@@ -46,11 +48,12 @@ constexpr int kFrontEndNice = 5;
 constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 constexpr auto kAbortGrace = std::chrono::seconds(2);
 
-HttpResponse TooManyRequests(int64_t max_pending) {
-  HttpResponse res = ErrorResponse({ApiStatus::kTooManyRequests,
-                                    "the router holds " + std::to_string(max_pending) +
-                                        " requests (--max-pending-requests); retry later",
-                                    "server_error", "", "too_many_requests"});
+// `shape`: the route's error shape (ErrorResponse, AnthropicErrorResponse).
+HttpResponse TooManyRequests(int64_t max_pending, HttpResponse (*shape)(const ApiError&) = ErrorResponse) {
+  HttpResponse res = shape({ApiStatus::kTooManyRequests,
+                            "the router holds " + std::to_string(max_pending) +
+                                " requests (--max-pending-requests); retry later",
+                            "server_error", "", "too_many_requests"});
   res.set(http::field::retry_after, "1");
   return res;
 }
@@ -137,27 +140,47 @@ int RunRouter(const RouterServeOptions& o) {
   // A client request: a place among --max-pending-requests (else 429 at
   // once, on the io thread), the body through the bounded parser on a
   // front-end worker (a refused body is answered there), then a ProxyPool
-  // worker for the calls to instances.
-  auto proxy = [&](bool chat, const char* route) {
-    return [&, chat, route](std::shared_ptr<HttpExchange> ex) {
+  // worker runs `job` for the calls to instances. `shape`: the API's errors.
+  using Job = std::function<void(const std::shared_ptr<HttpExchange>&, nlohmann::ordered_json)>;
+  auto admitted = [&](const char* route, HttpResponse (*shape)(const ApiError&), Job job) {
+    return [&, route, shape, job = std::move(job)](std::shared_ptr<HttpExchange> ex) {
       metrics.Request(route);
       ProxyPool::Slot slot = pool.TryAcquire();
-      if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests));
-      net::post(front_end, [&, chat, ex = std::move(ex), slot = std::move(slot)]() mutable {
+      if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests, shape));
+      net::post(front_end, [&, shape, job, ex = std::move(ex), slot = std::move(slot)]() mutable {
         nlohmann::ordered_json body;
         if (std::optional<ApiError> e = openai::ParseJsonBounded(ex->request().body(), {}, &body)) {
-          return ex->Send(ErrorResponse(*e));
+          return ex->Send(shape(*e));
         }
-        pool.Submit(std::move(slot), [&pctx, chat, ex = std::move(ex), body = std::move(body)]() mutable {
-          RunProxyJob(pctx, ex, chat, std::move(body));
+        pool.Submit(std::move(slot), [job, ex = std::move(ex), body = std::move(body)]() mutable {
+          job(ex, std::move(body));
         });
       });
     };
+  };
+  auto proxy = [&](bool chat, const char* route) {
+    return admitted(route, ErrorResponse, [&pctx, chat](const std::shared_ptr<HttpExchange>& ex,
+                                                        nlohmann::ordered_json body) {
+      RunProxyJob(pctx, ex, chat, std::move(body));
+    });
   };
   RouteOptions json_route;
   json_route.json_body = true;
   server.Handle(http::verb::post, "/v1/completions", proxy(false, "/v1/completions"), json_route);
   server.Handle(http::verb::post, "/v1/chat/completions", proxy(true, "/v1/chat/completions"), json_route);
+  // The Anthropic Messages API: relayed to one instance (messages_proxy.h).
+  auto messages = [&](const char* route) {
+    return admitted(route, AnthropicErrorResponse, [&pctx, route](const std::shared_ptr<HttpExchange>& ex,
+                                                                  nlohmann::ordered_json body) {
+      RunMessagesProxy(pctx, ex, route, std::move(body));
+    });
+  };
+  RouteOptions anthropic_route;
+  anthropic_route.json_body = true;
+  anthropic_route.error_response = AnthropicErrorResponse;
+  server.Handle(http::verb::post, "/v1/messages", messages("/v1/messages"), anthropic_route);
+  server.Handle(http::verb::post, "/v1/messages/count_tokens", messages("/v1/messages/count_tokens"),
+                anthropic_route);
   RouteOptions open;
   open.public_route = true;
   open.serve_while_draining = true;

@@ -1,11 +1,14 @@
-// libFuzzer target: arbitrary bytes as the body of every OpenAI-style route
-// (/v1/completions, /v1/chat/completions, /tokenize, /detokenize). Each parser
+// libFuzzer target: arbitrary bytes as the body of every JSON generation route
+// (/v1/completions, /v1/chat/completions, /tokenize, /detokenize, and
+// Anthropic's /v1/messages and /v1/messages/count_tokens). Each parser
 // must accept or return an ApiError naming the problem; any crash, sanitizer
 // report, stack overflow (deep nesting) or escaping exception is a bug.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "server/anthropic/errors.h"
+#include "server/anthropic/messages_request.h"
 #include "server/openai/chat_request.h"
 #include "server/openai/completion_request.h"
 #include "server/openai/request_common.h"
@@ -34,5 +37,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)tessera::openai::ParseTokenizeRequest(body, limits, &tokenize);
   tessera::openai::DetokenizeRequest detokenize;
   (void)tessera::openai::ParseDetokenizeRequest(body, limits, &detokenize);
+  for (const bool count_tokens : {false, true}) {
+    tessera::anthropic::MessagesRequest messages;
+    const tessera::anthropic::MessagesParseOptions options{.accept_cache_control = size % 2 == 0,
+                                                           .count_tokens = count_tokens};
+    if (auto err = tessera::anthropic::ParseMessagesRequest(body, limits, options, &messages)) {
+      (void)tessera::anthropic::SseError(*err);
+    } else {
+      (void)tessera::openai::DumpJson(messages.chat.messages);
+    }
+  }
   return 0;
 }

@@ -23,14 +23,16 @@ void ChatOutputDelta::Append(ChatOutputDelta other) {
   for (IndexedToolCall& c : other.tool_calls) tool_calls.push_back(std::move(c));
 }
 
-std::string RandomToolCallId() {
+std::string RandomId(std::string_view prefix) {
   static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uniform_int_distribution<int> pick(0, static_cast<int>(sizeof(kAlnum)) - 2);
-  std::string id = "call_";
+  std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kAlnum[pick(rng)];
   return id;
 }
+
+std::string RandomToolCallId() { return RandomId("call_"); }
 
 bool IsHarmony(ToolParserKind tool_parser, ReasoningParserKind reasoning_parser) {
   return tool_parser == ToolParserKind::kOpenAI || reasoning_parser == ReasoningParserKind::kOpenAIGptOss;

@@ -72,6 +72,8 @@ struct ChatOutputDelta {
   void Append(ChatOutputDelta other);
 };
 
+// `prefix` + 24 random alphanumerics (thread-safe: a generator per thread).
+std::string RandomId(std::string_view prefix);
 // "call_" + 24 random alphanumerics.
 std::string RandomToolCallId();
 

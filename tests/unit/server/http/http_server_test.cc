@@ -412,6 +412,30 @@ TEST_F(HttpServerTest, ApiKeysGuardNonPublicRoutes) {
   EXPECT_EQ(request("/health", "").result_int(), 200);
   EXPECT_EQ(request("/nowhere", "").result_int(), 401);
   EXPECT_EQ(request("/nowhere", "Authorization: Bearer sk-first\r\n").result_int(), 404);
+  // Anthropic's header, read only when there is no Authorization header.
+  EXPECT_EQ(request("/v1/models", "x-api-key: sk-second-key\r\n").body(), "models");
+  EXPECT_EQ(request("/v1/models", "x-api-key: sk-second\r\n").result_int(), 401);
+  EXPECT_EQ(request("/v1/models", "Authorization: Bearer sk-wrong\r\nx-api-key: sk-first\r\n").result_int(), 401);
+}
+
+// A route's error_response shapes the server's own refusals on it.
+TEST_F(HttpServerTest, RouteErrorShapeAppliesToTheServersOwnRefusals) {
+  HttpServerOptions o;
+  o.api_keys = {"sk-first"};
+  RouteOptions shaped{.json_body = true, .error_response = AnthropicErrorResponse};
+  StartServer(o, [&](HttpServer& s) { s.Handle(http::verb::post, "/v1/messages", Reply("ok"), shaped); });
+  Client c(port());
+  ASSERT_TRUE(c.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"));
+  auto res = c.Read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 401);
+  EXPECT_EQ(res->body(), R"({"error":{"message":"invalid or missing API key","type":"authentication_error"},"type":"error"})");
+  Client d(port());
+  ASSERT_TRUE(d.Send("POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: sk-first\r\nContent-Length: 2\r\n\r\n{}"));
+  res = d.Read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 415);
+  EXPECT_NE(res->body().find(R"("type":"error")"), std::string::npos) << res->body();
 }
 
 // RFC 9112 sections 6.1 and 6.3: a body length that two parsers could read
@@ -493,6 +517,9 @@ TEST(HttpServerApiKey, MatchesOnlyExactBearerTokens) {
   EXPECT_EQ(ApiKeyIndex("Bearer longer-key", keys), 1);
   EXPECT_EQ(ApiKeyIndex("Bearer nope", keys), -1);
   EXPECT_EQ(ApiKeyIndex("Bearer k", {"", "x", "k", "k"}), 2);  // the first match
+  EXPECT_EQ(BareApiKeyIndex(" longer-key ", keys), 1);
+  EXPECT_EQ(BareApiKeyIndex("Bearer abc", keys), -1);
+  EXPECT_EQ(BareApiKeyIndex("", {""}), -1);
 }
 
 TEST_F(HttpServerTest, ConnectionsBeyondTheLimitGet503) {

@@ -1,0 +1,96 @@
+#include "server/router/messages_proxy.h"
+
+#include <atomic>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "server/anthropic/errors.h"
+#include "server/router/http_client.h"
+#include "scheduler/block_hash.h"
+
+namespace tessera {
+
+namespace http = boost::beast::http;
+
+void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, const std::string& path,
+                      nlohmann::ordered_json body) {
+  const auto stopping = [&ctx] { return ctx.stopping != nullptr && ctx.stopping->load(std::memory_order_relaxed); };
+  const auto gone = [&] { return ex->closed() || stopping(); };
+  if (!body.is_object()) {
+    return ex->Send(AnthropicErrorResponse(BadRequest("the request body must be a JSON object")));
+  }
+  const bool messages = path == "/v1/messages";
+  if (messages && ctx.flags.isolate_api_keys) {  // the key's namespace, carried to the instance as the salt
+    if (auto it = body.find("cache_salt"); it != body.end() && !it->is_null() && !it->is_string()) {
+      return ex->Send(AnthropicErrorResponse(BadRequest("'cache_salt' must be a string", "cache_salt")));
+    }
+    body["cache_salt"] = TenantCacheSalt(ex->tenant(), CacheSaltOf(body));
+  }
+  const std::string payload = body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::vector<std::string> failed;
+  for (int attempt = 0; attempt < 3 && !gone(); ++attempt) {
+    std::optional<InstanceRef> inst = ctx.registry->Pick(InstanceRole::kDecode, failed);
+    if (!inst) break;
+    HttpCallResult r;
+    HttpCallOptions o = ctx.registry->CallOptions();
+    o.idle_timeout = std::chrono::milliseconds(120000);
+    o.abandon = gone;
+    bool streaming = false;
+    bool stopped = false;  // message_stop relayed: the stream is complete
+    std::string tail;      // the last bytes relayed, to find message_stop across pieces
+    std::string held;      // a non-streamed answer, sent whole
+    const int64_t estimate = static_cast<int64_t>(payload.size() / 4);
+    ctx.registry->AddOutstanding(inst->address, estimate);
+    Status s = HttpCall(inst->host, inst->port, "POST", path, payload, o, &r, [&](std::string_view d) {
+      if (gone()) return false;
+      if (!streaming && r.status == 200 && held.empty() && d.substr(0, 6) == "event:") {
+        streaming = true;
+        ex->StartStream(SseResponseHead());
+      }
+      if (streaming) {
+        tail.append(d);
+        stopped = stopped || tail.find("event: message_stop") != std::string::npos;
+        if (tail.size() > 32) tail.erase(0, tail.size() - 32);
+        ex->WriteChunk(std::string(d));
+      } else {
+        held.append(d);
+      }
+      return true;
+    });
+    ctx.registry->AddOutstanding(inst->address, -estimate);
+    if (streaming) {
+      // The instance failed, or the drain deadline cut the stream: tell the
+      // client in the stream's own terms (an `error` event), never a silent end.
+      if (!ex->closed() && !stopped && (stopping() || !s.ok())) {
+        ex->WriteChunk(anthropic::SseError(
+            {ApiStatus::kServiceUnavailable,
+             stopping() ? "the router is shutting down" : "the instance serving this stream failed: " + s.message(),
+             "server_error", "", "unavailable"}));
+      }
+      return ex->EndStream();
+    }
+    if (gone()) break;
+    if (!s.ok() || r.status == 0 || r.status >= 500) {
+      ctx.registry->MarkFailed(inst->address);
+      failed.push_back(inst->address);
+      continue;
+    }
+    HttpResponse res{static_cast<HttpStatus>(r.status), 11};
+    res.set(http::field::content_type, "application/json");
+    res.body() = std::move(held);
+    res.prepare_payload();
+    return ex->Send(std::move(res));
+  }
+  if (ex->closed()) return;
+  if (stopping()) {
+    return ex->Send(AnthropicErrorResponse({ApiStatus::kServiceUnavailable, "the router is shutting down",
+                                            "server_error", "", "shutting_down"}));
+  }
+  ex->Send(AnthropicErrorResponse({ApiStatus::kServiceUnavailable,
+                                   failed.empty() ? "no decode instance is available"
+                                                  : "no decode instance answered",
+                                   "server_error", "", "unavailable"}));
+}
+
+}  // namespace tessera
