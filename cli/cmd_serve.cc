@@ -256,13 +256,15 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   AddRouterFlags(cmd, &f->router);
   cmd->add_option("--tool-call-parser", f->tool_call_parser,
                   "how tool calls are parsed out of chat output when a request has tools (tool_choice auto): "
-                  "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral; default: the format the model's chat "
-                  "template teaches, else none")
-      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+                  "hermes (Qwen2.5/Qwen3 <tool_call>), llama3_json, mistral, deepseek_v3, openai (gpt-oss's "
+                  "harmony format, reasoning included); default: the format the model's chat template teaches, "
+                  "else none")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral", "deepseek_v3", "openai"}));
   cmd->add_option("--reasoning-parser", f->reasoning_parser,
-                  "split <think>...</think> off chat output into reasoning_content: qwen3, deepseek_r1 "
-                  "(default: off)")
-      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+                  "split reasoning off chat output into reasoning_content: qwen3, deepseek_r1 (<think>...</think>), "
+                  "openai_gptoss (harmony's analysis channel; also parses harmony tool calls) (default: off, "
+                  "harmony when the chat template teaches it)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1", "openai_gptoss"}));
   cmd->add_flag("--chat-template-content-special-tokens", f->chat_template_content_special_tokens,
                 "chat: special-token text in message content, tool results and tool calls becomes the model's "
                 "control tokens, as HF's apply_chat_template + encode does (default: plain text, as OpenAI)");

@@ -22,6 +22,7 @@
 #include "engine/kv_tiers/redis_kv_store.h"
 #include "server/kv_events/kv_event_publisher.h"
 #include "server/kv_events/kv_events_config.h"
+#include "server/openai/tool_calls/chat_output.h"
 #include "server/openai/tool_calls/reasoning_parser.h"
 #include "server/openai/tool_calls/tool_call_parser.h"
 #include "server/router/kv_router.h"
@@ -184,6 +185,12 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto k = openai::tools::ReasoningParserFromName(f.reasoning_parser); !k.ok()) {
       return InvalidArgument("serve: --reasoning-parser: " + k.status().message());
     }
+  }
+  if (!f.tool_call_parser.empty() && !f.reasoning_parser.empty()) {  // the pair must read one format
+    auto c = openai::tools::ResolveChatOutputConfig(*openai::tools::ToolParserFromName(f.tool_call_parser),
+                                                    *openai::tools::ReasoningParserFromName(f.reasoning_parser),
+                                                    /*chat_template=*/nullptr);
+    if (!c.ok()) return InvalidArgument("serve: " + c.status().message());
   }
   if (!f.kv_events_config.empty()) {
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();

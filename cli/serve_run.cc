@@ -55,16 +55,13 @@ constexpr auto kDrainPoll = std::chrono::milliseconds(20);
 // final chunks to be written (an engine step, then the sockets) before exit.
 constexpr auto kAbortGrace = std::chrono::seconds(5);
 
-// --tool-call-parser, or the format the chat template teaches; --reasoning-parser.
-openai::tools::ChatOutputConfig ResolveChatOutput(const ServeOptions& o, const text::ChatTemplate* chat_template) {
-  openai::tools::ChatOutputConfig c;
-  if (o.tool_parser) {
-    c.tool_parser = *o.tool_parser;
-  } else if (chat_template != nullptr) {
-    c.tool_parser = openai::tools::DetectToolParser(*chat_template);
-  }
-  c.reasoning_parser = o.reasoning_parser;
-  return c;
+// --tool-call-parser, or the format the chat template teaches; --reasoning-parser
+// (the harmony format selects both: ResolveChatOutputConfig).
+StatusOr<openai::tools::ChatOutputConfig> ResolveChatOutput(const ServeOptions& o,
+                                                            const text::ChatTemplate* chat_template) {
+  std::optional<openai::tools::ReasoningParserKind> reasoning;
+  if (o.reasoning_parser != openai::tools::ReasoningParserKind::kNone) reasoning = o.reasoning_parser;
+  return openai::tools::ResolveChatOutputConfig(o.tool_parser, reasoning, chat_template);
 }
 
 // True when config.json says the checkpoint came from `tessera synth`.
@@ -344,7 +341,14 @@ int RunInstance(const ServeOptions& o) {
       }
       spdlog::info("serve: role {}: KV transfer on {}:{}", o.role, kt->host(), kt->port());
     }
-    ctx.chat_output = ResolveChatOutput(o, engine->chat_template());
+    StatusOr<openai::tools::ChatOutputConfig> chat_output = ResolveChatOutput(o, engine->chat_template());
+    if (!chat_output.ok()) {
+      ctx.state.store(ModelState::kFailed);
+      spdlog::error("serve: {}", chat_output.status().ToString());
+      shutdown.Begin(1);
+      return;
+    }
+    ctx.chat_output = *chat_output;
     LogChatOutput(o, ctx.chat_output);
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();

@@ -23,6 +23,19 @@ std::optional<ApiError> ReadMaxTokens(const Json& body, SamplingParams* params) 
   return std::nullopt;
 }
 
+// reasoning_effort (OpenAI's field; gpt-oss's template reads the variable of
+// that name) reaches the template as a variable, as vLLM passes it, unless
+// chat_template_kwargs already sets it.
+std::optional<ApiError> ReadReasoningEffort(const Json& body, Json* template_kwargs) {
+  auto it = body.find("reasoning_effort");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() || (*it != "low" && *it != "medium" && *it != "high")) {
+    return TypeError("reasoning_effort", "one of \"low\", \"medium\", \"high\"", *it);
+  }
+  if (!template_kwargs->contains("reasoning_effort")) (*template_kwargs)["reasoning_effort"] = *it;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseChatRequest(std::string_view body_text, const RequestLimits& limits, ChatRequest* out) {
@@ -33,6 +46,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = ParseMessages(body, &r.messages)) return e;
   if (auto e = ParseTools(body, &r.tools)) return e;
   if (auto e = ParseTemplateKwargs(body, &r.template_kwargs)) return e;
+  if (auto e = ReadReasoningEffort(body, &r.template_kwargs)) return e;
   if (auto e = ParseGenerationPromptFlags(body, &r.add_generation_prompt, &r.continue_final_message)) return e;
   if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;

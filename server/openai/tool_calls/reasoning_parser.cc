@@ -13,14 +13,16 @@ constexpr std::string_view kThinkClose = "</think>";
 StatusOr<ReasoningParserKind> ReasoningParserFromName(std::string_view name) {
   if (name == "qwen3") return ReasoningParserKind::kQwen3;
   if (name == "deepseek_r1") return ReasoningParserKind::kDeepSeekR1;
+  if (name == "openai_gptoss") return ReasoningParserKind::kOpenAIGptOss;
   return InvalidArgument("unknown reasoning parser '" + std::string(name.substr(0, 64)) +
-                         "' (known: qwen3, deepseek_r1)");
+                         "' (known: qwen3, deepseek_r1, openai_gptoss)");
 }
 
 std::string_view ReasoningParserName(ReasoningParserKind kind) {
   switch (kind) {
     case ReasoningParserKind::kQwen3: return "qwen3";
     case ReasoningParserKind::kDeepSeekR1: return "deepseek_r1";
+    case ReasoningParserKind::kOpenAIGptOss: return "openai_gptoss";
     case ReasoningParserKind::kNone: break;
   }
   return "";

@@ -5,6 +5,8 @@
 //                already did, e.g. a template's generation prompt); else all content
 //   deepseek_r1  the output starts inside reasoning (R1's template opens
 //                <think>); a leading <think> is skipped; all reasoning until </think>
+//   openai_gptoss  gpt-oss's harmony analysis channel, read by HarmonyParser
+//                (harmony_parser.h), not by this class
 // The whitespace right after </think> is dropped; reasoning is kept as written.
 // Incremental like the tool-call parsers: a possibly partial tag is held back.
 // One instance per generated choice; not thread-safe.
@@ -17,9 +19,9 @@
 
 namespace tessera::openai::tools {
 
-enum class ReasoningParserKind { kNone, kQwen3, kDeepSeekR1 };
+enum class ReasoningParserKind { kNone, kQwen3, kDeepSeekR1, kOpenAIGptOss };
 
-// "qwen3" | "deepseek_r1"; INVALID_ARGUMENT otherwise.
+// "qwen3" | "deepseek_r1" | "openai_gptoss"; INVALID_ARGUMENT otherwise.
 StatusOr<ReasoningParserKind> ReasoningParserFromName(std::string_view name);
 std::string_view ReasoningParserName(ReasoningParserKind kind);  // "" for kNone
 
@@ -34,7 +36,7 @@ struct ReasoningSplit {
 
 class ReasoningParser {
  public:
-  // kind must not be kNone.
+  // kind must be kQwen3 or kDeepSeekR1.
   ReasoningParser(ReasoningParserKind kind, bool prompt_opened_think);
   void Feed(std::string_view text, ReasoningSplit* out);
   void Finish(ReasoningSplit* out);

@@ -8,11 +8,15 @@ namespace tessera::openai::tools {
 Json MessagesForTemplate(const Json& messages, const text::ChatTemplate& t) {
   const bool keep_null_content = t.SourceMentions("content'] is none") || t.SourceMentions("content is none");
   const bool keep_text_arguments = t.SourceMentions("['arguments'] +") || t.SourceMentions(".arguments +");
+  const bool reads_thinking = t.SourceMentions("message.thinking") || t.SourceMentions("message['thinking']");
   Json out = messages;
   if (!out.is_array()) return out;
   for (Json& m : out) {
     if (!m.is_object()) continue;
     if (auto c = m.find("content"); c != m.end() && c->is_null() && !keep_null_content) *c = "";
+    if (auto r = m.find("reasoning_content"); reads_thinking && r != m.end() && !m.contains("thinking")) {
+      m["thinking"] = *r;  // gpt-oss's template reads past reasoning as `thinking` (as llama.cpp passes it)
+    }
     auto calls = m.find("tool_calls");
     if (keep_text_arguments || calls == m.end() || !calls->is_array()) continue;
     for (Json& call : *calls) {

@@ -6,6 +6,8 @@
 // Templates written for the other convention keep it: one that tests
 // `content is none` (DeepSeek-V3) gets null, one that joins the arguments as
 // text (DeepSeek-V3: `+ tool['function']['arguments'] +`) gets the text.
+// A template that reads `message.thinking` (gpt-oss) also gets an assistant
+// turn's `reasoning_content` under that name.
 // Pure; thread-safe; cost linear in the conversation.
 #pragma once
 

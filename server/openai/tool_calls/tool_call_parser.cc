@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "server/openai/tool_calls/deepseek_v3_parser.h"
+#include "server/openai/tool_calls/harmony_parser.h"
 #include "text/chat_template.h"
 
 namespace tessera::openai::tools {
@@ -174,27 +176,18 @@ bool IsNameChar(char c) {
 
 // [TOOL_CALLS] then either a JSON array of calls (or one call object), or
 // name[ARGS]{...} (newer tokenizers), possibly repeated with more tags.
-class MistralParser : public ToolCallParser {
- public:
-  void Feed(std::string_view text, ParsedText* out) override {
-    buf_.append(text);
-    Run(/*final=*/false, out);
-  }
-
-  void Finish(ParsedText* out) override {
-    Run(/*final=*/true, out);
+class MistralParser : public RescanningToolCallParser {
+ private:
+  void ReleaseHeld(ParsedText* out) override {
     if (in_calls_) {
       sink_.Text(std::string(kToolCallsTag) + buf_, out);
     } else {
       sink_.Text(buf_, out);
     }
-    buf_.clear();
     in_calls_ = false;
-    sink_.Finish(out);
   }
 
- private:
-  void Run(bool final, ParsedText* out) {
+  void Run(bool final, ParsedText* out) override {
     for (;;) {
       if (!in_calls_) {
         const size_t at = buf_.find(kToolCallsTag);
@@ -278,11 +271,9 @@ class MistralParser : public ToolCallParser {
     return true;
   }
 
-  std::string buf_;
   bool in_calls_ = false;
   size_t args_at_ = npos;  // where the scanner's [ARGS] object starts in buf_
   JsonValueScanner scanner_;
-  CallTextSink sink_;
 };
 
 // ---- forced formats (tool_choice required / named) -----------------------------
@@ -355,8 +346,10 @@ StatusOr<ToolParserKind> ToolParserFromName(std::string_view name) {
   if (name == "hermes") return ToolParserKind::kHermes;
   if (name == "llama3_json") return ToolParserKind::kLlama3Json;
   if (name == "mistral") return ToolParserKind::kMistral;
+  if (name == "openai") return ToolParserKind::kOpenAI;
+  if (name == "deepseek_v3") return ToolParserKind::kDeepSeekV3;
   return InvalidArgument("unknown tool-call parser '" + std::string(name.substr(0, 64)) +
-                         "' (known: hermes, llama3_json, mistral)");
+                         "' (known: hermes, llama3_json, mistral, openai, deepseek_v3)");
 }
 
 std::string_view ToolParserName(ToolParserKind kind) {
@@ -364,12 +357,16 @@ std::string_view ToolParserName(ToolParserKind kind) {
     case ToolParserKind::kHermes: return "hermes";
     case ToolParserKind::kLlama3Json: return "llama3_json";
     case ToolParserKind::kMistral: return "mistral";
+    case ToolParserKind::kOpenAI: return "openai";
+    case ToolParserKind::kDeepSeekV3: return "deepseek_v3";
     case ToolParserKind::kNone: break;
   }
   return "";
 }
 
 ToolParserKind DetectToolParser(const text::ChatTemplate& t) {
+  if (t.SourceMentions(kHarmonyChannel)) return ToolParserKind::kOpenAI;
+  if (t.SourceMentions("<｜tool▁calls▁begin｜>")) return ToolParserKind::kDeepSeekV3;
   if (t.SourceMentions(kHermesOpen)) return ToolParserKind::kHermes;
   if (t.SourceMentions(kToolCallsTag)) return ToolParserKind::kMistral;
   if (t.SourceMentions(kPythonTag) || t.SourceMentions("respond with a JSON for a function call")) {
@@ -383,6 +380,8 @@ std::unique_ptr<ToolCallParser> MakeToolCallParser(ToolParserKind kind) {
     case ToolParserKind::kHermes: return std::make_unique<HermesParser>();
     case ToolParserKind::kLlama3Json: return std::make_unique<Llama3JsonParser>();
     case ToolParserKind::kMistral: return std::make_unique<MistralParser>();
+    case ToolParserKind::kDeepSeekV3: return MakeDeepSeekV3ToolCallParser();
+    case ToolParserKind::kOpenAI:  // HarmonyParser
     case ToolParserKind::kNone: break;
   }
   return nullptr;
@@ -393,6 +392,20 @@ std::unique_ptr<ToolCallParser> MakeRequiredToolCallParser() { return std::make_
 std::unique_ptr<ToolCallParser> MakeNamedToolCallParser(std::string function_name) {
   if (function_name.empty()) return nullptr;
   return std::make_unique<ForcedParser>(std::move(function_name));
+}
+
+// ---- RescanningToolCallParser -----------------------------------------------------
+
+void RescanningToolCallParser::Feed(std::string_view text, ParsedText* out) {
+  buf_.append(text);
+  Run(/*final=*/false, out);
+}
+
+void RescanningToolCallParser::Finish(ParsedText* out) {
+  Run(/*final=*/true, out);
+  ReleaseHeld(out);
+  buf_.clear();
+  sink_.Finish(out);
 }
 
 // ---- CallTextSink ---------------------------------------------------------------

@@ -20,7 +20,9 @@ ForcedFormat ForcedToolCallFormat(ToolParserKind parser) {
   switch (parser) {
     case ToolParserKind::kHermes: return ForcedFormat::kHermes;
     case ToolParserKind::kLlama3Json: return ForcedFormat::kLlama3Json;
-    case ToolParserKind::kMistral:
+    case ToolParserKind::kMistral:  // [TOOL_CALLS] and harmony's markup are special tokens
+    case ToolParserKind::kOpenAI:
+    case ToolParserKind::kDeepSeekV3:
     case ToolParserKind::kNone: break;
   }
   return ForcedFormat::kJson;

@@ -68,6 +68,9 @@ PROFILES = {
     "phi4": dict(parts=False, tools=False, tool_content=[""], string_args=None),
     "phi4_mini": dict(parts=False, tools=True, tool_content=["", "Let me check."], string_args=None),
     "features": dict(parts=True, tools=True, tool_content=[None, "", "Let me check."], string_args=None),
+    # gpt-oss reads past reasoning as `thinking` and the effort as `reasoning_effort`.
+    "gptoss": dict(parts=False, tools=True, tool_content=["", "Let me check."], string_args=False,
+                   reasoning_key="thinking", kwargs=lambda rng: {"reasoning_effort": rng.choice(["low", "high"])}),
 }
 
 
@@ -94,6 +97,8 @@ def make_conversation(rng, idx, profile):
         calls = [_tool_call(rng, f"{idx}_{k}", string_args) for k in range(n_calls)]
         content = rng.choice(profile["tool_content"])
         msgs.append({"role": "assistant", "content": content, "tool_calls": calls})
+        if "reasoning_key" in profile and rng.random() < 0.5:
+            msgs[-1][profile["reasoning_key"]] = "Reasoning: " + rng.choice(TEXTS)
         for c in calls:
             msgs.append({"role": "tool", "tool_call_id": c["id"], "content": rng.choice(
                 ['{"temp": 21.5, "sky": "clear"}', "No results.", "Résultat: ✓"])})
@@ -106,14 +111,14 @@ def make_conversation(rng, idx, profile):
             role = rng.choice(["user", "assistant", "user", "system"])
             m = {"role": role, "content": _content(rng, parts_ok)}
             if role == "assistant" and rng.random() < 0.5:
-                m["reasoning_content"] = "Reasoning: " + rng.choice(TEXTS)
+                m[profile.get("reasoning_key", "reasoning_content")] = "Reasoning: " + rng.choice(TEXTS)
             msgs.append(m)
         if not msgs:
             msgs.append({"role": "user", "content": "hi"})
     conv = {"id": idx, "messages": msgs, "tools": tools,
             "add_generation_prompt": rng.random() < 0.6}
     if rng.random() < 0.2:
-        conv["kwargs"] = {"enable_thinking": rng.random() < 0.5}
+        conv["kwargs"] = profile["kwargs"](rng) if "kwargs" in profile else {"enable_thinking": rng.random() < 0.5}
     if tools is None and rng.random() < 0.1:
         conv["tools"] = []
     return conv

@@ -322,6 +322,11 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kQwen3);
   EXPECT_TRUE(o->cache_control_best_effort);
   EXPECT_TRUE(o->serving.chat_content_special_tokens);
+  // Harmony is one parser for both: its flag beside another format's is refused, naming both.
+  EXPECT_NE(Refusal({"--tool-call-parser", "hermes", "--reasoning-parser", "openai_gptoss"}).find("--tool-call-parser hermes"),
+            std::string::npos);
+  EXPECT_EQ(Refusal({"--tool-call-parser", "openai", "--reasoning-parser", "openai_gptoss"}), "");
+  EXPECT_EQ(Refusal({"--tool-call-parser", "deepseek_v3", "--reasoning-parser", "deepseek_r1"}), "");
   ASSERT_TRUE(o->kv_events.has_value());
   EXPECT_EQ(o->kv_events->config.topic, "kv");
   EXPECT_EQ(o->kv_events->medium, "CPU");

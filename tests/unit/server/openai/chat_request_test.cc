@@ -94,6 +94,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"{" + kMsgs + R"(,"add_generation_prompt":1})", "add_generation_prompt"},
         BadCase{"{" + kMsgs + R"(,"continue_final_message":true})", "continue_final_message"},
         BadCase{"{" + kMsgs + R"(,"chat_template_kwargs":[]})", "chat_template_kwargs"},
+        BadCase{"{" + kMsgs + R"(,"reasoning_effort":"maximal"})", "reasoning_effort"},
+        BadCase{"{" + kMsgs + R"(,"reasoning_effort":2})", "reasoning_effort"},
         BadCase{"{" + kMsgs + R"(,"add_special_tokens":null,"echo":"x"})", "echo"},
         BadCase{"{" + kMsgs + R"(,"n":100})", "n"},
         BadCase{"{" + kMsgs + R"(,"stop_token_ids":[100]})", "stop_token_ids"},
@@ -177,6 +179,19 @@ TEST(ChatRequestTest, ChatFields) {
   EXPECT_TRUE(out.include_usage);
   EXPECT_FALSE(out.continuous_usage);
   EXPECT_EQ(ChatEchoPrefix(out), "Sure");
+}
+
+TEST(ChatRequestTest, ReasoningEffortIsATemplateVariableUnlessTheKwargsSetIt) {
+  const std::string msgs = R"("model":"m","messages":[{"role":"user","content":"hi"}])";
+  ChatRequest out;
+  ASSERT_FALSE(ParseChatRequest("{" + msgs + R"(,"reasoning_effort":"high"})", Limits(), &out));
+  EXPECT_EQ(out.template_kwargs, Json::parse(R"({"reasoning_effort":"high"})"));
+  ASSERT_FALSE(ParseChatRequest(
+      "{" + msgs + R"(,"reasoning_effort":"low","chat_template_kwargs":{"reasoning_effort":"medium"}})", Limits(),
+      &out));
+  EXPECT_EQ(out.template_kwargs, Json::parse(R"({"reasoning_effort":"medium"})"));
+  ASSERT_FALSE(ParseChatRequest("{" + msgs + R"(,"reasoning_effort":null})", Limits(), &out));
+  EXPECT_EQ(out.template_kwargs, Json::object());
 }
 
 TEST(ChatRequestTest, MaxTokensFallbackAndEchoIgnoredWithoutContinue) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "server/openai/chat_response.h"
+#include "text/chat_template.h"
 #include "tests/unit/server/openai/response_test_util.h"
 
 namespace tessera::openai {
@@ -93,6 +94,69 @@ TEST(ChatOutputTest, ReasoningThenToolCalls) {
             json::parse(R"({"role":"assistant","content":null,"reasoning_content":"hmm"})"));
   EXPECT_EQ(Message(r, "hello", FinishReason::kStop),
             json::parse(R"({"role":"assistant","content":"hello","reasoning_content":null})"));
+}
+
+TEST(ChatOutputTest, HarmonyIsOneParserForReasoningContentAndCalls) {
+  tools::ChatOutputOptions o;
+  o.tool_choice.mode = tools::ToolChoiceMode::kAuto;
+  o.tool_parser = tools::ToolParserKind::kOpenAI;
+  o.reasoning_parser = tools::ReasoningParserKind::kOpenAIGptOss;
+  o.harmony_open_header = "<|start|>assistant";
+  const std::string calls =
+      "<|channel|>analysis<|message|>Two lookups.<|end|><|start|>assistant to=functions.a<|channel|>commentary "
+      "json<|message|>{\"x\": 1}<|call|><|start|>assistant to=functions.b<|channel|>commentary json<|message|>{}";
+  json finish;
+  EXPECT_EQ(Message(o, calls, FinishReason::kStop, &finish), json::parse(R"({"role":"assistant","content":null,
+      "reasoning_content":"Two lookups.","tool_calls":[
+        {"id":"call_0","type":"function","function":{"name":"a","arguments":"{\"x\":1}"}},
+        {"id":"call_1","type":"function","function":{"name":"b","arguments":"{}"}}]})"));
+  EXPECT_EQ(finish, "tool_calls");
+  o.parallel_tool_calls = false;
+  EXPECT_EQ(Message(o, calls, FinishReason::kStop)["tool_calls"].size(), 1u);
+  // tool_choice none: the calls stay in the content, verbatim; reasoning is still split.
+  o.tool_choice.mode = tools::ToolChoiceMode::kNone;
+  json m = Message(o, calls, FinishReason::kStop);
+  EXPECT_EQ(m["reasoning_content"], "Two lookups.");
+  EXPECT_EQ(m["content"], calls.substr(calls.find("<|start|>assistant to=functions.a")));
+  // Forced calls are plain JSON under the grammar: no channels to read.
+  o.tool_choice = {tools::ToolChoiceMode::kNamed, "f"};
+  EXPECT_EQ(Message(o, "{\"k\": 2}", FinishReason::kStop)["tool_calls"][0]["function"]["arguments"], "{\"k\":2}");
+}
+
+TEST(ChatOutputTest, DeepSeekR1ReasoningComposesWithDeepSeekV3Calls) {
+  tools::ChatOutputOptions o;
+  o.tool_choice.mode = tools::ToolChoiceMode::kAuto;
+  o.tool_parser = tools::ToolParserKind::kDeepSeekV3;
+  o.reasoning_parser = tools::ReasoningParserKind::kDeepSeekR1;
+  const std::string text =
+      "Need the weather.\n</think>\n\nLooking it up.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+      "get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  EXPECT_EQ(Message(o, text, FinishReason::kStop), json::parse(R"({"role":"assistant","content":"Looking it up.",
+      "reasoning_content":"Need the weather.\n","tool_calls":[
+        {"id":"call_0","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]})"));
+}
+
+TEST(ChatOutputConfigTest, HarmonyFlagsSelectBothParsersAndRefuseAMix) {
+  using tools::ReasoningParserKind;
+  using tools::ToolParserKind;
+  auto harmony_template = text::ChatTemplate::FromSource("{{ '<|start|>assistant<|channel|>final<|message|>' }}");
+  auto hermes_template = text::ChatTemplate::FromSource("{{ '<tool_call>' }}");
+  auto c = tools::ResolveChatOutputConfig(std::nullopt, std::nullopt, &*harmony_template);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->tool_parser, ToolParserKind::kOpenAI);
+  EXPECT_EQ(c->reasoning_parser, ReasoningParserKind::kOpenAIGptOss);
+  c = tools::ResolveChatOutputConfig(std::nullopt, ReasoningParserKind::kOpenAIGptOss, &*hermes_template);
+  ASSERT_TRUE(c.ok());  // the flag wins over the template's guess
+  EXPECT_EQ(c->tool_parser, ToolParserKind::kOpenAI);
+  c = tools::ResolveChatOutputConfig(ToolParserKind::kOpenAI, std::nullopt, nullptr);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->reasoning_parser, ReasoningParserKind::kOpenAIGptOss);
+  EXPECT_FALSE(tools::ResolveChatOutputConfig(ToolParserKind::kHermes, ReasoningParserKind::kOpenAIGptOss, nullptr).ok());
+  EXPECT_FALSE(tools::ResolveChatOutputConfig(ToolParserKind::kOpenAI, ReasoningParserKind::kQwen3, nullptr).ok());
+  c = tools::ResolveChatOutputConfig(std::nullopt, ReasoningParserKind::kQwen3, &*hermes_template);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->tool_parser, ToolParserKind::kHermes);
+  EXPECT_EQ(c->reasoning_parser, ReasoningParserKind::kQwen3);
 }
 
 // Streams `text` one byte per update; returns every chunk.

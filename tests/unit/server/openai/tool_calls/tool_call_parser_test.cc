@@ -59,6 +59,7 @@ std::unique_ptr<ToolCallParser> Llama3() { return MakeToolCallParser(ToolParserK
 std::unique_ptr<ToolCallParser> Mistral() { return MakeToolCallParser(ToolParserKind::kMistral); }
 std::unique_ptr<ToolCallParser> Required() { return MakeRequiredToolCallParser(); }
 std::unique_ptr<ToolCallParser> NamedF() { return MakeNamedToolCallParser("f"); }
+std::unique_ptr<ToolCallParser> DeepSeekV3() { return MakeToolCallParser(ToolParserKind::kDeepSeekV3); }
 
 TEST(HermesParserTest, QwenStyleCallsAndText) {
   ExpectParses(Hermes,
@@ -154,7 +155,40 @@ TEST(ForcedParserTest, RequiredArrayAndNamedObject) {
   ExpectParses(NamedF, "{\"x\": 1} trailing", {"trailing", {{"f", R"({"x":1})"}}});
 }
 
+// DeepSeek-V3's markup (ordinary text, fullwidth bars and U+2581 spaces).
+const std::string kDsBegin = "<｜tool▁calls▁begin｜>", kDsEnd = "<｜tool▁calls▁end｜>";
+const std::string kDsCall = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>", kDsSep = "<｜tool▁sep｜>";
+
+std::string DsV3Call(const std::string& name, const std::string& args) {
+  return kDsCall + "function" + kDsSep + name + "\n```json\n" + args + "\n```" + kDsCallEnd;
+}
+
+TEST(DeepSeekV3ParserTest, CallsAfterText) {
+  ExpectParses(DeepSeekV3, "Checking." + kDsBegin + DsV3Call("get_weather", "{\"city\": \"Paris\"}") + "\n" +
+                               DsV3Call("get_time", "{}") + kDsEnd,
+               {"Checking.", {{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}}});
+  // V3.1's shorter call; the output may end before the block's end marker.
+  ExpectParses(DeepSeekV3, kDsBegin + kDsCall + "f" + kDsSep + "{\"a\":1}" + kDsCallEnd,
+               {"", {{"f", R"({"a":1})"}}});
+  ExpectParses(DeepSeekV3, "no calls here", {"no calls here", {}});
+}
+
+TEST(DeepSeekV3ParserTest, MalformedIsContentVerbatim) {
+  const std::string bad_args = kDsBegin + kDsCall + "function" + kDsSep + "f\n```json\n[1]\n```" + kDsCallEnd + kDsEnd;
+  ExpectParses(DeepSeekV3, bad_args, {kDsBegin + kDsCall + "function" + kDsSep + "f\n```json\n[1]\n```" + kDsCallEnd +
+                                          kDsEnd, {}});
+  ExpectParses(DeepSeekV3, kDsBegin + "not a call", {kDsBegin + "not a call", {}});
+  ExpectParses(DeepSeekV3, kDsBegin + kDsCall + "f" + kDsSep + "{\"a\":", {kDsBegin + kDsCall + "f" + kDsSep + "{\"a\":", {}});
+  ExpectParses(DeepSeekV3, kDsBegin + kDsEnd, {kDsBegin + kDsEnd, {}});
+  // A good call then a bad one: the bad one alone is text.
+  ExpectParses(DeepSeekV3, kDsBegin + DsV3Call("f", "{}") + kDsCall + "x" + kDsCallEnd,
+               {kDsCall + "x" + kDsCallEnd, {{"f", "{}"}}});
+}
+
 TEST(ToolParserNamesTest, NamesAndDetection) {
+  EXPECT_EQ(*ToolParserFromName("openai"), ToolParserKind::kOpenAI);
+  EXPECT_EQ(*ToolParserFromName("deepseek_v3"), ToolParserKind::kDeepSeekV3);
+  EXPECT_EQ(MakeToolCallParser(ToolParserKind::kOpenAI), nullptr);
   EXPECT_EQ(*ToolParserFromName("hermes"), ToolParserKind::kHermes);
   EXPECT_EQ(*ToolParserFromName("llama3_json"), ToolParserKind::kLlama3Json);
   EXPECT_EQ(*ToolParserFromName("mistral"), ToolParserKind::kMistral);
@@ -164,6 +198,8 @@ TEST(ToolParserNamesTest, NamesAndDetection) {
   EXPECT_EQ(detect("{{ '<tool_call>' }}{{ messages[0].content }}"), ToolParserKind::kHermes);
   EXPECT_EQ(detect("{{ '[TOOL_CALLS]' }}"), ToolParserKind::kMistral);
   EXPECT_EQ(detect("{{ '<|python_tag|>' }}"), ToolParserKind::kLlama3Json);
+  EXPECT_EQ(detect("{{ '<|start|>assistant<|channel|>final<|message|>' }}"), ToolParserKind::kOpenAI);
+  EXPECT_EQ(detect("{{ '<｜tool▁calls▁begin｜>' }}"), ToolParserKind::kDeepSeekV3);
   EXPECT_EQ(detect("{{ messages[0].content }}"), ToolParserKind::kNone);
 }
 
