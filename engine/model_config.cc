@@ -535,13 +535,42 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::
   return c;
 }
 
+namespace {
+
+// generation_config.json's eos_token_id (an id or a list), appended to config.json's.
+Status MergeGenerationConfigEos(const std::string& text, const std::string& label, ModelConfig* c) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) return InvalidArgument(label + ": not a JSON object");
+  std::vector<int64_t> ids;
+  RETURN_IF_ERROR(FieldReader(root, label).IntList("eos_token_id", &ids));
+  for (int64_t id : ids) {
+    if (id < 0) return InvalidArgument(label + ": field 'eos_token_id' holds a negative id");
+    if (std::find(c->eos_token_ids.begin(), c->eos_token_ids.end(), id) == c->eos_token_ids.end()) {
+      c->eos_token_ids.push_back(id);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   std::ifstream in(path);
   if (!in) return NotFound(path + ": cannot open (is --model an HF checkpoint directory?)");
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseModelConfig(ss.str(), path);
+  ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(ss.str(), path));
+  // generation_config.json's end-of-sequence ids stop generation too, as in vLLM and HF
+  // generate (gpt-oss: <|return|> in config.json, <|call|> and <|endoftext|> only here).
+  const std::string gen_path = model_dir + "/generation_config.json";
+  std::ifstream gen(gen_path);
+  if (gen) {
+    std::stringstream gs;
+    gs << gen.rdbuf();
+    RETURN_IF_ERROR(MergeGenerationConfigEos(gs.str(), gen_path, &c));
+  }
+  return c;
 }
 
 }  // namespace tessera

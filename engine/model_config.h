@@ -118,7 +118,7 @@ struct ModelConfig {
   // Per layer: true when its FFN is the MoE block, false for the dense SwiGLU
   // of width intermediate_size (all false for dense models).
   std::vector<bool> layer_moe;
-  std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add)
+  std::vector<int64_t> eos_token_ids;  // config.json's, then generation_config.json's (LoadModelConfig)
   int64_t bos_token_id = -1;
   std::string torch_dtype;  // informational
   // Leading dims of each head that RoPE rotates: head_dim * partial_rotary_factor
@@ -185,7 +185,8 @@ const std::vector<std::string>& SupportedArchitectures();
 // Parses config.json text. `file_label` names the file in error messages, which
 // also name the offending field, e.g. "m/config.json: field 'num_key_value_heads' ...".
 StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& file_label);
-// Reads and parses DIR/config.json.
+// Reads and parses DIR/config.json, and adds DIR/generation_config.json's eos_token_id
+// (when the file exists) to eos_token_ids; a malformed one is an error naming its field.
 StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace tessera

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "engine/rope.h"
 
@@ -172,6 +175,35 @@ struct BadCase {
   StatusCode code;
   std::string must_mention;
 };
+
+// generation_config.json's eos ids (gpt-oss: <|call|>, <|endoftext|>) join config.json's, once
+// each; a malformed or negative one is refused naming the file and field.
+TEST(ModelConfigTest, GenerationConfigEosIdsJoinTheModelsStopIds) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera-genconfig-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const char* name, const json& j) { std::ofstream(dir / name) << j.dump(); };
+  json cfg = Llama();
+  cfg["eos_token_id"] = 7;
+  write("config.json", cfg);
+  auto c = LoadModelConfig(dir.string());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7}));  // no generation_config.json
+  write("generation_config.json", {{"eos_token_id", {7, 9, 12}}, {"temperature", 1.0}});
+  c = LoadModelConfig(dir.string());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{7, 9, 12}));
+  write("generation_config.json", {{"eos_token_id", "x"}});
+  c = LoadModelConfig(dir.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("generation_config.json: field 'eos_token_id'"), std::string::npos)
+      << c.status().ToString();
+  write("generation_config.json", {{"eos_token_id", -1}});
+  c = LoadModelConfig(dir.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("negative"), std::string::npos) << c.status().ToString();
+  fs::remove_all(dir);
+}
 
 TEST(ModelConfigTest, BadInputNamesFileAndField) {
   const std::vector<BadCase> cases = {
