@@ -80,7 +80,8 @@ struct WeightSpec {
   bool IsBias() const {
     return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias ||
            role == WeightRole::kOBias || role == WeightRole::kGateBias || role == WeightRole::kUpBias ||
-           role == WeightRole::kDownBias;
+           role == WeightRole::kDownBias || role == WeightRole::kRouterBias || role == WeightRole::kExpertGateBias ||
+           role == WeightRole::kExpertUpBias || role == WeightRole::kExpertDownBias;
   }
 };
 
