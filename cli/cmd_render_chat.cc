@@ -89,7 +89,7 @@ Status RunRenderChat(const RenderChatArgs& args) {
     if (tokenizer) {
       StatusOr<ChatPrompt> p = RenderChatPromptTokens(
           *tokenizer, {.chat_template = &*ct, .model_name = "render-chat", .messages = messages, .tools = tools,
-                       .add_generation_prompt = agp, .template_kwargs = kwargs});
+                       .add_generation_prompt = agp, .template_kwargs = kwargs, .now_unix_seconds = args.now});
       resp["ok"] = p.ok();
       if (p.ok()) {
         resp["text"] = p->text;
@@ -124,7 +124,7 @@ void AddRenderChatCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--now", args->now, "UNIX time for strftime_now (default: the clock)");
   cmd->add_option("--tokenizer", args->tokenizer_dir,
                   "directory with tokenizer.json: also output the ids, as the server tokenizes a chat (special-token "
-                  "text in the messages as plain text; --now does not apply)");
+                  "text in the messages as plain text)");
   cmd->callback([=] {
     if (args->tokenizer_config.empty() && args->template_file.empty()) {
       spdlog::error("render-chat needs --tokenizer-config or --template-file");

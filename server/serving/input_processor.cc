@@ -23,7 +23,7 @@ StatusOr<ChatPrompt> RenderChatPromptTokens(const text::Tokenizer& tokenizer, co
   StatusOr<std::string> rendered =
       RenderChatPrompt(in.chat_template, in.model_name, mask ? masker.Mask(in.messages) : in.messages,
                        mask ? masker.Mask(in.tools) : in.tools, in.add_generation_prompt && !in.continue_final_message,
-                       mask ? masker.Mask(in.template_kwargs) : in.template_kwargs);
+                       mask ? masker.Mask(in.template_kwargs) : in.template_kwargs, in.now_unix_seconds);
   if (!rendered.ok()) return rendered.status();
   if (in.continue_final_message && in.messages.is_array() && !in.messages.empty()) {
     // Cut what the template appended after the final message (end-of-turn tokens).

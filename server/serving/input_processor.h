@@ -56,6 +56,7 @@ struct ChatPromptInput {
   // client's strings becomes control tokens (HF's default). Off: it is plain
   // text (text/special_text.h), as OpenAI does.
   bool content_special_tokens = false;
+  int64_t now_unix_seconds = -1;  // strftime_now's clock (render-chat --now); < 0: the system's
 };
 
 struct ChatPrompt {

@@ -287,12 +287,15 @@ void ServingEngine::Stop() {
 
 StatusOr<std::string> RenderChatPrompt(const text::ChatTemplate* chat_template, const std::string& model_name,
                                        const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs) {
+                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs,
+                                       int64_t now_unix_seconds) {
   if (chat_template == nullptr) {
     return FailedPrecondition("model '" + model_name +
                               "' has no chat template (tokenizer_config.json 'chat_template'); use /v1/completions");
   }
-  StatusOr<std::string> text = chat_template->Render(messages, tools, add_generation_prompt, template_kwargs);
+  text::ChatRenderOptions opts;
+  opts.now_unix_seconds = now_unix_seconds;
+  StatusOr<std::string> text = chat_template->Render(messages, tools, add_generation_prompt, template_kwargs, opts);
   if (!text.ok()) {
     return InvalidArgument("'messages': the chat template rejected the conversation: " + text.status().message());
   }

