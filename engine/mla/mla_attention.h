@@ -12,7 +12,7 @@
 // load. The absorbed form runs for every token, prefill and decode alike, so a
 // sequence's logits do not depend on batching, chunking or prefix hits ("Batch
 // invariance"); the expanded form (K and V per head from the latent) exists only in
-// the NumPy reference (tests/reference/ref_mla.py), which checks the two agree.
+// the NumPy reference (tests/reference/reference_deepseek.py), which checks the two agree.
 // Thread safety: like Model, one Forward at a time.
 #pragma once
 
