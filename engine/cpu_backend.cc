@@ -172,7 +172,10 @@ class CpuBackend final : public Backend {
 
   void MlaAttention(float* q, float* latent, const MlaAttentionParams& m, KvLayerView c, const AttentionParams& p,
                     float* out) override {
-    std::vector<const void*> kb, vb;
+    std::vector<const void*>& kb = mla_k_b_;
+    std::vector<const void*>& vb = mla_v_b_;
+    kb.clear();
+    vb.clear();
     for (const WeightView& w : m.k_b) kb.push_back(w.data);
     for (const WeightView& w : m.v_b) vb.push_back(w.data);
     k::MlaAttentionArgs a;
@@ -265,6 +268,9 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  // MlaAttention's per-head weight pointers, refilled per call in place (no allocation per
+  // layer and step once grown), like moe_ptrs_; ops are issued from one thread (engine/backend.h).
+  std::vector<const void*> mla_k_b_, mla_v_b_;
   const bool copy_weights_;
   HugePageArena arena_;  // weights; outlives every WeightView handed out
   k::MoeScratch moe_scratch_;           // MoeExperts' buffers, grown to the largest call
