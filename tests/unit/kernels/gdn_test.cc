@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -152,6 +153,11 @@ void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, 
   EXPECT_LE(worst, rel) << what;
 }
 
+std::string RegimeName(const ::testing::TestParamInfo<Regime>& info) {
+  static const char* const kNames[] = {"Mild", "StrongDecay", "BetaOne"};
+  return kNames[static_cast<int>(info.param)];
+}
+
 class GdnRegime : public ::testing::TestWithParam<Regime> {};
 
 TEST_P(GdnRegime, GcMatchesTheTokenRecurrence) {
@@ -168,7 +174,7 @@ TEST_P(GdnRegime, GcMatchesTheTokenRecurrence) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Regimes, GdnRegime,
-                         ::testing::Values(Regime::kMild, Regime::kStrongDecay, Regime::kBetaOne));
+                         ::testing::Values(Regime::kMild, Regime::kStrongDecay, Regime::kBetaOne), RegimeName);
 
 TEST(Gdn, EverySplitIntoTwoCallsIsBitwiseOneCall) {
   const GdnDims d = SmallDims();
