@@ -14,16 +14,15 @@ runs the same inputs through GdnConv, the chunked (GC form) GdnCore and GatedRms
 
 Prints one line per case and `N passed, M failed`; exits non-zero on any failure.
 """
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ref_gdn  # noqa: E402
+import oracle_checks  # noqa: E402
 
 CMD_TIMEOUT = 120
 REL = 1e-5
@@ -124,28 +123,9 @@ def check_rejects(tessera, tmp):
     return None
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tessera", required=True)
-    args = ap.parse_args()
-    passed = failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        checks = [(c[0], lambda c=c, s=i: check_case(args.tessera, tmp, c, 2000 + s)) for i, c in enumerate(CASES)]
-        checks.append(("rejects bad dims", lambda: check_rejects(args.tessera, tmp)))
-        for name, fn in checks:
-            try:
-                msg = fn()
-            except RuntimeError as e:
-                msg = str(e)
-            if msg is None:
-                passed += 1
-                print(f"PASS {name}")
-            else:
-                failed += 1
-                print(f"FAIL {name}: {msg}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
+def make_checks(tessera, tmp):
+    checks = [(c[0], lambda c=c, s=i: check_case(tessera, tmp, c, 2000 + s)) for i, c in enumerate(CASES)]
+    return checks + [("rejects bad dims", lambda: check_rejects(tessera, tmp))]
 
 if __name__ == "__main__":
-    main()
+    oracle_checks.main(make_checks)
