@@ -11,12 +11,39 @@
 //     fixed by (dk, r) alone (Dot's 8-lane tree, then ascending m; S sums in ascending i).
 // Decode is a 1-row segment through the same two steps, so every split of a sequence into
 // calls, any batch around it and any column tiling (thread count) give the same bits.
+// The column loops run on the path UseAvx2() picks (gdn_internal.h): each path is
+// self-consistent in this sense; the two agree to rounding.
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/gdn.h"
+#include "kernels/cpu/gdn_internal.h"
+#include "kernels/cpu/ops.h"
 
 namespace tessera::kernels::cpu {
+
+void gdn::StateDotsScalar(const float* S, int64_t ld, int64_t dk, const float* k, const float* q, int64_t width,
+                          float* sk, float* sq) {
+  std::fill(sk, sk + width, 0.0f);
+  std::fill(sq, sq + width, 0.0f);
+  for (int64_t j = 0; j < dk; ++j) {
+    const float* s = S + j * ld;
+    for (int64_t c = 0; c < width; ++c) {
+      sk[c] += s[c] * k[j];
+      sq[c] += s[c] * q[j];
+    }
+  }
+}
+
+void gdn::LinCombScalar(float* y, const float* base, float s, const float* t, const float* coef,
+                        const float* const* xs, int64_t nm, float post, int64_t width) {
+  for (int64_t c = 0; c < width; ++c) {
+    float acc = base ? base[c] + s * t[c] : s * t[c];
+    for (int64_t m = 0; m < nm; ++m) acc += coef[m] * xs[m][c];
+    y[c] = post * acc;
+  }
+}
+
 namespace {
 
 constexpr float kL2Eps = 1e-6f;  // HF's l2norm eps (llama.cpp's rms_norm_eps: the same value)
@@ -99,8 +126,15 @@ struct Work {
   std::vector<float> sk, sq, ck, cq;
 };
 
+// The column loops of one call: scalar or AVX2, chosen once per call.
+struct ColumnOps {
+  decltype(&gdn::StateDotsScalar) state_dots;
+  decltype(&gdn::LinCombScalar) lin_comb;
+};
+
 // Step 2 for the row at `pos` (chunk row r), v-head h, columns [c0, c1): u_r and o_r.
-void RowStep(const GdnDims& d, const Segment& sg, int64_t i, int64_t h, int64_t c0, int64_t c1, Work* w) {
+void RowStep(const GdnDims& d, const ColumnOps& ops, const Segment& sg, int64_t i, int64_t h, int64_t c0,
+             int64_t c1, Work* w) {
   const int64_t pos = sg.pos0 + i, r = pos % kGdnChunk, base = pos - r, dk = d.k_dim, dv = d.v_dim;
   const int64_t kh = KHead(d, h), width = c1 - c0;
   float* open = sg.seq->open;
@@ -108,74 +142,55 @@ void RowStep(const GdnDims& d, const Segment& sg, int64_t i, int64_t h, int64_t 
   const float* khat = cur.khat + kh * dk;
   const float* qhat = sg.qhat + i * d.k_heads * dk + kh * dk;
   const float gamma = cur.gamma[h];
-  // S_sᵀ k̂_r and S_sᵀ q̂_r over this tile, each a sum in ascending i.
+  // S_sᵀ k̂_r and S_sᵀ q̂_r over this tile, each a sum in ascending k index.
   float* sk = w->sk.data();
   float* sq = w->sq.data();
-  std::fill(sk, sk + width, 0.0f);
-  std::fill(sq, sq + width, 0.0f);
-  const float* S = sg.seq->state + h * dk * dv + c0;
-  for (int64_t j = 0; j < dk; ++j) {
-    const float* srow = S + j * dv;
-    const float kj = khat[j], qj = qhat[j];
-    for (int64_t c = 0; c < width; ++c) {
-      sk[c] += srow[c] * kj;
-      sq[c] += srow[c] * qj;
-    }
-  }
-  // The coefficients of the earlier rows (and of row r itself for the output).
+  ops.state_dots(sg.seq->state + h * dk * dv + c0, dv, dk, khat, qhat, width, sk, sq);
+  // The coefficients of the earlier rows (negated for u) and of row r itself (for o).
   float* ck = w->ck.data();
   float* cq = w->cq.data();
+  const float* um[kGdnChunk];
   for (int64_t m = 0; m < r; ++m) {
     const OpenRow prev = Row(d, open, base + m);
     const float* km = prev.khat + kh * dk;
     const float decay = std::exp(gamma - prev.gamma[h]);
-    ck[m] = decay * Dot(khat, km, dk);
+    ck[m] = -(decay * Dot(khat, km, dk));
     cq[m] = decay * Dot(qhat, km, dk);
+    um[m] = prev.u + h * dv + c0;
   }
   cq[r] = Dot(qhat, khat, dk);
+  um[r] = cur.u + h * dv + c0;
+  // u_r = β (v - e^Γ S_sᵀ k̂ - Σ_{m<r} (e^{Γ_r-Γ_m} k̂_r·k̂_m) u_m), then
+  // o_r = e^Γ S_sᵀ q̂ + Σ_{m<=r} (e^{Γ_r-Γ_m} q̂_r·k̂_m) u_m; per column, m ascending.
   const float eg = std::exp(gamma);
   const float beta = sg.beta[i * d.v_heads + h];
-  const float* um[kGdnChunk];
-  for (int64_t m = 0; m <= r; ++m) um[m] = Row(d, open, base + m).u + h * dv + c0;
-  // u_r = β (v - e^Γ S_sᵀ k̂ - Σ_{m<r} ck_m u_m) and o_r = e^Γ S_sᵀ q̂ + Σ_{m<=r} cq_m u_m,
-  // per column in ascending m (the m loops are outside only so they vectorise).
   const float* v = sg.seq->qkv + (sg.t0 + i) * d.conv_channels() + 2 * d.k_heads * dk + h * dv + c0;
-  float* u = cur.u + h * dv + c0;
-  for (int64_t c = 0; c < width; ++c) u[c] = v[c] - eg * sk[c];
-  for (int64_t m = 0; m < r; ++m) {
-    const float coef = ck[m];
-    const float* x = um[m];
-    for (int64_t c = 0; c < width; ++c) u[c] -= coef * x[c];
-  }
-  for (int64_t c = 0; c < width; ++c) u[c] = beta * u[c];
-  for (int64_t c = 0; c < width; ++c) sq[c] = eg * sq[c];
-  for (int64_t m = 0; m <= r; ++m) {
-    const float coef = cq[m];
-    const float* x = um[m];
-    for (int64_t c = 0; c < width; ++c) sq[c] += coef * x[c];
-  }
+  ops.lin_comb(cur.u + h * dv + c0, v, -eg, sk, ck, um, r, beta, width);
   float* out = sg.seq->out + (sg.t0 + i) * d.v_heads * dv + h * dv + c0;
-  std::copy(sq, sq + width, out);
+  ops.lin_comb(out, nullptr, eg, sq, cq, um, r + 1, 1.0f, width);
 }
 
 // S_{s+16} = e^{Γ_15} S_s + Σ_{m ascending} (e^{Γ_15 - Γ_m} k̂_m[j]) u_m over columns [c0, c1).
-void ChunkEnd(const GdnDims& d, const Segment& sg, int64_t h, int64_t c0, int64_t c1, Work* w) {
+void ChunkEnd(const GdnDims& d, const ColumnOps& ops, const Segment& sg, int64_t h, int64_t c0, int64_t c1,
+              Work* w) {
   const int64_t base = sg.pos0 + sg.n - kGdnChunk, dk = d.k_dim, dv = d.v_dim, kh = KHead(d, h);
   float* open = sg.seq->open;
   const float last = Row(d, open, base + kGdnChunk - 1).gamma[h];
-  float* decay = w->ck.data();
-  for (int64_t m = 0; m < kGdnChunk; ++m) decay[m] = std::exp(last - Row(d, open, base + m).gamma[h]);
+  float decay[kGdnChunk];
+  const float* khat[kGdnChunk];
+  const float* um[kGdnChunk];
+  for (int64_t m = 0; m < kGdnChunk; ++m) {
+    const OpenRow row = Row(d, open, base + m);
+    decay[m] = std::exp(last - row.gamma[h]);
+    khat[m] = row.khat + kh * dk;
+    um[m] = row.u + h * dv + c0;
+  }
   const float el = std::exp(last);
-  float* S = sg.seq->state + h * dk * dv;
+  float* coef = w->ck.data();
+  float* S = sg.seq->state + h * dk * dv + c0;
   for (int64_t j = 0; j < dk; ++j) {
-    float* srow = S + j * dv;
-    for (int64_t c = c0; c < c1; ++c) srow[c] = el * srow[c];
-    for (int64_t m = 0; m < kGdnChunk; ++m) {
-      const OpenRow row = Row(d, open, base + m);
-      const float coef = decay[m] * row.khat[kh * dk + j];
-      const float* um = row.u + h * dv;
-      for (int64_t c = c0; c < c1; ++c) srow[c] += coef * um[c];
-    }
+    for (int64_t m = 0; m < kGdnChunk; ++m) coef[m] = decay[m] * khat[m][j];
+    ops.lin_comb(S + j * dv, nullptr, el, S + j * dv, coef, um, kGdnChunk, 1.0f, c1 - c0);
   }
 }
 
@@ -187,6 +202,8 @@ void GdnCore(const GdnDims& d, const GdnParams& p, const GdnSeq* seqs, int64_t n
   std::vector<int64_t> done(num_seqs, 0);
   std::vector<Segment> segs;
   const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const ColumnOps ops = UseAvx2() ? ColumnOps{gdn::StateDotsAvx2, gdn::LinCombAvx2}
+                                  : ColumnOps{gdn::StateDotsScalar, gdn::LinCombScalar};
   for (;;) {
     // This round's segments: each sequence's rows up to its next chunk boundary.
     segs.clear();
@@ -229,7 +246,7 @@ void GdnCore(const GdnDims& d, const GdnParams& p, const GdnSeq* seqs, int64_t n
     // Column tiles: enough items for the pool (any tiling gives the same bits).
     const int64_t heads = nseg * d.v_heads;
     int64_t tiles = std::clamp<int64_t>((4 * threads + heads - 1) / heads, 1, std::max<int64_t>(1, d.v_dim / 16));
-    const int64_t width = (d.v_dim + tiles - 1) / tiles;
+    const int64_t width = ((d.v_dim + tiles - 1) / tiles + 7) / 8 * 8;  // whole vectors where possible
     tiles = (d.v_dim + width - 1) / width;
     auto step = [&](int64_t i0, int64_t i1) {
       Work w;
@@ -241,8 +258,8 @@ void GdnCore(const GdnDims& d, const GdnParams& p, const GdnSeq* seqs, int64_t n
         const Segment& sg = segs[item / (d.v_heads * tiles)];
         const int64_t h = item / tiles % d.v_heads, c0 = item % tiles * width;
         const int64_t c1 = std::min(d.v_dim, c0 + width);
-        for (int64_t i = 0; i < sg.n; ++i) RowStep(d, sg, i, h, c0, c1, &w);
-        if ((sg.pos0 + sg.n) % kGdnChunk == 0) ChunkEnd(d, sg, h, c0, c1, &w);
+        for (int64_t i = 0; i < sg.n; ++i) RowStep(d, ops, sg, i, h, c0, c1, &w);
+        if ((sg.pos0 + sg.n) % kGdnChunk == 0) ChunkEnd(d, ops, sg, h, c0, c1, &w);
       }
     };
     if (pool == nullptr) {
