@@ -54,7 +54,9 @@ struct GdnConvSeq {
   // positions start - K + 1 .. start - 1 (zeros for a fresh sequence: p < 0 reads as 0).
   // Positions max(start, start + rows - ring_rows) .. start + rows - 1 are written back.
   float* ring = nullptr;
-  int64_t ring_rows = 0;  // >= K - 1 (more lets a caller step back after speculation)
+  // >= K - 1. More lets a caller step back after speculation: a call ending at e may be
+  // followed by one starting at s < e when ring_rows >= e - s + K - 1.
+  int64_t ring_rows = 0;
   float* out = nullptr;   // [rows, channels]
 };
 

@@ -236,6 +236,25 @@ TEST_P(GdnPath, TwoSequencesBatchedAreBitwiseAlone) {
   EXPECT_TRUE(Same(ys.state, y_alone.state));
 }
 
+// Speculation inside a chunk: a verify call over positions 21..24 whose rows 22..24 are
+// then rejected (other inputs), resumed at 22 with the accepted inputs, gives the bits of
+// the straight run: rows at or past a call's start are never read from earlier calls.
+TEST_P(GdnPath, SteppingBackInsideAChunkIsBitwiseStraight) {
+  const GdnDims d = SmallDims();
+  const Inputs in = MakeInputs(d, 50, 37);
+  Inputs drafted = in;  // rows 22..24 differ from what is finally accepted
+  for (int64_t i = 22 * d.conv_channels(); i < 25 * d.conv_channels(); ++i) drafted.qkv[i] = -drafted.qkv[i];
+  for (int64_t i = 22 * d.v_heads; i < 25 * d.v_heads; ++i) drafted.a[i] += 1.0f;
+  const SeqState straight = RunCalls(d, in, {50}, nullptr);
+  SeqState st(d, 50);
+  GdnScratch scratch;
+  const GdnParams p{in.a_log.data(), in.dt_bias.data()};
+  const GdnSeq calls[3] = {Slice(d, in, &st, 0, 21), Slice(d, drafted, &st, 21, 4), Slice(d, in, &st, 22, 28)};
+  for (const GdnSeq& c : calls) GdnCore(d, p, &c, 1, &scratch, nullptr);
+  EXPECT_TRUE(Same(st.out, straight.out));
+  EXPECT_TRUE(Same(st.state, straight.state));
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, GdnPath, ::testing::Values(Path::kScalar, Path::kAvx2), PathName);
 
 // The conv1d: against a double loop over a zero-padded input, and split into calls
@@ -273,6 +292,14 @@ TEST(Gdn, ConvMatchesReferenceAndIsSplitInvariant) {
   ThreadPool pool(3);
   EXPECT_TRUE(Same(run({1, 2, 3, 10, 11, T}, K - 1, nullptr), one));
   EXPECT_TRUE(Same(run({5, 6, T}, K + 5, &pool), one));
+  // Speculation: rows 9..12 computed from drafted inputs at 10..12, then resumed at 10.
+  std::vector<float> ring((K + 2) * C, 0.0f), out(T * C, 0.0f), drafted = x;
+  for (int64_t i = 10 * C; i < 13 * C; ++i) drafted[i] += 1.0f;
+  const GdnConvSeq calls[3] = {{0, 9, x.data(), ring.data(), K + 2, out.data()},
+                               {9, 4, drafted.data() + 9 * C, ring.data(), K + 2, out.data() + 9 * C},
+                               {10, T - 10, x.data() + 10 * C, ring.data(), K + 2, out.data() + 10 * C}};
+  for (const GdnConvSeq& c : calls) GdnConv(d, w.data(), &c, 1, nullptr);
+  EXPECT_TRUE(Same(out, one));
 }
 
 TEST(Gdn, GatedRmsNormMatchesReference) {
