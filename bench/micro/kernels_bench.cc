@@ -27,6 +27,7 @@
 #include "common/dtype.h"
 #include "common/quant.h"
 #include "common/thread_pool.h"
+#include "kernels/cpu/gdn.h"
 #include "kernels/cpu/ops.h"
 
 namespace tessera::kernels::cpu {
@@ -151,6 +152,50 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
   state.counters["FLOPS"] = benchmark::Counter(4.0 * seqs * q_heads * ctx * hd * state.iterations(),
                                                benchmark::Counter::kIsRate);
+}
+
+// Gated DeltaNet core (GC form) at Qwen3.5-0.8B's linear-layer shape (16 k and v heads
+// of 128, conv 4): `rows` positions per call for each of `seqs` sequences. Decode calls
+// (rows 1) walk the positions on, so one call in 16 also pays the chunk-end state update.
+// FLOPS counts 6·dk·dv per row and v-head (Sᵀk̂, Sᵀq̂ and the amortised update);
+// bytes_per_second the state each row reads (dk·dv f32 per v-head).
+void BM_GdnCore(benchmark::State& state) {
+  const int64_t rows = state.range(0), seqs = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  GdnDims d;
+  d.k_heads = 16;
+  d.v_heads = 16;
+  d.k_dim = 128;
+  d.v_dim = 128;
+  d.conv_kernel = 4;
+  const auto qkv = RandomVec(seqs * rows * d.conv_channels(), 1);
+  const auto a = RandomVec(seqs * rows * d.v_heads, 2), b = RandomVec(seqs * rows * d.v_heads, 3);
+  const auto a_log = RandomVec(d.v_heads, 4), dt_bias = RandomVec(d.v_heads, 5);
+  std::vector<float> states(seqs * d.state_floats(), 0.0f), open(seqs * d.open_floats(), 0.0f);
+  std::vector<float> out(seqs * rows * d.v_heads * d.v_dim);
+  std::vector<GdnSeq> batch(seqs);
+  GdnScratch scratch;
+  const GdnParams p{a_log.data(), dt_bias.data()};
+  int64_t pos = 0;
+  for (auto _ : state) {
+    for (int64_t s = 0; s < seqs; ++s) {
+      GdnSeq& q = batch[s];
+      q.start = rows == 1 ? pos : 0;
+      q.rows = rows;
+      q.qkv = qkv.data() + s * rows * d.conv_channels();
+      q.a = a.data() + s * rows * d.v_heads;
+      q.b = b.data() + s * rows * d.v_heads;
+      q.state = states.data() + s * d.state_floats();
+      q.open = open.data() + s * d.open_floats();
+      q.out = out.data() + s * rows * d.v_heads * d.v_dim;
+    }
+    GdnCore(d, p, batch.data(), seqs, &scratch, Pool(threads));
+    benchmark::DoNotOptimize(out.data());
+    ++pos;
+  }
+  const double row_heads = static_cast<double>(seqs) * rows * d.v_heads * state.iterations();
+  state.SetBytesProcessed(static_cast<int64_t>(row_heads * d.k_dim * d.v_dim * 4));
+  state.counters["FLOPS"] = benchmark::Counter(6.0 * d.k_dim * d.v_dim * row_heads, benchmark::Counter::kIsRate);
 }
 
 // --- Limits measured in the same run.
@@ -368,6 +413,11 @@ int RegisterAll() {
   benchmark::RegisterBenchmark("PagedAttentionDecode", BM_PagedAttentionDecode)
       ->ArgNames({"ctx", "seqs", "threads"})
       ->ArgsProduct({{512, 2048}, {1, 8}, {1, 2}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("GdnCore", BM_GdnCore)
+      ->ArgNames({"rows", "seqs", "threads"})
+      ->Args({1, 1, 1})->Args({1, 16, 1})->Args({1, 16, 2})->Args({512, 1, 1})->Args({512, 1, 2})
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark("Limit/ReadBandwidth", BM_ReadBandwidth)

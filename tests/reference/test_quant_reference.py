@@ -17,13 +17,14 @@ dequantizes them and runs Linear on them:
 
 Prints one line per case and `N passed, M failed`; exits non-zero on any failure.
 """
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle_checks  # noqa: E402
 
 CMD_TIMEOUT = 120
 
@@ -225,26 +226,10 @@ def check_rejects(tessera, tmp):
     return None
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tessera", required=True)
-    args = ap.parse_args()
-    passed = failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        checks = [(f"{c[0]} m={c[1]} k={c[2]} n={c[3]} bias={c[4]} threads={c[5]}",
-                   lambda c=c, s=i: check_case(args.tessera, tmp, c, 1000 + s)) for i, c in enumerate(CASES)]
-        checks.append(("rejects bad input", lambda: check_rejects(args.tessera, tmp)))
-        for name, fn in checks:
-            msg = fn()
-            if msg is None:
-                passed += 1
-                print(f"PASS {name}")
-            else:
-                failed += 1
-                print(f"FAIL {name}: {msg}")
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
+def make_checks(tessera, tmp):
+    checks = [(f"{c[0]} m={c[1]} k={c[2]} n={c[3]} bias={c[4]} threads={c[5]}",
+               lambda c=c, s=i: check_case(tessera, tmp, c, 1000 + s)) for i, c in enumerate(CASES)]
+    return checks + [("rejects bad input", lambda: check_rejects(tessera, tmp))]
 
 if __name__ == "__main__":
-    main()
+    oracle_checks.main(make_checks)
