@@ -31,9 +31,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "bench/limits.h"
+#include "common/log.h"
 #include "engine/batch_builder.h"
 #include "engine/model.h"
 
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   if (!batches_flag.empty()) {
     auto parsed = ParseBatches(batches_flag);
     if (!parsed.ok()) {
-      spdlog::error("{}", parsed.status().ToString());
+      tessera::LogError("{}", parsed.status().ToString());
       return 2;
     }
     batches = *parsed;
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   auto backend = tessera::MakeCpuBackend(backend_options);
   auto model_or = tessera::Model::Load(model_path, backend.get());
   if (!model_or.ok()) {
-    spdlog::error("{}", model_or.status().ToString());
+    tessera::LogError("{}", model_or.status().ToString());
     return 1;
   }
   auto& model = *model_or.value();
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   const int64_t blocks = (prompt / block_size + 2) + max_batch * (per_seq_tokens / block_size + 2) + 8;
   auto cache = model.CreateKvCache(blocks, block_size);
   if (!cache.ok()) {
-    spdlog::error("{}", cache.status().ToString());
+    tessera::LogError("{}", cache.status().ToString());
     return 1;
   }
   tessera::BatchBuilder builder(blocks, block_size);
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   auto forward = [&](const std::vector<tessera::BatchBuilder::Chunk>& chunks) -> bool {
     auto fb = builder.Build(chunks);
     tessera::Status st = fb.ok() ? model.Forward(*fb, cache->get(), &logits) : fb.status();
-    if (!st.ok()) spdlog::error("{}", st.ToString());
+    if (!st.ok()) tessera::LogError("{}", st.ToString());
     return st.ok();
   };
 

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "engine/model.h"
+#include "common/log.h"
 
 namespace {
 
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const std::vector<int> batches = ParseList(batches_flag), ks = ParseList(k_flag);
   if (batches.empty() || ks.empty()) {
-    spdlog::error("--batches and --k must list at least one value");
+    tessera::LogError("--batches and --k must list at least one value");
     return 2;
   }
   tessera::CpuBackendOptions bo;
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   auto backend = tessera::MakeCpuBackend(bo);
   auto model_or = tessera::Model::Load(model_path, backend.get());
   if (!model_or.ok()) {
-    spdlog::error("{}", model_or.status().ToString());
+    tessera::LogError("{}", model_or.status().ToString());
     return 1;
   }
   tessera::Model& model = **model_or;
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   const int64_t blocks_per_seq = (context + max_k + 1 + block_size - 1) / block_size;
   auto cache = model.CreateKvCache(max_b * blocks_per_seq, block_size);
   if (!cache.ok()) {
-    spdlog::error("{}", cache.status().ToString());
+    tessera::LogError("{}", cache.status().ToString());
     return 1;
   }
   std::mt19937 rng(1);
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     const int n = static_cast<int>(std::min<int64_t>(256, context - s));
     auto fb = MakeBatch(max_b, s, n, 0, blocks_per_seq, block_size, rng, vocab);
     if (auto st = model.Forward(fb, cache->get(), &logits); !st.ok()) {
-      spdlog::error("{}", st.ToString());
+      tessera::LogError("{}", st.ToString());
       return 1;
     }
   }

@@ -18,9 +18,9 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "runtime/engine_loop.h"
+#include "common/log.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "text/gguf_tokenizer.h"
@@ -266,7 +266,7 @@ Status RunBench(EngineLoop& loop, const GenerateArgs& a) {
 
 int RunGenerate(GenerateArgs a) {
   auto fail = [](const Status& s) {
-    spdlog::error("generate: {}", s.ToString());
+    LogError("generate: {}", s.ToString());
     return 1;
   };
   if (a.model.empty()) {
@@ -307,7 +307,7 @@ int RunGenerate(GenerateArgs a) {
   if (auto t = text::LoadModelTokenizer(a.model); t.ok()) {
     tok = *t;
   } else {
-    spdlog::warn("generate: no usable tokenizer in {} ({}); token-id prompts only", a.model, t.status().message());
+    LogWarn("generate: no usable tokenizer in {} ({}); token-id prompts only", a.model, t.status().message());
   }
   PromptReader reader(a, tok.get());
   int64_t lineno = 0;
@@ -388,7 +388,7 @@ int RunGenerate(GenerateArgs a) {
       // Plain text: each choice's completion (token ids when there is no
       // tokenizer), one block per choice separated by a blank line; errors to stderr.
       if (!errors[i].ok()) {
-        spdlog::error("generate: prompt '{}': {}", reader.out[i].id, errors[i].ToString());
+        LogError("generate: prompt '{}': {}", reader.out[i].id, errors[i].ToString());
         continue;
       }
       for (const auto& jc : j["choices"]) {

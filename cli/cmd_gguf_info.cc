@@ -8,9 +8,9 @@
 #include <memory>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "engine/gguf.h"
+#include "common/log.h"
 #include "engine/gguf_model.h"
 #include "engine/gguf_recipe.h"
 #include "cli/commands.h"
@@ -69,7 +69,7 @@ ojson FileTypeJson(const GgufContents& c) {
 int Run(const std::string& path, bool as_json, int64_t max_array) {
   auto f = GgufFile::Open(path);
   if (!f.ok()) {
-    spdlog::error("{}", f.status().ToString());
+    LogError("{}", f.status().ToString());
     return 1;
   }
   const GgufContents& c = (*f)->contents();
@@ -99,7 +99,7 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
     if (!config.ok()) j["model_error"] = config.status().ToString();
     // Invalid UTF-8 in strings is replaced rather than aborting the dump.
     std::cout << j.dump(2, ' ', false, ojson::error_handler_t::replace) << "\n";
-    if (!config.ok()) spdlog::error("{}", config.status().ToString());
+    if (!config.ok()) LogError("{}", config.status().ToString());
     return config.ok() ? 0 : 1;
   }
   std::printf("%s: GGUF v%u, alignment %u, %zu metadata keys, %zu tensors, data at %llu\n", path.c_str(), c.version,
@@ -136,7 +136,7 @@ int Run(const std::string& path, bool as_json, int64_t max_array) {
   std::printf("model: %s\n", config.ok() ? config->Summary().c_str() : config.status().ToString().c_str());
   // The container may be well formed while the model metadata is not: that is
   // a file the server cannot load, so the exit status says so.
-  if (!config.ok()) spdlog::error("{}", config.status().ToString());
+  if (!config.ok()) LogError("{}", config.status().ToString());
   return config.ok() ? 0 : 1;
 }
 

@@ -14,9 +14,9 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
 #include "server/serving/input_processor.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -127,13 +127,13 @@ void AddRenderChatCommand(CLI::App& app, int* exit_code) {
                   "text in the messages as plain text)");
   cmd->callback([=] {
     if (args->tokenizer_config.empty() && args->template_file.empty()) {
-      spdlog::error("render-chat needs --tokenizer-config or --template-file");
+      LogError("render-chat needs --tokenizer-config or --template-file");
       *exit_code = 2;
       return;
     }
     Status s = RunRenderChat(*args);
     if (!s.ok()) {
-      spdlog::error("{}", s.ToString());
+      LogError("{}", s.ToString());
       *exit_code = 1;
     }
   });

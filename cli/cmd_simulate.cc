@@ -17,9 +17,9 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "bench/tessera_bench/arrival.h"
+#include "common/log.h"
 #include "bench/tessera_bench/dataset.h"
 #include "bench/tessera_bench/metrics.h"
 #include "bench/tessera_bench/report.h"

@@ -3,9 +3,9 @@
 #include <memory>
 #include <string>
 
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
 #include "engine/gguf_recipe.h"
 #include "engine/synth.h"
 
@@ -63,7 +63,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
     }
     std::string where = opts->out_dir;
     if (opts->format == "both") where += " and " + SynthGgufPath(opts->out_dir);
-    spdlog::info("synth: wrote {} {} ({}) to {} — weights are random", opts->arch, opts->size, *dtype, where);
+    LogInfo("synth: wrote {} {} ({}) to {} — weights are random", opts->arch, opts->size, *dtype, where);
   });
 }
 

@@ -6,9 +6,9 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
 #include "text/gguf_tokenizer.h"
 #include "text/tokenizer.h"
 
@@ -26,17 +26,17 @@ int RunTokenize(const TokenizeArgs& a) {
   auto tok = !a.model_dir.empty() ? text::LoadModelTokenizer(a.model_dir)
                                   : text::Tokenizer::FromFiles(a.tokenizer_file, a.config_file);
   if (!tok.ok()) {
-    spdlog::error("{}", tok.status().ToString());
+    LogError("{}", tok.status().ToString());
     return 1;
   }
   std::ifstream in(a.input, std::ios::binary);
   if (!in) {
-    spdlog::error("{}: cannot open", a.input);
+    LogError("{}: cannot open", a.input);
     return 1;
   }
   std::ofstream out(a.output, std::ios::binary);
   if (!out) {
-    spdlog::error("{}: cannot write", a.output);
+    LogError("{}: cannot write", a.output);
     return 1;
   }
   std::string line;
@@ -71,7 +71,7 @@ int RunTokenize(const TokenizeArgs& a) {
     if (resp.contains("error")) ++errors;
     out << resp.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
   }
-  spdlog::info("tokenize: {} lines, {} errors", n, errors);
+  LogInfo("tokenize: {} lines, {} errors", n, errors);
   return errors == 0 ? 0 : 2;
 }
 

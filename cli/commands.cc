@@ -1,11 +1,11 @@
 #include "cli/commands.h"
+#include "common/log.h"
 
-#include <spdlog/spdlog.h>
 
 namespace tessera {
 
 int Fail(const Status& s) {
-  spdlog::error("{}", s.ToString());
+  LogError("{}", s.ToString());
   return 1;
 }
 

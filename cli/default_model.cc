@@ -1,4 +1,5 @@
 #include "cli/default_model.h"
+#include "common/log.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -7,7 +8,6 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/synth.h"
 
@@ -29,7 +29,7 @@ void RemoveStaleTemporaries(const fs::path& final_dir) {
     if (pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) continue;  // still alive
     std::error_code rm_ec;
     fs::remove_all(entry.path(), rm_ec);
-    if (!rm_ec) spdlog::info("default model: removed partial checkpoint {} (interrupted run)", entry.path().string());
+    if (!rm_ec) LogInfo("default model: removed partial checkpoint {} (interrupted run)", entry.path().string());
   }
 }
 
@@ -62,7 +62,7 @@ StatusOr<std::string> EnsureDefaultModel(const std::string& size) {
 
   const fs::path tmp = final_dir.string() + kTmpMarker + std::to_string(getpid());
   fs::remove_all(tmp, ec);
-  spdlog::info("default model: writing a synthetic qwen3 {} checkpoint to {} (first run only)", size, dir);
+  LogInfo("default model: writing a synthetic qwen3 {} checkpoint to {} (first run only)", size, dir);
   SynthOptions o;
   o.arch = "qwen3";
   o.size = size;

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: an LLM inference serving daemon"};

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/router_flags.h"
+#include "common/log.h"
 #include "common/internal_key.h"
 #include "server/router/router.h"
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
     options.api_keys.push_back(key);
   }
   if (tessera::Status s = tessera::ValidateRouterServeOptions(options); !s.ok()) {
-    spdlog::error("{}", s.ToString());
+    tessera::LogError("{}", s.ToString());
     return 1;
   }
   if (!options.internal_api_key_file.empty()) {  // readable: checked above

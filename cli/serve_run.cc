@@ -1,4 +1,5 @@
 #include "cli/serve_run.h"
+#include "common/log.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -23,7 +24,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -96,8 +96,8 @@ class Shutdown {
       if (ServingEngine* e = ctx_.engine.load()) e->BeginDrain();
       server_.BeginDrain();
       if (on_drain) on_drain();
-      spdlog::info("serve: draining: /ready is 503, new requests get 503; waiting up to {}s for {} in flight",
-                   drain_timeout_.count(), InFlight());
+      LogInfo("serve: draining: /ready is 503, new requests get 503; waiting up to {}s for {} in flight",
+              drain_timeout_.count(), InFlight());
       deadline_ = std::chrono::steady_clock::now() + drain_timeout_;
       Poll();
     });
@@ -119,12 +119,12 @@ class Shutdown {
       // Requests still running end now with finish_reason "abort": streams get
       // their final chunk and [DONE], unary clients their response.
       aborted_ = true;
-      spdlog::warn("serve: {} requests still in flight after {}s; aborting them", n, drain_timeout_.count());
+      LogWarn("serve: {} requests still in flight after {}s; aborting them", n, drain_timeout_.count());
       if (ServingEngine* e = ctx_.engine.load()) e->AbortAll();
       deadline_ = now + kAbortGrace;
     } else if (aborted_ && now >= deadline_) {
-      spdlog::warn("serve: {} requests still open {}s after the abort; exiting anyway", n,
-                   std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count());
+      LogWarn("serve: {} requests still open {}s after the abort; exiting anyway", n,
+              std::chrono::duration_cast<std::chrono::seconds>(kAbortGrace).count());
       return Stop();
     }
     timer_.expires_after(kDrainPoll);
@@ -179,9 +179,9 @@ void AdvertiseKvEvents(const kv_events::KvEventsConfig& kc, kv_events::KvEventPu
     ctx->kv_events_replay_endpoint = publisher->replay_endpoint();
     ctx->kv_events_topic = kc.topic;
   } else {
-    spdlog::warn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
-                 "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
-                 kc.endpoint);
+    LogWarn("serve: --kv-events-config endpoint {} has no wildcard host, so the publisher connects to it "
+            "(vLLM's rule) and a router cannot subscribe; for `--routing-logic kv-aware` use tcp://*:PORT",
+            kc.endpoint);
   }
   ctx->extra_metrics = [publisher] {
     const kv_events::KvEventPublisherStats st = publisher->stats();
@@ -214,10 +214,10 @@ StatusOr<PlannedModel> PlanModel(const ServeOptions& o) {
   m.dir = o.model;
   if (o.model.empty()) {
     ASSIGN_OR_RETURN(m.dir, DefaultModelDir(o.default_model_size));
-    spdlog::warn("serve: no --model given, serving the built-in default model: a synthetic qwen3 {} checkpoint "
-                 "with RANDOM weights ({}); its outputs are meaningless. Pass --model DIR to serve a real "
-                 "HF checkpoint.",
-                 o.default_model_size, m.dir);
+    LogWarn("serve: no --model given, serving the built-in default model: a synthetic qwen3 {} checkpoint "
+            "with RANDOM weights ({}); its outputs are meaningless. Pass --model DIR to serve a real "
+            "HF checkpoint.",
+            o.default_model_size, m.dir);
   } else if (!fs::is_directory(o.model) && !fs::is_regular_file(o.model)) {
     return NotFound("serve: --model " + o.model + " is not a directory or a .gguf file");
   }
@@ -238,7 +238,7 @@ StatusOr<std::unique_ptr<ServingEngine>> LoadEngine(const ServeOptions& o, const
   ASSIGN_OR_RETURN(std::string dir, o.model.empty() ? EnsureDefaultModel(o.default_model_size)
                                                     : StatusOr<std::string>(planned.dir));
   if (IsSyntheticCheckpoint(dir)) {
-    spdlog::warn("serve: {} is a synthetic checkpoint with random weights; completions are meaningless", dir);
+    LogWarn("serve: {} is a synthetic checkpoint with random weights; completions are meaningless", dir);
   }
   ServingOptions so = o.serving;
   so.loop.model_dir = dir;
@@ -249,13 +249,13 @@ StatusOr<std::unique_ptr<ServingEngine>> LoadEngine(const ServeOptions& o, const
 }
 
 void LogChatOutput(const ServeOptions& o, const openai::tools::ChatOutputConfig& c) {
-  spdlog::info("serve: chat output parsing: tool calls {}{}, reasoning {}",
-               c.tool_parser == openai::tools::ToolParserKind::kNone
+  LogInfo("serve: chat output parsing: tool calls {}{}, reasoning {}",
+          c.tool_parser == openai::tools::ToolParserKind::kNone
                    ? "off"
                    : std::string(openai::tools::ToolParserName(c.tool_parser)),
-               !o.tool_parser && c.tool_parser != openai::tools::ToolParserKind::kNone ? " (from the chat template)"
+          !o.tool_parser && c.tool_parser != openai::tools::ToolParserKind::kNone ? " (from the chat template)"
                                                                                         : "",
-               c.reasoning_parser == openai::tools::ReasoningParserKind::kNone
+          c.reasoning_parser == openai::tools::ReasoningParserKind::kNone
                    ? "off"
                    : std::string(openai::tools::ReasoningParserName(c.reasoning_parser)));
 }
@@ -304,20 +304,20 @@ int RunInstance(const ServeOptions& o) {
   const int grpc_port = grpc ? grpc->port() : -1;
   ctx.grpc_port.store(grpc_port);  // a router reads it on /ready (decode and unified pools)
   if (Status s = WritePortFile(o.port_file, server.port(), grpc_port); !s.ok()) return Fail(s);
-  spdlog::info("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
-               grpc ? o.http.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
-               o.http.api_keys.empty() ? "" : "; API key required");
+  LogInfo("serve: HTTP on {}, gRPC on {} (model '{}' loading; /health and /ready answer now){}", url,
+          grpc ? o.http.host + ":" + std::to_string(grpc_port) : std::string("off"), served,
+          o.http.api_keys.empty() ? "" : "; API key required");
   server.Start();
 
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   std::function<void(boost::system::error_code, int)> on_signal = [&](boost::system::error_code ec, int sig) {
     if (ec) return;
     if (ctx.draining.load()) {
-      spdlog::warn("serve: second signal {}, exiting now", sig);
-      spdlog::default_logger()->flush();
+      LogWarn("serve: second signal {}, exiting now", sig);
+      LogFlush();
       std::_Exit(1);
     }
-    spdlog::info("serve: received signal {}", sig);
+    LogInfo("serve: received signal {}", sig);
     shutdown.Begin(0);
     signals.async_wait(on_signal);
   };
@@ -329,7 +329,7 @@ int RunInstance(const ServeOptions& o) {
     StatusOr<std::unique_ptr<ServingEngine>> e = LoadEngine(o, *planned, *kv_event_publisher, &metrics);
     if (!e.ok()) {
       ctx.state.store(ModelState::kFailed);
-      spdlog::error("serve: model failed to load: {}", e.status().ToString());
+      LogError("serve: model failed to load: {}", e.status().ToString());
       shutdown.Begin(1);
       return;
     }
@@ -337,14 +337,14 @@ int RunInstance(const ServeOptions& o) {
     if (const KvTransport* kt = engine->kv_transport()) {
       // The KV port is known only now; the file is rewritten with it.
       if (Status s = WritePortFile(o.port_file, server.port(), grpc ? grpc->port() : -1, kt->port()); !s.ok()) {
-        spdlog::error("{}", s.ToString());
+        LogError("{}", s.ToString());
       }
-      spdlog::info("serve: role {}: KV transfer on {}:{}", o.role, kt->host(), kt->port());
+      LogInfo("serve: role {}: KV transfer on {}:{}", o.role, kt->host(), kt->port());
     }
     StatusOr<openai::tools::ChatOutputConfig> chat_output = ResolveChatOutput(o, engine->chat_template());
     if (!chat_output.ok()) {
       ctx.state.store(ModelState::kFailed);
-      spdlog::error("serve: {}", chat_output.status().ToString());
+      LogError("serve: {}", chat_output.status().ToString());
       shutdown.Begin(1);
       return;
     }
@@ -353,8 +353,8 @@ int RunInstance(const ServeOptions& o) {
     ctx.engine.store(engine.get(), std::memory_order_release);
     if (ctx.draining.load()) engine->BeginDrain();
     ctx.state.store(ModelState::kReady, std::memory_order_release);
-    spdlog::info("serve: ready: model '{}' (max model length {}, KV cache {:.0f} MiB) at {}", served,
-                 engine->limits().max_model_len, engine->kv_cache_bytes() / 1048576.0, url);
+    LogInfo("serve: ready: model '{}' (max model length {}, KV cache {:.0f} MiB) at {}", served,
+            engine->limits().max_model_len, engine->kv_cache_bytes() / 1048576.0, url);
   });
 
   std::vector<std::thread> io_threads;
@@ -363,7 +363,7 @@ int RunInstance(const ServeOptions& o) {
     worker_threads.emplace_back([&workers] {
       // Linux: PRIO_PROCESS with a thread id renices that thread only.
       if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWorkerNice) != 0) {
-        spdlog::debug("serve: could not lower a front-end worker's priority");
+        LogDebug("serve: could not lower a front-end worker's priority");
       }
       workers.run();
     });
@@ -379,14 +379,14 @@ int RunInstance(const ServeOptions& o) {
   if (ctx.state.load() == ModelState::kLoading) {
     // Model::Load and synthesis cannot be interrupted; a partial default model
     // lives in a temporary directory that the next run removes.
-    spdlog::warn("serve: interrupted while loading the model; exiting");
-    spdlog::default_logger()->flush();
+    LogWarn("serve: interrupted while loading the model; exiting");
+    LogFlush();
     std::_Exit(shutdown.exit_code());
   }
   loader.join();
   if (grpc) grpc->Shutdown(std::chrono::milliseconds(1000));  // cancels streams that outlived the drain
   if (engine) engine->Stop();  // aborts whatever outlived the drain
-  spdlog::info("serve: stopped");
+  LogInfo("serve: stopped");
   return shutdown.exit_code();
 }
 
@@ -406,7 +406,7 @@ int RunServe(const ServeOptions& o) {
     if (o.model.empty()) return Fail(InvalidArgument("serve: worker ranks (--node-rank > 0) need --model"));
     Status s = parallel::RunWorkerProcess(group, o.model, o.serving.loop.num_threads);
     if (!s.ok()) return Fail(s);
-    spdlog::info("serve: worker rank stopped by the leader");
+    LogInfo("serve: worker rank stopped by the leader");
     return 0;
   }
   return RunInstance(o);

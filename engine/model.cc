@@ -1,10 +1,10 @@
 #include "engine/model.h"
+#include "common/log.h"
 
 #include <cmath>
 #include <cstring>
 #include <utility>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/gguf_model.h"
 #include "engine/safetensors.h"
@@ -81,8 +81,8 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
   RETURN_IF_ERROR(backend->CheckHeadDim(m->config_.head_dim));
   RETURN_IF_ERROR(CheckBackendOps(m->config_, *backend));
   if (m->config_.has_vision_tower) {
-    spdlog::info("model: {} has a vision tower; loading the text decoder only (images are not supported)",
-                 m->config_.architecture);
+    LogInfo("model: {} has a vision tower; loading the text decoder only (images are not supported)",
+            m->config_.architecture);
   }
   m->local_ = m->config_;
   if (parallel != nullptr && m->config_.attention == AttentionKind::kMla) {
@@ -105,8 +105,8 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
   m->rope_long_ = UseLongRopeFactors(m->config_, 0);
   m->rope_devices_.resize(m->ropes_.size());
   RETURN_IF_ERROR(backend->TakeError());
-  spdlog::info("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
-               static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
+  LogInfo("model: {} ({:.2f} GB of weights on {})", m->config_.Summary(),
+          static_cast<double>(m->weight_bytes_) / 1e9, backend->name());
   return m;
 }
 
@@ -337,11 +337,11 @@ Status Model::SetMaxModelLen(int64_t max_model_len) {
   if (c.rope_scaling.type != RopeScalingType::kLongRope) return Status::Ok();
   if (max_model_len <= 0) return InvalidArgument("model: max model length must be positive");
   const bool use_long = UseLongRopeFactors(c, max_model_len);
-  spdlog::info("rope: LongRoPE {} factors for every sequence (max model length {} {} original context {}; "
-               "attention factor {:.4f})",
-               use_long ? "long" : "short", max_model_len, use_long ? ">" : "<=",
-               c.rope_scaling.original_max_position_embeddings,
-               ComputeRopeFrequencies(c, max_model_len).attention_factor);
+  LogInfo("rope: LongRoPE {} factors for every sequence (max model length {} {} original context {}; "
+          "attention factor {:.4f})",
+          use_long ? "long" : "short", max_model_len, use_long ? ">" : "<=",
+          c.rope_scaling.original_max_position_embeddings,
+          ComputeRopeFrequencies(c, max_model_len).attention_factor);
   if (use_long == rope_long_) return Status::Ok();
   ReleaseGraphs();  // captured graphs read the old table's device copy
   ropes_[0] = std::make_unique<RopeTable>(c, max_model_len);  // table 0 carries rope_scaling

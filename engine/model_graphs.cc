@@ -4,9 +4,9 @@
 #include <string>
 #include <utility>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/model.h"
+#include "common/log.h"
 
 namespace tessera {
 
@@ -48,8 +48,8 @@ Status Model::EnableGraphs(int64_t max_num_seqs, int64_t max_model_len, int64_t 
   g.enabled = true;
   std::string sizes;
   for (int64_t s : g.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
-  spdlog::info("graphs: decode batches of {} tokens are captured on first use (block tables {} wide)", sizes,
-               g.width);
+  LogInfo("graphs: decode batches of {} tokens are captured on first use (block tables {} wide)", sizes,
+          g.width);
   return Status::Ok();
 }
 
@@ -139,7 +139,7 @@ Status Model::ForwardGraph(const ForwardBatch& b, int64_t slot, KvCache* cache, 
       }
     }
     if (!s.ok()) {
-      spdlog::warn("graphs: capture at batch {} failed ({}); running decode steps eagerly", n, s.ToString());
+      LogWarn("graphs: capture at batch {} failed ({}); running decode steps eagerly", n, s.ToString());
       ReleaseGraphs();
       g.enabled = false;
     }

@@ -1,4 +1,5 @@
 #include "runtime/engine_loop.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +7,6 @@
 #include <unordered_set>
 #include <utility>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_layout.h"
 #include "runtime/backend_registry.h"
@@ -119,11 +119,11 @@ StatusOr<int32_t> BlocksFromDeviceMemory(Model* model, Backend* backend, const S
   const int64_t in_use = total - free_after;
   const int64_t kv = budget - in_use;
   constexpr double kMiB = 1048576.0;
-  spdlog::info("gpu memory: {:.0f} MiB x {:.2f} = {:.0f} MiB budget - {:.0f} MiB in use (weights {:.0f}, "
-               "activation peak at {} tokens {:.0f}, other {:.0f}) = {:.0f} MiB for the KV pool",
-               total / kMiB, utilization, budget / kMiB, in_use / kMiB, model->weight_bytes() / kMiB,
-               so.max_num_batched_tokens, (free_before - free_after) / kMiB,
-               (in_use - model->weight_bytes() - (free_before - free_after)) / kMiB, kv / kMiB);
+  LogInfo("gpu memory: {:.0f} MiB x {:.2f} = {:.0f} MiB budget - {:.0f} MiB in use (weights {:.0f}, "
+          "activation peak at {} tokens {:.0f}, other {:.0f}) = {:.0f} MiB for the KV pool",
+          total / kMiB, utilization, budget / kMiB, in_use / kMiB, model->weight_bytes() / kMiB,
+          so.max_num_batched_tokens, (free_before - free_after) / kMiB,
+          (in_use - model->weight_bytes() - (free_before - free_after)) / kMiB, kv / kMiB);
   if (kv < per_token * so.kv.block_size) {
     return ResourceExhausted("gpu memory: no room for the KV pool (" + std::to_string(kv / (1 << 20)) +
                              " MiB left of the budget); raise --gpu-memory-utilization or lower "
@@ -177,11 +177,11 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   if (loop->group_) {
     RETURN_IF_ERROR(loop->group_->Start(Status::Ok(), so.kv.num_blocks, so.kv.block_size, so.limits.max_model_len));
   }
-  spdlog::info("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
-               so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
-               per_token,
-               from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
-               : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
+  LogInfo("kv cache: {} blocks x {} tokens ({} tokens, {:.1f} MiB, {} B/token; {})", so.kv.num_blocks,
+          so.kv.block_size, int64_t{so.kv.num_blocks} * so.kv.block_size, loop->cache_->bytes() / 1048576.0,
+          per_token,
+          from_device   ? fmt::format("from --gpu-memory-utilization {:.2f}", options.cuda.gpu_memory_utilization)
+          : from_budget ? fmt::format("budget {:.1f} MiB", options.kv_cache_bytes / 1048576.0)
                              : std::string("block count set explicitly"));
   RETURN_IF_ERROR(loop->model_->SetMaxModelLen(so.limits.max_model_len));
   if (loop->backend_->SupportsGraphs()) {
@@ -282,7 +282,7 @@ void EngineLoop::ThreadMain() {
     }
     Status s = Step();
     if (!s.ok()) {
-      spdlog::error("engine loop: step failed: {}", s.ToString());
+      LogError("engine loop: step failed: {}", s.ToString());
       FailAll(s);
     }
   }
@@ -428,7 +428,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     for (SeqId id : plan.finished) acceptance_.erase(id);
     if (!proposer_->CopyBlocks(plan.copies).ok()) {
       // The draft KV of these blocks is stale: worse proposals, same output.
-      spdlog::warn("speculative decoding: draft KV block copy failed");
+      LogWarn("speculative decoding: draft KV block copy failed");
     }
   }
   ASSIGN_OR_RETURN(ForwardBatch batch, MakeForwardBatch(plan, cache_->block_size()));
@@ -497,8 +497,8 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     SampleResult r = sampler_.Sample(logits, a.sampler, ctx);
     if (mj && std::find(a.end_tokens.begin(), a.end_tokens.end(), r.token) == a.end_tokens.end() &&
         !mj->matcher->AcceptToken(r.token) && !mask_reject_logged_) {
-      spdlog::warn("structured output: request {} sampled token {} that its grammar rejects (logged once)",
-                   s.request_id, r.token);
+      LogWarn("structured output: request {} sampled token {} that its grammar rejects (logged once)",
+              s.request_id, r.token);
       mask_reject_logged_ = true;
     }
     sampled.push_back({s.seq_id, {r.token}});
@@ -564,7 +564,7 @@ void EngineLoop::FailOverBudget(const std::vector<MaskJob>& jobs) {
     if (j.status.ok() || !failed.insert(*j.request_id).second) continue;
     auto it = active_.find(*j.request_id);
     if (it == active_.end()) continue;
-    spdlog::warn("structured output: request {} failed: {}", *j.request_id, j.status.message());
+    LogWarn("structured output: request {} failed: {}", *j.request_id, j.status.message());
     it->second.stream->Fail(InvalidArgument("'" + it->second.constraint_field + "': " + j.status.message()));
     (void)scheduler_->AbortRequest(*j.request_id);  // deferred to the step's end; its blocks free then
   }

@@ -4,9 +4,9 @@
 // Scheduler (scheduler/kv_connector.h); the bytes move in the connectors
 // (runtime/kv_connectors/). Only memory copies of whole blocks run on the loop
 // thread; network, disk and Redis I/O run on the connectors' threads.
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_layout.h"
+#include "common/log.h"
 #include "engine/rope.h"
 #include "runtime/engine_loop.h"
 
@@ -52,9 +52,9 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
     ASSIGN_OR_RETURN(tiers_, TierConnector::Create(std::move(to)));
     std::string names;
     for (const std::string& n : tiers_->tiers().tier_names()) names += (names.empty() ? "" : ", ") + n;
-    spdlog::info("kv tiers: {} (blocks of {} KiB; computed blocks are written through, prompt prefixes "
-                 "missing from the pool are fetched back before their prefill)",
-                 names, cache_->BlockBytes() / 1024);
+    LogInfo("kv tiers: {} (blocks of {} KiB; computed blocks are written through, prompt prefixes "
+            "missing from the pool are fetched back before their prefill)",
+            names, cache_->BlockBytes() / 1024);
   }
   if (options.kv_transfer) {
     if (options.device != "cpu") {

@@ -3,9 +3,9 @@
 // only carries the drafts (SetDraftTokens, 1 + k tokens per sequence, roll
 // back of rejected slots); everything that touches logits or a draft model
 // happens here, on the loop thread.
-#include <spdlog/spdlog.h>
 
 #include "runtime/engine_loop.h"
+#include "common/log.h"
 #include "runtime/spec/draft_model_proposer.h"
 #include "runtime/spec/ngram_proposer.h"
 #include "runtime/spec/spec_policy.h"
@@ -18,15 +18,15 @@ Status EngineLoop::InitSpeculation(const EngineLoopOptions& options) {
   const SpeculativeConfig& c = spec_config_;
   if (c.method == SpecMethod::kNgram) {
     proposer_ = std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-    spdlog::info("speculative decoding: ngram, k = {}, prompt lookup n = {}..{}", c.num_speculative_tokens,
-                 c.prompt_lookup_min, c.prompt_lookup_max);
+    LogInfo("speculative decoding: ngram, k = {}, prompt lookup n = {}..{}", c.num_speculative_tokens,
+            c.prompt_lookup_min, c.prompt_lookup_max);
   } else {
     const KvCacheManager& kv = scheduler_->kv_cache();
     ASSIGN_OR_RETURN(auto draft, DraftModelProposer::Create(c.model, options.model_dir, model_->config(),
                                                             backend_.get(), kv.num_blocks(), kv.block_size()));
-    spdlog::info("speculative decoding: draft model {} ({} layers, hidden {}), k = {}, draft KV cache {:.1f} MiB",
-                 c.model, draft->config().num_layers, draft->config().hidden_size, c.num_speculative_tokens,
-                 draft->kv_cache_bytes() / 1048576.0);
+    LogInfo("speculative decoding: draft model {} ({} layers, hidden {}), k = {}, draft KV cache {:.1f} MiB",
+            c.model, draft->config().num_layers, draft->config().hidden_size, c.num_speculative_tokens,
+            draft->kv_cache_bytes() / 1048576.0);
     proposer_ = std::move(draft);
   }
   if (options.wrap_proposer) proposer_ = options.wrap_proposer(std::move(proposer_));
@@ -104,8 +104,8 @@ void EngineLoop::ProposeDrafts(const SchedulerOutput& plan) {
   if (!st.ok()) {
     ++spec_counters_.num_proposer_failures;
     if (!spec_failure_logged_) {
-      spdlog::warn("speculative decoding: the proposer failed ({}); these steps fall back to plain decode "
-                   "(logged once)", st.ToString());
+      LogWarn("speculative decoding: the proposer failed ({}); these steps fall back to plain decode "
+              "(logged once)", st.ToString());
       spec_failure_logged_ = true;
     }
     return;

@@ -1,8 +1,8 @@
 #include "runtime/scheduler_limits.h"
+#include "common/log.h"
 
 #include <algorithm>
 
-#include <spdlog/spdlog.h>
 
 namespace tessera {
 
@@ -24,12 +24,12 @@ void CapModelLenAtKvCache(bool auto_len, SchedulerOptions* so) {
   const int64_t kv_tokens = int64_t{so->kv.num_blocks} * so->kv.block_size;
   if (so->limits.max_model_len <= kv_tokens) return;
   if (auto_len) {
-    spdlog::info("max model length: {} (what the KV cache holds; the model allows {}); raise the KV cache "
-                 "size for longer sequences", kv_tokens, so->limits.max_model_len);
+    LogInfo("max model length: {} (what the KV cache holds; the model allows {}); raise the KV cache "
+            "size for longer sequences", kv_tokens, so->limits.max_model_len);
     so->limits.max_model_len = kv_tokens;
   } else {
-    spdlog::warn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
-                 so->limits.max_model_len, kv_tokens);
+    LogWarn("max model length {} exceeds the KV cache ({} tokens); longer requests will be refused",
+            so->limits.max_model_len, kv_tokens);
   }
 }
 

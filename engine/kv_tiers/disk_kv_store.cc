@@ -1,4 +1,5 @@
 #include "engine/kv_tiers/disk_kv_store.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -6,7 +7,6 @@
 #include <system_error>
 #include <vector>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_tiers/kv_block_record.h"
 
@@ -69,7 +69,7 @@ Status DiskKvStore::Scan() {
     const int64_t size = static_cast<int64_t>(it->file_size(ec));
     if (!h.ok() || static_cast<uint64_t>(size) != kKvRecordHeaderBytes + h->key.size() + h->payload_size ||
         p.stem().string().size() != 32) {
-      spdlog::warn("disk KV store: dropping {}: {}", p.string(), h.ok() ? "size mismatch" : h.status().message());
+      LogWarn("disk KV store: dropping {}: {}", p.string(), h.ok() ? "size mismatch" : h.status().message());
       fs::remove(p, ec);
       ++stats_.corrupt;
       continue;
@@ -85,8 +85,8 @@ Status DiskKvStore::Scan() {
   stats_.blocks_stored = static_cast<int64_t>(entries_.size());
   EvictLocked(0);
   if (!found.empty()) {
-    spdlog::info("disk KV store: {} blocks ({:.1f} MiB) kept from a previous run in {}", entries_.size(),
-                 stats_.bytes_stored / 1048576.0, options_.dir);
+    LogInfo("disk KV store: {} blocks ({:.1f} MiB) kept from a previous run in {}", entries_.size(),
+            stats_.bytes_stored / 1048576.0, options_.dir);
   }
   return Status::Ok();
 }
@@ -174,7 +174,7 @@ StatusOr<std::string> DiskKvStore::Get(const KvBlockKey& key) {
   std::error_code ec;
   std::lock_guard<std::mutex> lock(mu_);
   if (!payload.ok()) {
-    spdlog::warn("disk KV store: dropping {}: {}", path, payload.status().message());
+    LogWarn("disk KV store: dropping {}: {}", path, payload.status().message());
     EraseLocked(id);
     fs::remove(path, ec);
     ++(fault == KvRecordFault::kUnauthenticated ? stats_.rejected : stats_.corrupt);

@@ -1,9 +1,9 @@
 #include "engine/kv_tiers/redis_kv_store.h"
+#include "common/log.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_tiers/kv_block_record.h"
 
@@ -178,7 +178,7 @@ StatusOr<std::string> RedisKvStore::Get(const KvBlockKey& key) {
   KvRecordFault fault = KvRecordFault::kNone;
   StatusOr<std::string> payload = DecodeKvRecord(r.str, key, options_.secret, &fault);
   if (!payload.ok()) {
-    spdlog::warn("redis KV store: dropping {}: {}", k, payload.status().message());
+    LogWarn("redis KV store: dropping {}: {}", k, payload.status().message());
     (void)Command({"DEL", k});
     std::lock_guard<std::mutex> lock(mu_);
     ++(fault == KvRecordFault::kUnauthenticated ? stats_.rejected : stats_.corrupt);

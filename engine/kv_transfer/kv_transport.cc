@@ -1,4 +1,5 @@
 #include "engine/kv_transfer/kv_transport.h"
+#include "common/log.h"
 
 #include <condition_variable>
 #include <cstring>
@@ -6,7 +7,6 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/ucx_agent.h"
 #include "proto/kv.grpc.pb.h"
@@ -83,7 +83,7 @@ void SendRelease(pb::KvTransfer::Stub* stub, const std::string& handle, const st
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   grpc::Status s = stub->ReleaseTransfer(&ctx, rel, &rr);
   if (!s.ok()) {
-    spdlog::warn("kv transfer: ack to {} failed ({}); it frees the blocks at its timeout", peer, s.error_message());
+    LogWarn("kv transfer: ack to {} failed ({}); it frees the blocks at its timeout", peer, s.error_message());
   }
 }
 
@@ -251,9 +251,9 @@ StatusOr<std::unique_ptr<KvTransport>> KvTransport::Create(const KvTransportOpti
   std::snprintf(id, sizeof(id), "%08x%08x", rd(), rd());
   t->engine_id_ = id;
   t->impl_->expirer = std::thread([p = t.get()] { p->ExpireLoop(); });
-  spdlog::info("kv transfer: control plane on {}:{}, engine id {}, layout {}, model {}, UCX transports {}",
-               options.host, t->port_, t->engine_id_, DescribeKvLayout(layout), t->fingerprint_,
-               options.ucx_tls.empty() ? "(UCX default)" : options.ucx_tls);
+  LogInfo("kv transfer: control plane on {}:{}, engine id {}, layout {}, model {}, UCX transports {}",
+          options.host, t->port_, t->engine_id_, DescribeKvLayout(layout), t->fingerprint_,
+          options.ucx_tls.empty() ? "(UCX default)" : options.ucx_tls);
   return t;
 }
 
@@ -283,8 +283,8 @@ void KvTransport::ExpireLoop() {
       }
     }
     for (const std::string& h : expired) {
-      spdlog::warn("kv transfer: '{}' was not pulled within {} ms; freeing its blocks", h,
-                   options_.pin_timeout.count());
+      LogWarn("kv transfer: '{}' was not pulled within {} ms; freeing its blocks", h,
+              options_.pin_timeout.count());
       EndExport(h);
     }
     impl_->cv.wait_until(lock, next);

@@ -1,8 +1,8 @@
 #include "runtime/kv_connectors/tier_connector.h"
+#include "common/log.h"
 
 #include <limits>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_cache.h"
 #include "scheduler/scheduler.h"
@@ -40,7 +40,7 @@ void TierConnector::BeforeStep(Scheduler& scheduler, KvCache& cache) {
     for (size_t i = 0; ok && i < blocks.size(); ++i) {
       Status s = cache.WriteBlock(blocks[i], f.blocks[skip + i]);
       if (!s.ok()) {
-        spdlog::warn("kv tiers: request '{}': {}; computing its prompt instead", f.fetch.request_id, s.ToString());
+        LogWarn("kv tiers: request '{}': {}; computing its prompt instead", f.fetch.request_id, s.ToString());
         ok = false;
       }
     }
@@ -63,7 +63,7 @@ void TierConnector::AfterStep(KvCache& cache) {
   for (const Spill& s : spills_) {
     std::string bytes;
     if (Status st = cache.ReadBlock(s.block, &bytes); !st.ok()) {
-      spdlog::warn("kv tiers: {}", st.ToString());
+      LogWarn("kv tiers: {}", st.ToString());
       continue;
     }
     tiers_->Spill(s.hash, s.cache_salt, std::move(bytes));

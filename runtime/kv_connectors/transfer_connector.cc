@@ -1,6 +1,6 @@
 #include "runtime/kv_connectors/transfer_connector.h"
+#include "common/log.h"
 
-#include <spdlog/spdlog.h>
 
 #include "runtime/engine_loop.h"
 
@@ -93,8 +93,8 @@ void TransferConnector::FinishPull(Scheduler& scheduler, KvPuller::Done& done) {
   in_flight_.erase(it);
   const StatusOr<KvPullStats>& st = done.result;
   if (!st.ok()) {
-    spdlog::warn("kv transfer: request '{}': {}; computing its prompt here instead", pull.plan.request_id,
-                 st.status().ToString());
+    LogWarn("kv transfer: request '{}': {}; computing its prompt here instead", pull.plan.request_id,
+            st.status().ToString());
   }
   scheduler.FinishKvLoad(pull.plan.id, st.ok());
   if (on_pull_) {

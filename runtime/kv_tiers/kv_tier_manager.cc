@@ -1,10 +1,10 @@
 #include "runtime/kv_tiers/kv_tier_manager.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-#include <spdlog/spdlog.h>
 
 #include "common/sha256.h"
 #include "engine/kv_tiers/disk_kv_store.h"
@@ -56,9 +56,9 @@ StatusOr<std::unique_ptr<KvTierManager>> KvTierManager::Create(KvTierOptions opt
     if (!ro.ok()) return InvalidArgument("--kv-offload-remote-url: " + ro.status().message());
     ro->secret = o.secret;
     if (o.secret.empty()) {
-      spdlog::warn("--kv-offload-remote-url: records in the shared tier are not authenticated; whoever can write "
-                   "to it can plant KV blocks that change outputs. Set --kv-offload-secret-file on every instance "
-                   "(docs/architecture.md, \"Tamper-proof shared KV\")");
+      LogWarn("--kv-offload-remote-url: records in the shared tier are not authenticated; whoever can write "
+              "to it can plant KV blocks that change outputs. Set --kv-offload-secret-file on every instance "
+              "(docs/architecture.md, \"Tamper-proof shared KV\")");
     }
     auto redis = kv_tiers::RedisKvStore::Create(*ro);
     if (!redis.ok()) return Status(redis.status().code(), "--kv-offload-remote-url: " + redis.status().message());

@@ -1,9 +1,9 @@
 #include "server/grpc/grpc_server.h"
+#include "common/log.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
-#include <spdlog/spdlog.h>
 
 #include "server/grpc/grpc_service.h"
 
@@ -45,7 +45,7 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(GrpcServerOptions option
   }
   server->UpdateHealth();
   server->watcher_ = std::thread([s = server.get()] { s->WatchHealth(); });
-  spdlog::info("gRPC server listening on {}:{}", options.host, server->port_);
+  LogInfo("gRPC server listening on {}:{}", options.host, server->port_);
   return server;
 }
 

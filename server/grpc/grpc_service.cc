@@ -1,11 +1,11 @@
 #include "server/grpc/grpc_service.h"
+#include "common/log.h"
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>
 
-#include <spdlog/spdlog.h>
 
 #include "scheduler/block_hash.h"
 #include "server/grpc/convert.h"

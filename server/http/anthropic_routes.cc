@@ -5,8 +5,8 @@
 // GenerationJob; only the output (anthropic/messages_response.h) and the
 // error shape are Anthropic's.
 #include "server/http/anthropic_routes.h"
+#include "common/log.h"
 
-#include <spdlog/spdlog.h>
 
 #include "server/anthropic/errors.h"
 #include "server/anthropic/messages_request.h"
@@ -68,7 +68,7 @@ void HandleMessages(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) 
   if (!req.user_id.empty()) {  // the client's text in our log: control characters shown as '?'
     std::string shown = req.user_id;
     for (char& ch : shown) ch = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch;
-    spdlog::info("{}: metadata.user_id {}", opts.id, shown);
+    LogInfo("{}: metadata.user_id {}", opts.id, shown);
   }
   auto job = std::make_shared<GenerationJob>(ctx, engine, ex, opts.id, stream, std::move(out));
   std::vector<GenerateInput> inputs;

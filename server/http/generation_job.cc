@@ -1,6 +1,6 @@
 #include "server/http/generation_job.h"
+#include "common/log.h"
 
-#include <spdlog/spdlog.h>
 
 #include "server/openai/sse.h"
 #include "server/serving/cache_isolation.h"
@@ -108,9 +108,9 @@ void GenerationJob::Finish() {
   } else {
     ex_->Send(JsonResponse(HttpStatus::ok, output_->Body()));
   }
-  spdlog::info("{} done: request {} prompt {} tokens, completion {} tokens, {:.1f} ms", id_, ex_->request_id(),
-               prompt_tokens_, completion_tokens,
-               std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
+  LogInfo("{} done: request {} prompt {} tokens, completion {} tokens, {:.1f} ms", id_, ex_->request_id(),
+          prompt_tokens_, completion_tokens,
+          std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
   self_.reset();
 }
 
@@ -121,7 +121,7 @@ void GenerationJob::Fail(const Status& status) {
   if (timer_) timer_->cancel();
   const ApiError error = ErrorFromStatus(status);
   if (error.status == ApiStatus::kInternal) {
-    spdlog::error("{} failed: request {}: {}", id_, ex_->request_id(), status.ToString());
+    LogError("{} failed: request {}: {}", id_, ex_->request_id(), status.ToString());
   }
   if (error.status == ApiStatus::kTooManyRequests || error.status == ApiStatus::kServiceUnavailable) {
     ctx_->metrics->RequestRejected(error.code);
@@ -139,7 +139,7 @@ void GenerationJob::Abandon() {
   if (done_) return;
   done_ = true;
   for (auto& g : gens_) g->Cancel();
-  spdlog::info("{} aborted: client of request {} disconnected", id_, ex_->request_id());
+  LogInfo("{} aborted: client of request {} disconnected", id_, ex_->request_id());
   self_.reset();
 }
 

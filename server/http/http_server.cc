@@ -1,4 +1,5 @@
 #include "server/http/http_server.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +15,6 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
-#include <spdlog/spdlog.h>
 
 #include "scheduler/block_hash.h"
 
@@ -66,9 +66,9 @@ void RunCallback(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const std::exception& e) {
-    spdlog::error("http: disconnect callback threw: {}", e.what());
+    LogError("http: disconnect callback threw: {}", e.what());
   } catch (...) {
-    spdlog::error("http: disconnect callback threw");
+    LogError("http: disconnect callback threw");
   }
 }
 
@@ -232,13 +232,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return MaybeFinish();
     }
     if (!stream_started) {
-      spdlog::error("http: request {} dropped without a response", request_id);
+      LogError("http: request {} dropped without a response", request_id);
       return OnSend(seq, ErrorResponse({ApiStatus::kInternal, "internal error: request dropped",
                                         "server_error", "", "internal_error"}),
                     request_id);
     }
     // Mid-stream: a truncated chunked body (no terminator) tells the client.
-    spdlog::error("http: request {} dropped its stream without EndStream; closing", request_id);
+    LogError("http: request {} dropped its stream without EndStream; closing", request_id);
     on_disconnect_.clear();
     handler_done_ = true;
     Disconnect("stream dropped by the server");
@@ -392,7 +392,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     try {
       route->handler(ex);
     } catch (const std::exception& e) {
-      spdlog::error("http: handler for {} {} threw: {}", method_, path, e.what());
+      LogError("http: handler for {} {} threw: {}", method_, path, e.what());
       ex->Send(ErrorResponse({ApiStatus::kInternal, "internal error", "server_error", "", "internal_error"}));
     }
   }
@@ -488,17 +488,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     exchange_.reset();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
     if (disconnected_) {
-      spdlog::info("http: {} {} client disconnected ({}) {:.1f}ms sent={} id={}", method_, target_,
-                   disconnect_reason_, ms, body_bytes_, request_id_);
+      LogInfo("http: {} {} client disconnected ({}) {:.1f}ms sent={} id={}", method_, target_,
+              disconnect_reason_, ms, body_bytes_, request_id_);
       return;  // the socket is closed
     }
     const bool probe = method_ == "GET" && (target_ == "/health" || target_ == "/ready");
     if (streaming_) {
-      spdlog::info("http: {} {} {} stream {:.1f}ms sent={} id={}", method_, target_, status_, ms, body_bytes_,
-                   request_id_);
+      LogInfo("http: {} {} {} stream {:.1f}ms sent={} id={}", method_, target_, status_, ms, body_bytes_,
+              request_id_);
     } else {
-      spdlog::log(probe ? spdlog::level::debug : spdlog::level::info, "http: {} {} {} {:.1f}ms id={}", method_,
-                  target_, status_, ms, request_id_);
+      LogAt(probe ? LogLevel::kDebug : LogLevel::kInfo, "http: {} {} {} {:.1f}ms id={}", method_, target_,
+            status_, ms, request_id_);
     }
     StopWatch(close_after_ ? After::kLinger : After::kRead);
   }
@@ -739,7 +739,7 @@ void HttpServer::DoAccept() {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
     if (ec) {
       // E.g. out of file descriptors: back off briefly instead of spinning.
-      spdlog::warn("http: accept failed: {}", ec.message());
+      LogWarn("http: accept failed: {}", ec.message());
       auto timer = std::make_shared<net::steady_timer>(acceptor_.get_executor(), std::chrono::milliseconds(100));
       timer->async_wait([this, timer](beast::error_code) {
         if (acceptor_.is_open()) DoAccept();
@@ -754,7 +754,7 @@ void HttpServer::DoAccept() {
     const bool over = core_->connections.load() >= core_->options.max_connections;
     auto session = std::make_shared<HttpSession>(std::move(socket), core_, /*counted=*/!over);
     if (over) {
-      spdlog::warn("http: {} connections open (max_connections); rejecting a new one", core_->connections.load());
+      LogWarn("http: {} connections open (max_connections); rejecting a new one", core_->connections.load());
       session->Reject();
     } else {
       session->Start();

@@ -1,7 +1,7 @@
 #include "server/http/openai_routes.h"
+#include "common/log.h"
 
 #include <boost/asio/post.hpp>
-#include <spdlog/spdlog.h>
 
 #include "engine/kv_transfer/kv_transport.h"
 #include "server/openai/request_common.h"
@@ -156,7 +156,7 @@ void OffIo(ServeContext* ctx, std::shared_ptr<HttpExchange> ex,
     try {
       fn(ctx, ex);
     } catch (const std::exception& e) {
-      spdlog::error("http: handler for {} threw: {}", ex->path(), e.what());
+      LogError("http: handler for {} threw: {}", ex->path(), e.what());
       ex->Send(error_response({ApiStatus::kInternal, "internal error", "server_error", "",
                               "internal_error"}));
     }

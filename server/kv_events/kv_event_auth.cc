@@ -1,10 +1,10 @@
 #include "server/kv_events/kv_event_auth.h"
+#include "common/log.h"
 
 #include <array>
 #include <iterator>
 #include <vector>
 
-#include <spdlog/spdlog.h>
 #include <zmq_addon.hpp>
 
 #include "common/internal_key.h"
@@ -65,8 +65,8 @@ int KvEventZapHandler::Answer() {
                     ConstantTimeEquals(req[6].to_string_view(), client_public_raw_);
     if (!ok) {
       ++refused;
-      spdlog::warn("KV events: refused a subscriber from {} without this deployment's credential ({})",
-                   req.size() > 3 ? req[3].to_string() : "?", req.size() > 5 ? req[5].to_string() : "?");
+      LogWarn("KV events: refused a subscriber from {} without this deployment's credential ({})",
+              req.size() > 3 ? req[3].to_string() : "?", req.size() > 5 ? req[5].to_string() : "?");
     }
     std::array<zmq::const_buffer, 6> rep = {zmq::buffer(std::string_view("1.0")),
                                             req.size() > 1 ? zmq::buffer(req[1].data(), req[1].size())

@@ -1,4 +1,5 @@
 #include "server/kv_events/kv_event_publisher.h"
+#include "common/log.h"
 
 #include <array>
 #include <chrono>
@@ -6,7 +7,6 @@
 #include <deque>
 #include <utility>
 
-#include <spdlog/spdlog.h>
 
 #include "common/internal_key.h"
 #include <zmq.hpp>
@@ -86,9 +86,9 @@ StatusOr<std::shared_ptr<KvEventPublisher>> KvEventPublisher::Start(const KvEven
   }
   p->Push(KvEvent(std::in_place_type<AllBlocksCleared>));
   p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
-  spdlog::info("KV events: publishing on {}{} (topic '{}'{})", endpoint,
-               replay_endpoint.empty() ? "" : ", replay on " + replay_endpoint, c.topic,
-               options.curve ? ", CURVE: this deployment's subscribers only" : "");
+  LogInfo("KV events: publishing on {}{} (topic '{}'{})", endpoint,
+          replay_endpoint.empty() ? "" : ", replay on " + replay_endpoint, c.topic,
+          options.curve ? ", CURVE: this deployment's subscribers only" : "");
   return p;
 }
 
@@ -150,7 +150,7 @@ void KvEventPublisher::AnswerReplays() {
     std::vector<zmq::message_t> req;
     if (!zmq::recv_multipart(*s.replay, std::back_inserter(req), zmq::recv_flags::dontwait)) break;
     if (req.size() != 3 || req[2].size() != 8) {
-      spdlog::warn("KV events: ignoring a malformed replay request ({} frames)", req.size());
+      LogWarn("KV events: ignoring a malformed replay request ({} frames)", req.size());
       continue;
     }
     int64_t start = 0;

@@ -1,4 +1,5 @@
 #include "server/kv_events/kv_event_subscriber.h"
+#include "common/log.h"
 
 #include <chrono>
 #include <cstdint>
@@ -7,7 +8,6 @@
 #include <map>
 #include <optional>
 
-#include <spdlog/spdlog.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -63,7 +63,7 @@ struct KvEventSubscriber::Impl {
     StatusOr<EventBatch> batch = DecodeEventBatch(payload.to_string_view());
     if (!batch.ok()) {
       Count(&KvEventSubscriberStats::decode_errors);
-      spdlog::warn("KV events from {}: {}", instance, batch.status().ToString());
+      LogWarn("KV events from {}: {}", instance, batch.status().ToString());
       return;
     }
     index->Apply(instance, *batch);
@@ -99,7 +99,7 @@ struct KvEventSubscriber::Impl {
         src.last_seq = seq;
       }
     } catch (const zmq::error_t& e) {
-      spdlog::warn("KV events: replay from {} failed: {}", src.config.replay_endpoint, e.what());
+      LogWarn("KV events: replay from {} failed: {}", src.config.replay_endpoint, e.what());
     }
     return false;
   }
@@ -159,7 +159,7 @@ struct KvEventSubscriber::Impl {
         src.sub->set(zmq::sockopt::subscribe, options.topic);
         src.sub->connect(s.endpoint);
       } catch (const zmq::error_t& e) {
-        spdlog::warn("KV events: cannot subscribe to {} ({}): {}", s.endpoint, s.instance, e.what());
+        LogWarn("KV events: cannot subscribe to {} ({}): {}", s.endpoint, s.instance, e.what());
         continue;
       }
       index->AddInstance(s.instance);

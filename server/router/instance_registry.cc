@@ -1,11 +1,11 @@
 #include "server/router/instance_registry.h"
+#include "common/log.h"
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "server/router/http_client.h"
 
@@ -97,7 +97,7 @@ void InstanceRegistry::ReloadFile() {
   std::error_code ec;
   const auto mtime = fs::last_write_time(options_.file, ec);
   if (ec) {
-    spdlog::warn("router: --instances-file {}: {}", options_.file, ec.message());
+    LogWarn("router: --instances-file {}: {}", options_.file, ec.message());
     return;
   }
   std::ifstream in(options_.file);
@@ -118,17 +118,17 @@ void InstanceRegistry::ReloadFile() {
     }
   }
   if (!ok) {
-    spdlog::warn("router: --instances-file {}: expected {{\"prefill\": [\"host:port\", ...], \"decode\": [...]}}",
-                 options_.file);
+    LogWarn("router: --instances-file {}: expected {{\"prefill\": [\"host:port\", ...], \"decode\": [...]}}",
+            options_.file);
     file_stamp_ = stamp;
     return;
   }
   lists[0].insert(lists[0].end(), options_.prefill.begin(), options_.prefill.end());
   lists[1].insert(lists[1].end(), options_.decode.begin(), options_.decode.end());
   if (Status s = SetLists(lists[0], lists[1]); !s.ok()) {
-    spdlog::warn("router: --instances-file {}: {}", options_.file, s.message());
+    LogWarn("router: --instances-file {}: {}", options_.file, s.message());
   } else {
-    spdlog::info("router: instances from {}: {} prefill, {} decode", options_.file, lists[0].size(), lists[1].size());
+    LogInfo("router: instances from {}: {} prefill, {} decode", options_.file, lists[0].size(), lists[1].size());
   }
   file_stamp_ = stamp;
 }
@@ -161,7 +161,7 @@ void InstanceRegistry::PollLoop() {
       if (it == instances_.end()) continue;
       Instance& cur = it->second;
       if (up) {
-        if (!cur.healthy) spdlog::info("router: {} {} is back", InstanceRoleName(cur.role), cur.ref.address);
+        if (!cur.healthy) LogInfo("router: {} {} is back", InstanceRoleName(cur.role), cur.ref.address);
         cur.healthy = true;
         cur.answered = true;
         cur.backoff = std::chrono::milliseconds(0);
@@ -172,8 +172,8 @@ void InstanceRegistry::PollLoop() {
         cur.next_poll = std::chrono::steady_clock::now() + options_.poll_interval;
       } else {
         if (cur.healthy) {
-          spdlog::warn("router: {} {} is not answering ({}); out of rotation", InstanceRoleName(cur.role),
-                       cur.ref.address, s.ok() ? "not ready" : s.message());
+          LogWarn("router: {} {} is not answering ({}); out of rotation", InstanceRoleName(cur.role),
+                  cur.ref.address, s.ok() ? "not ready" : s.message());
         }
         cur.healthy = false;
         // An instance still starting (never answered) is polled every 250 ms, so the router is ready soon
@@ -217,7 +217,7 @@ void InstanceRegistry::MarkFailed(const std::string& address) {
   std::lock_guard lock(mu_);
   for (auto& [k, in] : instances_) {
     if (in.ref.address != address) continue;
-    if (in.healthy) spdlog::warn("router: {} {} failed a call; out of rotation", InstanceRoleName(in.role), address);
+    if (in.healthy) LogWarn("router: {} {} failed a call; out of rotation", InstanceRoleName(in.role), address);
     in.healthy = false;
     in.backoff = std::max(std::chrono::milliseconds(250), in.backoff);
     in.next_poll = std::chrono::steady_clock::now() + in.backoff;

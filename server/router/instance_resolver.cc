@@ -1,4 +1,5 @@
 #include "server/router/instance_resolver.h"
+#include "common/log.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -8,7 +9,6 @@
 #include <algorithm>
 #include <set>
 
-#include <spdlog/spdlog.h>
 
 #include "server/router/http_client.h"
 
@@ -84,7 +84,7 @@ StatusOr<std::vector<std::string>> InstanceResolver::Expand(const std::vector<st
         std::sort(pick.begin(), pick.end());
         pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
         if (pick != n.addresses || !n.error.empty()) {
-          spdlog::info("router: {} resolves to {} address(es)", host, pick.size());
+          LogInfo("router: {} resolves to {} address(es)", host, pick.size());
         }
         n.addresses = std::move(pick);
         n.ever = true;
@@ -92,7 +92,7 @@ StatusOr<std::vector<std::string>> InstanceResolver::Expand(const std::vector<st
       } else {
         const std::string err = r.ok() ? "no addresses" : r.status().message();
         if (err != n.error) {
-          spdlog::warn("router: {}: {}; keeping its {} last address(es)", host, err, n.addresses.size());
+          LogWarn("router: {}: {}; keeping its {} last address(es)", host, err, n.addresses.size());
         }
         n.error = err;
         n.ever = true;  // retried at the next interval, not on every call

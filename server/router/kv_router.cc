@@ -1,10 +1,10 @@
 #include "server/router/kv_router.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "scheduler/block_hash.h"
 #include "server/router/http_client.h"
@@ -113,7 +113,7 @@ void KvRouter::Tick() {
         if (now - *info.unhealthy_since < options_.drop_after) continue;
         if (info.subscribed) {
           to_remove.push_back(address);
-          spdlog::info("router: kv-aware: {} is down; dropped from the prefix index", address);
+          LogInfo("router: kv-aware: {} is down; dropped from the prefix index", address);
         }
         info = Info();  // relearn /server_info when it is back (a restart may move its endpoints)
         info.unhealthy_since = now - options_.drop_after;
@@ -141,7 +141,7 @@ void KvRouter::Tick() {
     if (auto algo = j.find("prefix_caching_hash_algo"); algo != j.end() && algo->is_string()) {
       auto parsed = ParsePrefixHashAlgo(algo->get<std::string>());
       if (!parsed.ok()) {
-        spdlog::warn("router: kv-aware: {}: {} (load-only for it)", ref.address, parsed.status().message());
+        LogWarn("router: kv-aware: {}: {} (load-only for it)", ref.address, parsed.status().message());
         continue;
       }
       fresh.hash_algo = *parsed;
@@ -158,11 +158,11 @@ void KvRouter::Tick() {
       subscriber_->AddSource({ref.address, fresh.events_endpoint, fresh.replay_endpoint});
       fresh.subscribed = true;
     }
-    spdlog::info("router: kv-aware: {}: block size {}, hash {}, KV events {}{}, KV transfer {}", ref.address,
-                 fresh.block_size, PrefixHashAlgoName(fresh.hash_algo),
-                 fresh.events_endpoint.empty() ? "none (load-only for it)" : fresh.events_endpoint,
-                 fresh.replay_endpoint.empty() ? "" : " (replay " + fresh.replay_endpoint + ")",
-                 fresh.has_kv_transfer ? "yes" : "no");
+    LogInfo("router: kv-aware: {}: block size {}, hash {}, KV events {}{}, KV transfer {}", ref.address,
+            fresh.block_size, PrefixHashAlgoName(fresh.hash_algo),
+            fresh.events_endpoint.empty() ? "none (load-only for it)" : fresh.events_endpoint,
+            fresh.replay_endpoint.empty() ? "" : " (replay " + fresh.replay_endpoint + ")",
+            fresh.has_kv_transfer ? "yes" : "no");
     std::lock_guard lock(mu_);
     if (auto it = infos_.find(ref.address); it != infos_.end() && !it->second.known) it->second = fresh;
   }
@@ -308,7 +308,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
     const double cost = static_cast<double>(d.prompt_tokens - hit) + static_cast<double>(pending[s.ref.address]) +
                         256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage + static_cast<double>(evict);
-    if (spdlog::should_log(spdlog::level::debug)) {
+    if (LogEnabled(LogLevel::kDebug)) {
       why += fmt::format(" {}[hit {} pending {} waiting {} kv {:.2f} evict {} cost {:.0f}]", s.ref.address, hit,
                          pending[s.ref.address], s.waiting, s.kv_usage, evict, cost);
     }
@@ -367,8 +367,8 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   }
   Count(d);
   if (!why.empty()) {  // --log-level debug only
-    spdlog::debug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
-                  d.peer ? " (peer " + d.peer->address + ")" : "", why);
+    LogDebug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
+             d.peer ? " (peer " + d.peer->address + ")" : "", why);
   }
   return d;
 }
@@ -394,9 +394,9 @@ Json KvRouter::PeerExport(const RouteDecision& d, std::span<const int32_t> promp
   std::lock_guard lock(mu_);
   ++counters_.peer_fetches[ok ? "exported" : "failed"];
   if (!ok) {
-    spdlog::warn("router: kv-aware: peer {} could not export {} prefix tokens ({}); {} computes them",
-                 d.peer->address, d.peer_tokens, s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
-                 d.target.address);
+    LogWarn("router: kv-aware: peer {} could not export {} prefix tokens ({}); {} computes them",
+            d.peer->address, d.peer_tokens, s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
+            d.target.address);
     return nullptr;
   }
   counters_.peer_fetch_tokens += d.peer_tokens - d.hit_tokens;

@@ -1,9 +1,9 @@
 #include "server/router/messages_proxy.h"
+#include "common/log.h"
 
 #include <atomic>
 #include <vector>
 
-#include <spdlog/spdlog.h>
 
 #include "server/anthropic/errors.h"
 #include "server/router/http_client.h"

@@ -1,11 +1,11 @@
 #include "server/router/proxy_job.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "server/openai/sse.h"
 #include "server/router/http_client.h"
@@ -184,8 +184,8 @@ class Proxy {
         if (!next) break;
         ctx_.metrics->Migration();
         migrated_ = true;
-        spdlog::info("router: {} choice {}: continuing on decode {} after {} tokens", id_, i, next->address,
-                     c.ids.size());
+        LogInfo("router: {} choice {}: continuing on decode {} after {} tokens", id_, i, next->address,
+                c.ids.size());
         std::vector<int32_t> prompt = prompt_;
         prompt.insert(prompt.end(), c.ids.begin(), c.ids.end());
         const int64_t done = static_cast<int64_t>(c.ids.size());
@@ -309,7 +309,7 @@ class Proxy {
         Json j = Json::parse(data, nullptr, false);
         if (!j.is_object() || j.contains("error")) {
           upstream_error = true;
-          spdlog::warn("router: {}: decode {} sent an error mid-stream: {}", id_, inst.address, data.substr(0, 300));
+          LogWarn("router: {}: decode {} sent an error mid-stream: {}", id_, inst.address, data.substr(0, 300));
           return false;
         }
         RelayChunk(std::move(j));
@@ -345,8 +345,8 @@ class Proxy {
     }
     ctx_.metrics->Decision(inst.address, "decode", ok);
     if (!ok) {
-      spdlog::warn("router: {}: decode {} failed ({})", id_, inst.address,
-                   !s.ok() ? s.message() : "HTTP " + std::to_string(status));
+      LogWarn("router: {}: decode {} failed ({})", id_, inst.address,
+              !s.ok() ? s.message() : "HTTP " + std::to_string(status));
       if (!s.ok() || status >= 500 || status == 429) ctx_.registry->MarkFailed(inst.address);
       return LegOutcome::kFailed;
     }
@@ -437,7 +437,7 @@ class Proxy {
         const Json j = Json::parse(data, nullptr, false);
         if (!j.is_object() || j.contains("error")) {
           upstream_error = true;
-          spdlog::warn("router: {}: decode {} sent an error mid-stream: {}", id_, inst.address, data.substr(0, 300));
+          LogWarn("router: {}: decode {} sent an error mid-stream: {}", id_, inst.address, data.substr(0, 300));
           return false;
         }
         if (j.contains("model") && j["model"].is_string()) model_ = j["model"].get<std::string>();
@@ -465,8 +465,8 @@ class Proxy {
     const bool ok = s.ok() && !upstream_error && status == 200 && done_seen && all_done;
     ctx_.metrics->Decision(inst.address, "decode", ok);
     if (!ok) {
-      spdlog::warn("router: {}: decode {} failed mid-request ({})", id_, inst.address,
-                   !s.ok() ? s.message() : "HTTP " + std::to_string(status));
+      LogWarn("router: {}: decode {} failed mid-request ({})", id_, inst.address,
+              !s.ok() ? s.message() : "HTTP " + std::to_string(status));
       if (!s.ok() || status >= 500 || status == 429) ctx_.registry->MarkFailed(inst.address);
       return LegOutcome::kFailed;
     }
@@ -790,9 +790,9 @@ Json PrefillUpstream(const ProxyContext& ctx, const Json& body, bool chat, const
       return j["kv_transfer_params"];
     }
     if (stopping()) return nullptr;  // not the prefill's fault; the caller ends the request
-    spdlog::warn("router: {}: prefill {} failed ({}); {}", id, p->address,
-                 s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
-                 attempt == 0 ? "trying another" : "the decode instance computes the prompt");
+    LogWarn("router: {}: prefill {} failed ({}); {}", id, p->address,
+            s.ok() ? "HTTP " + std::to_string(r.status) : s.message(),
+            attempt == 0 ? "trying another" : "the decode instance computes the prompt");
     if (!s.ok() || r.status >= 500) ctx.registry->MarkFailed(p->address);
     failed.push_back(p->address);
   }

@@ -1,9 +1,9 @@
 #include "server/router/proxy_pool.h"
+#include "common/log.h"
 
 #include <atomic>
 #include <exception>
 
-#include <spdlog/spdlog.h>
 
 namespace tessera {
 
@@ -70,9 +70,9 @@ void ProxyPool::WorkerLoop() {
     try {
       job();
     } catch (const std::exception& e) {
-      spdlog::error("router: a proxied request threw: {}", e.what());
+      LogError("router: a proxied request threw: {}", e.what());
     } catch (...) {
-      spdlog::error("router: a proxied request threw");
+      LogError("router: a proxied request threw");
     }
     job = nullptr;
     lock.lock();

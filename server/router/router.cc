@@ -1,4 +1,5 @@
 #include "server/router/router.h"
+#include "common/log.h"
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -17,7 +18,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "server/http/http_server.h"
 #include "server/openai/json_body.h"
@@ -101,12 +101,12 @@ int RunRouter(const RouterServeOptions& o) {
   ro.poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.poll_interval_s * 1000));
   ro.dns_interval = std::chrono::milliseconds(static_cast<int64_t>(o.flags.dns_interval_s * 1000));
   if (ro.decode.empty() && ro.file.empty()) {
-    spdlog::error("serve --role router: give --decode-instances or --instances-file");
+    LogError("serve --role router: give --decode-instances or --instances-file");
     return 1;
   }
   auto registry = InstanceRegistry::Create(ro);
   if (!registry.ok()) {
-    spdlog::error("{}", registry.status().ToString());
+    LogError("{}", registry.status().ToString());
     return 1;
   }
   RouterMetrics metrics;
@@ -117,7 +117,7 @@ int RunRouter(const RouterServeOptions& o) {
   kro.internal_api_key = o.internal_api_key;
   auto kv_router = KvRouter::Create(kro, registry->get());
   if (!kv_router.ok()) {
-    spdlog::error("{}", kv_router.status().ToString());
+    LogError("{}", kv_router.status().ToString());
     return 1;
   }
   ProxyContext pctx{registry->get(), &metrics, o.flags, kv_router->get()};
@@ -241,7 +241,7 @@ int RunRouter(const RouterServeOptions& o) {
   server.Handle(http::verb::post, "/detokenize", forward("POST", "/detokenize", true), json_route);
 
   if (Status s = server.Listen(); !s.ok()) {
-    spdlog::error("{}", s.ToString());
+    LogError("{}", s.ToString());
     return 1;
   }
   std::unique_ptr<RouterGrpcServer> grpc;
@@ -254,7 +254,7 @@ int RunRouter(const RouterServeOptions& o) {
     go.max_receive_message_bytes = static_cast<int>(std::min<uint64_t>(o.max_body_bytes, 1u << 30));
     auto g = RouterGrpcServer::Start(go, &pctx);
     if (!g.ok()) {
-      spdlog::error("{}", g.status().ToString());
+      LogError("{}", g.status().ToString());
       return 1;
     }
     grpc = std::move(*g);
@@ -264,9 +264,9 @@ int RunRouter(const RouterServeOptions& o) {
     std::ofstream(tmp) << nlohmann::json{{"http", server.port()}, {"grpc", grpc ? grpc->port() : -1}}.dump() << "\n";
     std::filesystem::rename(tmp, o.port_file);
   }
-  spdlog::info("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{}; routing {})",
-               server.address(), server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
-               o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file, o.flags.routing_logic);
+  LogInfo("serve: role router on http://{}:{} ({} prefill, {} decode instances from flags{}; routing {})",
+          server.address(), server.port(), o.flags.prefill_instances.size(), o.flags.decode_instances.size(),
+          o.flags.instances_file.empty() ? "" : " + " + o.flags.instances_file, o.flags.routing_logic);
   server.Start();
 
   // SIGINT/SIGTERM: /ready and new requests get 503 at once; requests in
@@ -287,8 +287,8 @@ int RunRouter(const RouterServeOptions& o) {
       return;
     }
     if (!stopping.load() && now >= deadline) {
-      spdlog::warn("serve: router: {} requests still in flight after {}s; aborting them", pool.pending(),
-                   o.drain_timeout_s);
+      LogWarn("serve: router: {} requests still in flight after {}s; aborting them", pool.pending(),
+              o.drain_timeout_s);
       stopping.store(true);
       deadline = now + kAbortGrace;
     }
@@ -297,8 +297,8 @@ int RunRouter(const RouterServeOptions& o) {
   };
   signals.async_wait([&](boost::system::error_code ec, int sig) {
     if (ec) return;
-    spdlog::info("serve: router received signal {}; draining: /ready is 503, new requests get 503; waiting up to "
-                 "{}s for {} in flight", sig, o.drain_timeout_s, pool.pending());
+    LogInfo("serve: router received signal {}; draining: /ready is 503, new requests get 503; waiting up to "
+            "{}s for {} in flight", sig, o.drain_timeout_s, pool.pending());
     server.BeginDrain();
     if (grpc) grpc->BeginDrain();
     deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.drain_timeout_s);
@@ -309,7 +309,7 @@ int RunRouter(const RouterServeOptions& o) {
     parsers.emplace_back([&front_end] {
       // Linux: PRIO_PROCESS with a thread id renices that thread only.
       if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kFrontEndNice) != 0) {
-        spdlog::debug("router: could not lower a front-end worker's priority");
+        LogDebug("router: could not lower a front-end worker's priority");
       }
       front_end.run();
     });
@@ -319,8 +319,8 @@ int RunRouter(const RouterServeOptions& o) {
   // Nothing is held any more, or the deadline has passed: calls still open end now.
   if (grpc) grpc->Shutdown(std::chrono::milliseconds(0));
   server.MarkStopped();
-  spdlog::info("serve: router stopped");
-  spdlog::default_logger()->flush();
+  LogInfo("serve: router stopped");
+  LogFlush();
   // Proxy workers past the drain deadline may still hold references to the
   // locals above: exit without unwinding them.
   std::_Exit(0);

@@ -1,4 +1,5 @@
 #include "server/router/router_grpc.h"
+#include "common/log.h"
 
 #include <map>
 #include <mutex>
@@ -7,7 +8,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "proto/tessera.grpc.pb.h"
 #include "server/grpc/generate_request.h"
@@ -142,8 +142,8 @@ class RouterGrpcService final : public v1::Tessera::Service {
     if (!HttpCall(inst.host, inst.port, "GET", "/ready", "", o, &r).ok() || r.status != 200) return nullptr;
     const Json j = Json::parse(r.body, nullptr, false);
     if (!j.is_object() || !j.contains("grpc_port") || !j["grpc_port"].is_number_integer()) {
-      spdlog::warn("router: decode {} serves no gRPC (start it with --grpc-port); skipped for gRPC calls",
-                   inst.address);
+      LogWarn("router: decode {} serves no gRPC (start it with --grpc-port); skipped for gRPC calls",
+              inst.address);
       return nullptr;
     }
     auto channel = grpc::CreateChannel(inst.host + ":" + std::to_string(j["grpc_port"].get<int>()),
@@ -292,8 +292,8 @@ class RouterGrpcService final : public v1::Tessera::Service {
         if (!d) break;
         ctx_.metrics->Migration();
         call.migrated = true;
-        spdlog::info("router: {} choice {}: continuing on decode {} after {} tokens (gRPC)", call.id, i,
-                     d->first.address, c.ids.size());
+        LogInfo("router: {} choice {}: continuing on decode {} after {} tokens (gRPC)", call.id, i,
+                d->first.address, c.ids.size());
         v1::GenerateRequest next = request;
         v1::TokenIds* ids = next.mutable_token_ids();  // clears text/chat
         ids->clear_ids();
@@ -375,7 +375,7 @@ class RouterGrpcService final : public v1::Tessera::Service {
     const bool instance_failed = !s.ok() && !IsClientError(s.error_code());
     ctx_.metrics->Decision(inst.address, "decode", !instance_failed);
     if (instance_failed) {
-      spdlog::warn("router: {}: decode {} failed over gRPC ({})", call->id, inst.address, s.error_message());
+      LogWarn("router: {}: decode {} failed over gRPC ({})", call->id, inst.address, s.error_message());
       Forget(inst.address);
       if (s.error_code() == grpc::StatusCode::UNAVAILABLE) ctx_.registry->MarkFailed(inst.address);
     }
@@ -452,7 +452,7 @@ StatusOr<std::unique_ptr<RouterGrpcServer>> RouterGrpcServer::Start(const Router
     return Status(StatusCode::kUnavailable, "gRPC server could not bind " + address);
   }
   server->health_ = std::thread([s = server.get()] { s->WatchHealth(); });
-  spdlog::info("router: gRPC on {}:{}", options.host, server->port_);
+  LogInfo("router: gRPC on {}:{}", options.host, server->port_);
   return server;
 }
 

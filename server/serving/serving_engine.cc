@@ -1,10 +1,10 @@
 #include "server/serving/serving_engine.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
 
-#include <spdlog/spdlog.h>
 
 #include "server/serving/metrics.h"
 #include "text/gguf_tokenizer.h"
@@ -219,9 +219,9 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   if (StatusOr<text::ChatTemplate> t = text::LoadModelChatTemplate(dir); t.ok()) {
     engine->chat_template_ = std::move(*t);
   } else if (t.status().code() != StatusCode::kNotFound) {
-    spdlog::warn("serve: chat template unusable, /v1/chat/completions will answer 400: {}", t.status().ToString());
+    LogWarn("serve: chat template unusable, /v1/chat/completions will answer 400: {}", t.status().ToString());
   }
-  if (!engine->chat_template_) spdlog::warn("serve: {} has no chat template", dir);
+  if (!engine->chat_template_) LogWarn("serve: {} has no chat template", dir);
 
   engine->metrics_ = options.metrics;
   if (ServingMetrics* m = options.metrics) {
@@ -241,8 +241,8 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   engine->limits_ = engine->loop_->scheduler_options().limits;
   engine->structured_ = std::make_unique<structured::StructuredOutputs>(engine->tokenizer_.get(), engine->limits_.vocab_size);
   if (engine->tokenizer_->vocab_size() > engine->limits_.vocab_size) {
-    spdlog::warn("serve: the tokenizer knows {} ids but the model only {}; ids beyond are rejected",
-                 engine->tokenizer_->vocab_size(), engine->limits_.vocab_size);
+    LogWarn("serve: the tokenizer knows {} ids but the model only {}; ids beyond are rejected",
+            engine->tokenizer_->vocab_size(), engine->limits_.vocab_size);
   }
 
   // Warm-up: one short request through the whole path on this thread, so the

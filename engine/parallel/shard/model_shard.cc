@@ -1,10 +1,10 @@
 #include "engine/parallel/shard/model_shard.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
-#include <spdlog/spdlog.h>
 
 #include "kernels/cpu/moe.h"
 
@@ -304,8 +304,8 @@ void ModelShard::FinishStep(bool* rebalance) {
   last_imbalance_ = sum == 0 ? 0.0 : static_cast<double>(most) * n / static_cast<double>(sum);
   const EplbOptions& o = plan_.options.eplb;
   if (o.log_balancedness && plan_.options.rank == 0 && sum > 0) {
-    spdlog::info("eplb: step {}: pairs per rank mean {:.1f}, max {} (max/mean {:.3f})", steps_ + 1,
-                 static_cast<double>(sum) / n, most, last_imbalance_);
+    LogInfo("eplb: step {}: pairs per rank mean {:.1f}, max {} (max/mean {:.3f})", steps_ + 1,
+            static_cast<double>(sum) / n, most, last_imbalance_);
   }
   if (maps_.empty()) return;
   // The window: the last window_size steps' loads (a ring), summed.
@@ -446,9 +446,9 @@ Status ModelShard::Rebalance(const std::vector<MoeExpertWeights*>& tables) {
   if (me == 0) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto worst = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
-    spdlog::info("eplb: rebalance {} after step {}: max/mean pairs per rank over the window (worst layer) "
-                 "{:.3f} -> {:.3f}; {} expert copies moved between ranks ({:.1f} ms on rank 0)",
-                 rebalances_, steps_, worst(before), worst(after), moved, ms);
+    LogInfo("eplb: rebalance {} after step {}: max/mean pairs per rank over the window (worst layer) "
+            "{:.3f} -> {:.3f}; {} expert copies moved between ranks ({:.1f} ms on rank 0)",
+            rebalances_, steps_, worst(before), worst(after), moved, ms);
   }
   return Status::Ok();
 }

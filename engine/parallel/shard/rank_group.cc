@@ -1,6 +1,6 @@
 #include "engine/parallel/shard/rank_group.h"
+#include "common/log.h"
 
-#include <spdlog/spdlog.h>
 
 #include "common/thread_pool.h"
 #include "engine/parallel/gloo_communicator.h"
@@ -179,8 +179,8 @@ StatusOr<std::unique_ptr<RankGroup>> RankGroup::Create(const GroupOptions& o, co
   ASSIGN_OR_RETURN(RendezvousOptions rv, ResolveRendezvous(o.launch));
   if (rv.nnodes > 1) {
     ASSIGN_OR_RETURN(rv, ProcessRendezvous(o));
-    spdlog::info("parallel: rank 0 of {} waiting for the group at {}:{} (up to {} ms)", o.world_size(),
-                 rv.leader_host, rv.leader_port, o.timeout.count());
+    LogInfo("parallel: rank 0 of {} waiting for the group at {}:{} (up to {} ms)", o.world_size(),
+            rv.leader_host, rv.leader_port, o.timeout.count());
     ASSIGN_OR_RETURN(g->gloo_, CreateGlooCommunicator(rv));
     g->setup0_.comm = g->gloo_.get();
   } else {
@@ -191,15 +191,15 @@ StatusOr<std::unique_ptr<RankGroup>> RankGroup::Create(const GroupOptions& o, co
       Communicator* comm = &g->inproc_->communicator(r);
       g->workers_.emplace_back([comm, so, model_dir, num_threads] {
         Status s = RunRankWorker(comm, so, model_dir, num_threads);
-        if (!s.ok()) spdlog::error("parallel: rank {} stopped: {}", so.rank, s.ToString());
+        if (!s.ok()) LogError("parallel: rank {} stopped: {}", so.rank, s.ToString());
       });
     }
   }
-  spdlog::info("parallel: {} ranks ({}; tensor-parallel {}, data-parallel {}, expert-parallel {}, "
-               "redundant experts {}, eplb {})",
-               o.world_size(), g->gloo_ ? "gloo processes" : "in-process threads", o.tensor_parallel_size,
-               o.data_parallel_size, o.enable_expert_parallel ? "on" : "off", o.eplb.num_redundant_experts,
-               o.eplb.enabled ? "every " + std::to_string(o.eplb.step_interval) + " steps over a window of " +
+  LogInfo("parallel: {} ranks ({}; tensor-parallel {}, data-parallel {}, expert-parallel {}, "
+          "redundant experts {}, eplb {})",
+          o.world_size(), g->gloo_ ? "gloo processes" : "in-process threads", o.tensor_parallel_size,
+          o.data_parallel_size, o.enable_expert_parallel ? "on" : "off", o.eplb.num_redundant_experts,
+          o.eplb.enabled ? "every " + std::to_string(o.eplb.step_interval) + " steps over a window of " +
                                     std::to_string(o.eplb.window_size)
                               : std::string("off"));
   return g;
@@ -211,7 +211,7 @@ Status RankGroup::Broken(const Status& s) {
   std::string msg = "parallel group of " + std::to_string(world_size()) + " ranks failed: " + s.message();
   if (error_.ok()) {
     error_ = Status(StatusCode::kUnavailable, msg);
-    spdlog::error("{}", msg);
+    LogError("{}", msg);
   }
   return error_;
 }
@@ -303,7 +303,7 @@ Status RunRankWorker(Communicator* comm, const ShardOptions& shard, const std::s
   RETURN_IF_ERROR(comm->Broadcast(geometry, 3, DType::kI64, 0));
   ASSIGN_OR_RETURN(auto cache, (*model)->CreateKvCache(geometry[0], geometry[1]));
   RETURN_IF_ERROR((*model)->SetMaxModelLen(geometry[2]));
-  spdlog::info("parallel: rank {} ready ({} KV blocks of {})", shard.rank, geometry[0], geometry[1]);
+  LogInfo("parallel: rank {} ready ({} KV blocks of {})", shard.rank, geometry[0], geometry[1]);
   std::vector<int64_t> words;
   std::vector<std::pair<int64_t, int64_t>> copies;
   ForwardBatch batch;
@@ -326,8 +326,8 @@ Status RunRankWorker(Communicator* comm, const ShardOptions& shard, const std::s
 Status RunWorkerProcess(const GroupOptions& o, const std::string& model_dir, int num_threads) {
   ASSIGN_OR_RETURN(RendezvousOptions rv, ProcessRendezvous(o));
   ASSIGN_OR_RETURN(ShardOptions so, ShardOptionsFor(o, rv.rank));
-  spdlog::info("parallel: rank {} of {} joining the group at {}:{}", rv.rank, rv.world_size, rv.leader_host,
-               rv.leader_port);
+  LogInfo("parallel: rank {} of {} joining the group at {}:{}", rv.rank, rv.world_size, rv.leader_host,
+          rv.leader_port);
   ASSIGN_OR_RETURN(auto comm, CreateGlooCommunicator(rv));
   return RunRankWorker(comm.get(), so, model_dir, num_threads);
 }
