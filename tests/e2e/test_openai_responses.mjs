@@ -105,6 +105,11 @@ async function conversationChecks(c, label) {
       previous_response_id: call.id, tools: TOOLS, tool_choice: 'none',
       input: [{ type: 'function_call_output', call_id: fc.call_id, output: '{"temp_c": 21}' }] });
     assertEq(answer.output.map((o) => o.type), ['message'], 'answer items');
+    const full = await c.responses.create({ model: NAME, max_output_tokens: 3, temperature: 0, store: false,
+      tools: TOOLS, tool_choice: 'none', input: [{ role: 'user', content: 'Weather?' }, fc,
+        { type: 'function_call_output', call_id: fc.call_id, output: '{"temp_c": 21}' }] });
+    assertEq([answer.usage.input_tokens, answer.output_text], [full.usage.input_tokens, full.output_text],
+      'the same as the round trip sent in full');
     assert(answer.usage.input_tokens > call.usage.input_tokens + 5, 'the call and its result are in the prompt');
     const items = await c.responses.inputItems.list(answer.id);
     assertEq(items.data.map((i) => [i.type, i.call_id]), [['function_call_output', fc.call_id]], 'input items');
