@@ -93,14 +93,22 @@ async function conversationChecks(c, label) {
     });
 
   await check(`${label}: a function tool round trip (forced call, then function_call_output)`, async () => {
-    const call = await c.responses.create({ model: NAME, max_output_tokens: 60, temperature: 0, input: 'Weather?',
-      tools: TOOLS, tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false });
+    const forced = { model: NAME, max_output_tokens: 60, temperature: 0, input: 'Weather?', tools: TOOLS,
+      tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false };
+    const call = await c.responses.create(forced);
     const calls = call.output.filter((o) => o.type === 'function_call');
     assertEq(calls.length, 1, 'function_call items');
     const fc = calls[0];
     assert(/^call_/.test(fc.call_id) && fc.name === 'get_weather' && fc.status === 'completed', () => JSON.stringify(fc));
     const args = JSON.parse(fc.arguments);
     assert(validWeather(args), () => `arguments ${fc.arguments}: ${ajv.errorsText(validWeather.errors)}`);
+    let streamedArgs = '';
+    const stream = c.responses.stream(forced);
+    stream.on('response.function_call_arguments.delta', (e) => { streamedArgs += e.delta; });
+    const streamed = (await stream.finalResponse()).output.filter((o) => o.type === 'function_call');
+    assertEq(streamed.map((o) => [o.name, o.arguments, o.status]), [[fc.name, fc.arguments, 'completed']],
+      'streamed call');
+    assertEq(streamedArgs, fc.arguments, 'streamed argument deltas');
     const answer = await c.responses.create({ model: NAME, max_output_tokens: 3, temperature: 0,
       previous_response_id: call.id, tools: TOOLS, tool_choice: 'none',
       input: [{ type: 'function_call_output', call_id: fc.call_id, output: '{"temp_c": 21}' }] });
