@@ -272,6 +272,10 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "Anthropic cache_control markers on /v1/messages: refuse (a 400 naming the field; default) or "
                   "best-effort (accepted as hints the ordinary prefix cache serves, with no retention promise)")
       ->check(CLI::IsMember({"refuse", "best-effort"}));
+  cmd->add_option("--responses-store-mb", f->responses_store_mb,
+                  "memory for /v1/responses' stored responses (store, previous_response_id), least recently used "
+                  "out first; 0 stores nothing (default 256)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");

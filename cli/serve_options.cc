@@ -170,6 +170,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   if (!f.tool_call_parser.empty()) o.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);
   if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
   o.cache_control_best_effort = f.cache_control == "best-effort";
+  o.responses_store_bytes = static_cast<size_t>(f.responses_store_mb) << 20;
   return o;
 }
 

@@ -54,6 +54,7 @@ struct ServeOptions {
   std::optional<openai::tools::ToolParserKind> tool_parser;
   openai::tools::ReasoningParserKind reasoning_parser = openai::tools::ReasoningParserKind::kNone;
   bool cache_control_best_effort = false;  // --cache-control best-effort
+  size_t responses_store_bytes = 0;        // --responses-store-mb, in bytes
 };
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& flags);

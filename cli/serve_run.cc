@@ -32,6 +32,8 @@
 #include "server/grpc/grpc_server.h"
 #include "server/http/anthropic_routes.h"
 #include "server/http/http_server.h"
+#include "server/http/responses_routes.h"
+#include "server/responses/response_store.h"
 #include "server/http/openai_routes.h"
 #include "server/kv_events/kv_event_publisher.h"
 #include "server/router/router.h"
@@ -271,6 +273,8 @@ int RunInstance(const ServeOptions& o) {
   if (!planned.ok()) return Fail(planned.status());
   const std::string& served = planned->served;
 
+  // Before the io contexts: a job their queues still hold at exit reaches it.
+  responses::ResponseStore response_store({.max_bytes = o.responses_store_bytes});
   net::io_context ioc{kIoThreads};
   net::io_context workers{kWorkerThreads};
   auto workers_guard = net::make_work_guard(workers);
@@ -288,8 +292,10 @@ int RunInstance(const ServeOptions& o) {
   if (!o.internal_api_key.empty()) ctx.internal_api_keys = {o.internal_api_key};
   if (*kv_event_publisher) AdvertiseKvEvents(o.kv_events->config, kv_event_publisher->get(), &ctx);
   ctx.cache_control_best_effort = o.cache_control_best_effort;
+  ctx.response_store = &response_store;
   RegisterOpenAiRoutes(&ctx);
   RegisterAnthropicRoutes(&ctx);
+  RegisterResponsesRoutes(&ctx);
   Shutdown shutdown(ioc, server, ctx, o.drain_timeout);
 
   if (Status s = server.Listen(); !s.ok()) return Fail(s);

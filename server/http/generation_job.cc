@@ -49,6 +49,7 @@ bool GenerationJob::Submit(std::vector<GenerateInput> inputs) {
     gens_.push_back(*g);
   }
   completion_tokens_.assign(gens_.size(), 0);
+  output_->Submitted(gens_);
   ex_->OnDisconnect([weak] {
     if (auto job = weak.lock()) job->Abandon();
   });

@@ -28,6 +28,10 @@ namespace tessera {
 class JobOutput {
  public:
   virtual ~JobOutput() = default;
+  // Every generation was submitted (on the strand, before the first update):
+  // an output that lets a later request cancel them keeps them here
+  // (Generation::Cancel is thread-safe).
+  virtual void Submitted(const std::vector<std::shared_ptr<Generation>>& /*generations*/) {}
   // Not streamed: an update of generation `prompt_index`, then the body.
   virtual void Add(int prompt_index, const GenerationUpdate& update) = 0;
   virtual nlohmann::json Body() = 0;

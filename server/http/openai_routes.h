@@ -26,6 +26,10 @@
 
 namespace tessera {
 
+namespace responses {
+class ResponseStore;
+}
+
 enum class ModelState { kLoading, kReady, kFailed };
 
 // Shared by all handlers; outlives the io_context's handlers.
@@ -54,6 +58,9 @@ struct ServeContext {
   // accepted as prefix-cache hints (no retention promise); false: refused
   // (server/anthropic/README.md).
   bool cache_control_best_effort = false;
+  // /v1/responses' stored responses (server/responses/response_store.h); not
+  // owned; null: the Responses API is not registered.
+  responses::ResponseStore* response_store = nullptr;
   // Set once by the loader thread (release) before state turns kReady; the
   // engine outlives the io threads.
   std::atomic<ServingEngine*> engine{nullptr};

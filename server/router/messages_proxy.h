@@ -13,7 +13,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,5 +28,28 @@ namespace tessera {
 // through the bounded parser.
 void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, const std::string& path,
                       nlohmann::ordered_json body);
+
+// How one API's requests are relayed to one instance (the Messages API
+// above, the Responses API in responses_proxy.h).
+struct RelayApi {
+  HttpResponse (*error_response)(const ApiError&) = nullptr;  // the router's own errors
+  std::string (*stream_error)(const ApiError&) = nullptr;     // the event a cut stream ends with
+  std::vector<std::string> stream_ends;  // "event: …" lines that complete a stream
+  // A 404 is the instance's own answer (an id it does not hold): the others
+  // are tried in turn, and the last 404 is relayed when none holds it.
+  bool probe_on_404 = false;
+};
+
+// `body` as sent on: the client key's namespace put in its cache_salt when
+// `salt` and --cache-isolation api-key. nullopt: refused (answered with
+// `error_response`).
+std::optional<std::string> SaltedPayload(const ProxyContext& ctx, HttpExchange& ex, nlohmann::ordered_json body,
+                                         bool salt, HttpResponse (*error_response)(const ApiError&));
+
+// Relays `method target` (the query string included) with `payload` to a
+// decode instance picked by load, retried on another while nothing reached
+// the client (at most 3 failures); SSE answers relayed as they arrive.
+void RelayToInstance(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex, const std::string& method,
+                     const std::string& target, const std::string& payload, const RelayApi& api);
 
 }  // namespace tessera

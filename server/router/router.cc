@@ -25,6 +25,7 @@
 #include "server/router/instance_registry.h"
 #include "server/router/kv_router.h"
 #include "server/router/messages_proxy.h"
+#include "server/router/responses_proxy.h"
 #include "server/router/proxy_job.h"
 #include "server/router/proxy_pool.h"
 #include "server/router/router_grpc.h"
@@ -181,6 +182,22 @@ int RunRouter(const RouterServeOptions& o) {
   server.Handle(http::verb::post, "/v1/messages", messages("/v1/messages"), anthropic_route);
   server.Handle(http::verb::post, "/v1/messages/count_tokens", messages("/v1/messages/count_tokens"),
                 anthropic_route);
+  // The Responses API: relayed to the instances (responses_proxy.h).
+  server.Handle(http::verb::post, "/v1/responses",
+                admitted("/v1/responses", ErrorResponse,
+                         [&pctx](const std::shared_ptr<HttpExchange>& ex, nlohmann::ordered_json body) {
+                           RunResponsesCreateProxy(pctx, ex, std::move(body));
+                         }),
+                json_route);
+  auto by_id = [&](std::shared_ptr<HttpExchange> ex) {  // no body to parse
+    metrics.Request("/v1/responses/{id}");
+    ProxyPool::Slot slot = pool.TryAcquire();
+    if (!slot) return ex->Send(TooManyRequests(o.max_pending_requests, ErrorResponse));
+    pool.Submit(std::move(slot), [&pctx, ex = std::move(ex)] { RunResponsesByIdProxy(pctx, ex); });
+  };
+  for (http::verb verb : {http::verb::get, http::verb::delete_, http::verb::post}) {
+    server.HandlePrefix(verb, "/v1/responses/", by_id);
+  }
   RouteOptions open;
   open.public_route = true;
   open.serve_while_draining = true;

@@ -1,9 +1,10 @@
 // Shared pieces of the node e2e tests (not a test itself): the command line,
 // assertions, the check runner that prints `PASS name` / `FAIL name: why`, and
 // starting, waiting for and stopping `tessera serve` processes.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -92,4 +93,53 @@ export async function stopServe(s) {
   const done = new Promise((r) => s.proc.once('exit', r));
   s.proc.kill('SIGTERM');
   if (!(await Promise.race([done.then(() => true), sleep(10_000).then(() => false)]))) s.proc.kill('SIGKILL');
+}
+
+// A test of `tessera serve` processes: `check` (a failure prints every
+// server's log tail), `start` (serve with --api-key `apiKey`), `synthTinyQwen3`
+// (the tiny random-weight qwen3 checkpoint, a check of its own) and
+// `run(body)`: body(workdir) under a whole-test watchdog, the servers stopped
+// and the work folder removed after it (kept with --keep), then the summary
+// line and the exit code.
+export function serveSuite({ tessera, keep, apiKey, wholeTestMs, timeoutMs = 30_000, describe, tmpPrefix }) {
+  const servers = [];
+  const t0 = Date.now();
+  const { check, counts } = checker({
+    timeoutMs, describe,
+    context: () => servers.map((s) => `  --- ${s.name} log tail ---\n  ${logTail(s)}`).join('\n'),
+  });
+  const start = (name, workdir, argv) => {
+    const s = startServe(tessera, name, workdir, ['--api-key', apiKey, ...argv]);
+    servers.push(s);
+    return s;
+  };
+  const killAll = () => { for (const s of servers) if (!s.exited) s.proc.kill('SIGKILL'); };
+  const synthTinyQwen3 = async (dir) => check('synth tiny qwen3 model', () => {
+    execFileSync(tessera, ['synth', '--arch', 'qwen3', '--size', 'tiny', '--dtype', 'f32', '--out', dir],
+      { stdio: ['ignore', 'ignore', 'pipe'], timeout: 60_000 });
+  });
+  async function run(body) {
+    const workdir = fs.mkdtempSync(path.join(os.tmpdir(), tmpPrefix));
+    const watchdog = setTimeout(() => {
+      console.log(`FAIL whole test: over ${wholeTestMs / 1000}s`);
+      killAll();
+      console.log(`${counts.passed} passed, ${counts.failed + 1} failed`);
+      process.exit(1);
+    }, wholeTestMs);
+    try {
+      await body(workdir);
+    } catch (e) {
+      counts.failed++;
+      console.log(`FAIL unexpected: ${e?.stack ?? e}`);
+    } finally {
+      for (const s of [...servers].reverse()) await stopServe(s);
+      clearTimeout(watchdog);
+      if (keep) console.log(`kept ${workdir}`);
+      else fs.rmSync(workdir, { recursive: true, force: true });
+    }
+    console.log(`(${((Date.now() - t0) / 1000).toFixed(1)}s)`);
+    console.log(`${counts.passed} passed, ${counts.failed} failed`);
+    process.exit(counts.failed ? 1 : 0);
+  }
+  return { check, counts, start, synthTinyQwen3, run };
 }

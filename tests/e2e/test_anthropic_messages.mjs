@@ -15,12 +15,9 @@
 // the grammar force the call, and ajv validates its input. Prints one line
 // per check and ends with `N passed, M failed`; exit 1 on failure, 77 when
 // the SDK is not installed.
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 
-import { assert, assertEq, checker, commandLine, logTail, startServe, stopServe, waitReady } from './e2e_util.mjs';
+import { assert, assertEq, commandLine, serveSuite, waitReady } from './e2e_util.mjs';
 
 const { tessera, keep, npmDir, require } = commandLine();
 let AnthropicModule, AjvModule;
@@ -37,21 +34,12 @@ const Ajv = AjvModule.default ?? AjvModule;
 const API_KEY = 'sk-tessera-anthropic-' + process.pid;
 const NAME = 'tiny-messages';
 const READY_TIMEOUT_MS = 60_000;
-const WHOLE_TEST_MS = 120_000;
-const servers = [];
-const t0 = Date.now();
-const { check, counts } = checker({
-  timeoutMs: 30_000,
+const { check, start, synthTinyQwen3, run } = serveSuite({
+  tessera, keep, apiKey: API_KEY, wholeTestMs: 120_000, tmpPrefix: 'tessera-e2e-anthropic-',
   describe: (e) => (e instanceof Anthropic.APIError
     ? `${e.constructor.name} status=${e.status} error=${JSON.stringify(e.error)}`
     : e?.stack?.split('\n').slice(0, 2).join(' | ') ?? String(e)),
-  context: () => servers.map((s) => `  --- ${s.name} log tail ---\n  ${logTail(s)}`).join('\n'),
 });
-const start = (name, workdir, argv) => {
-  const s = startServe(tessera, name, workdir, ['--api-key', API_KEY, ...argv]);
-  servers.push(s);
-  return s;
-};
 
 const client = (port, extra = {}) => new Anthropic({ apiKey: API_KEY, baseURL: `http://127.0.0.1:${port}`,
   maxRetries: 0, timeout: 30_000, ...extra });
@@ -142,84 +130,57 @@ async function basicChecks(c, port, label) {
   });
 }
 
-async function main() {
-  const workdir = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-e2e-anthropic-'));
-  const watchdog = setTimeout(() => {
-    console.log(`FAIL whole test: over ${WHOLE_TEST_MS / 1000}s`);
-    for (const s of servers) if (!s.exited) s.proc.kill('SIGKILL');
-    console.log(`${counts.passed} passed, ${counts.failed + 1} failed`);
-    process.exit(1);
-  }, WHOLE_TEST_MS);
-  try {
-    const model = path.join(workdir, 'tiny-qwen3');
-    const keyFile = path.join(workdir, 'internal.key');
-    fs.writeFileSync(keyFile, `internal-${process.pid}-secret-key\n`);
-    await check('synth tiny qwen3 model', () => {
-      execFileSync(tessera, ['synth', '--arch', 'qwen3', '--size', 'tiny', '--dtype', 'f32', '--out', model],
-        { stdio: ['ignore', 'ignore', 'pipe'], timeout: 60_000 });
-    });
-    const inst = start('instance', workdir, ['--model', model, '--served-model-name', NAME, '--reasoning-parser',
-      'qwen3', '--cache-control', 'best-effort', '--internal-api-key-file', keyFile]);
-    if (!(await check('instance becomes ready', () => waitReady(inst, READY_TIMEOUT_MS)))) throw new Error('no instance');
-    const router = start('router', workdir, ['--role', 'router', '--decode-instances', `127.0.0.1:${inst.port}`,
-      '--internal-api-key-file', keyFile, '--router-poll-interval', '0.1']);
-    const c = client(inst.port);
-    await basicChecks(c, inst.port, 'instance');
+await run(async (workdir) => {
+  const model = `${workdir}/tiny-qwen3`;
+  const keyFile = `${workdir}/internal.key`;
+  fs.writeFileSync(keyFile, `internal-${process.pid}-secret-key\n`);
+  if (!(await synthTinyQwen3(model))) return;
+  const inst = start('instance', workdir, ['--model', model, '--served-model-name', NAME, '--reasoning-parser',
+    'qwen3', '--cache-control', 'best-effort', '--internal-api-key-file', keyFile]);
+  if (!(await check('instance becomes ready', () => waitReady(inst, READY_TIMEOUT_MS)))) throw new Error('no instance');
+  const router = start('router', workdir, ['--role', 'router', '--decode-instances', `127.0.0.1:${inst.port}`,
+    '--internal-api-key-file', keyFile, '--router-poll-interval', '0.1']);
+  const c = client(inst.port);
+  await basicChecks(c, inst.port, 'instance');
 
-    await check('instance: thinking blocks (qwen3 reasoning parser), streamed and not', async () => {
-      // The prefill opens <think>: what the model writes next is reasoning.
-      const req = { model: NAME, max_tokens: 3, temperature: 0,
-        messages: [...ASK, { role: 'assistant', content: '<think>\n' }] };
-      const m = await c.messages.create(req);
-      assertEq(m.content.map((b) => b.type), ['thinking'], 'blocks');
-      assert(m.content[0].thinking.length > 0 && m.content[0].signature === '', () => JSON.stringify(m.content));
-      const final = await c.messages.stream(req).finalMessage();
-      assertEq(final.content, m.content, 'streamed thinking');
-      await expectError(c.messages.create({ ...req, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 } }),
-        Anthropic.BadRequestError, 'invalid_request_error', 'thinking.budget_tokens');
-    });
+  await check('instance: thinking blocks (qwen3 reasoning parser), streamed and not', async () => {
+    // The prefill opens <think>: what the model writes next is reasoning.
+    const req = { model: NAME, max_tokens: 3, temperature: 0,
+      messages: [...ASK, { role: 'assistant', content: '<think>\n' }] };
+    const m = await c.messages.create(req);
+    assertEq(m.content.map((b) => b.type), ['thinking'], 'blocks');
+    assert(m.content[0].thinking.length > 0 && m.content[0].signature === '', () => JSON.stringify(m.content));
+    const final = await c.messages.stream(req).finalMessage();
+    assertEq(final.content, m.content, 'streamed thinking');
+    await expectError(c.messages.create({ ...req, max_tokens: 1024, thinking: { type: 'enabled', budget_tokens: 1024 } }),
+      Anthropic.BadRequestError, 'invalid_request_error', 'thinking.budget_tokens');
+  });
 
-    await check('instance: cache_control accepted (--cache-control best-effort); a repeat is read from the prefix cache',
-      async () => {
-        const system = [{ type: 'text', text: 'You are a weather assistant. '.repeat(12),
-          cache_control: { type: 'ephemeral', ttl: '5m' } }];
-        const req = { model: NAME, max_tokens: 1, temperature: 0, system, messages: ASK };
-        const first = await c.messages.create(req);
-        const second = await c.messages.create(req);
-        const total = (u) => u.input_tokens + u.cache_read_input_tokens;
-        assertEq(total(second.usage), total(first.usage), 'same prompt');
-        assert(second.usage.cache_read_input_tokens >= 64, () => `usage ${JSON.stringify(second.usage)}`);
-        await expectError(c.messages.create({ ...req, system: [{ ...system[0], cache_control: { type: 'ephemeral',
-          ttl: '2h' } }] }), Anthropic.BadRequestError, 'invalid_request_error', 'system[0].cache_control.ttl');
-      });
-
-    await check('instance: Bearer auth too, and the anthropic-version header', async () => {
-      const r = await fetch(`http://127.0.0.1:${inst.port}/v1/messages/count_tokens`, {
-        method: 'POST', body: JSON.stringify({ model: NAME, messages: ASK }),
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`,
-          'anthropic-version': '2023-06-01' } });
-      assertEq(r.status, 200, 'status');
-      assert((await r.json()).input_tokens > 0, 'input_tokens');
-      const bad = await fetch(`http://127.0.0.1:${inst.port}/v1/messages`, { method: 'POST', body: '{}',
-        headers: { 'content-type': 'application/json', 'x-api-key': 'nope' } });
-      assertEq([bad.status, (await bad.json()).error.type], [401, 'authentication_error'], 'bad x-api-key');
+  await check('instance: cache_control accepted (--cache-control best-effort); a repeat is read from the prefix cache',
+    async () => {
+      const system = [{ type: 'text', text: 'You are a weather assistant. '.repeat(12),
+        cache_control: { type: 'ephemeral', ttl: '5m' } }];
+      const req = { model: NAME, max_tokens: 1, temperature: 0, system, messages: ASK };
+      const first = await c.messages.create(req);
+      const second = await c.messages.create(req);
+      const total = (u) => u.input_tokens + u.cache_read_input_tokens;
+      assertEq(total(second.usage), total(first.usage), 'same prompt');
+      assert(second.usage.cache_read_input_tokens >= 64, () => `usage ${JSON.stringify(second.usage)}`);
+      await expectError(c.messages.create({ ...req, system: [{ ...system[0], cache_control: { type: 'ephemeral',
+        ttl: '2h' } }] }), Anthropic.BadRequestError, 'invalid_request_error', 'system[0].cache_control.ttl');
     });
 
-    if (await check('router becomes ready', () => waitReady(router, READY_TIMEOUT_MS))) await basicChecks(client(router.port), router.port, 'router');
-  } finally {
-    for (const s of servers.reverse()) await stopServe(s);
-    clearTimeout(watchdog);
-    if (keep) console.log(`kept ${workdir}`);
-    else fs.rmSync(workdir, { recursive: true, force: true });
-  }
-  console.log(`(${((Date.now() - t0) / 1000).toFixed(1)}s)`);
-  console.log(`${counts.passed} passed, ${counts.failed} failed`);
-  process.exit(counts.failed ? 1 : 0);
-}
+  await check('instance: Bearer auth too, and the anthropic-version header', async () => {
+    const r = await fetch(`http://127.0.0.1:${inst.port}/v1/messages/count_tokens`, {
+      method: 'POST', body: JSON.stringify({ model: NAME, messages: ASK }),
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${API_KEY}`,
+        'anthropic-version': '2023-06-01' } });
+    assertEq(r.status, 200, 'status');
+    assert((await r.json()).input_tokens > 0, 'input_tokens');
+    const bad = await fetch(`http://127.0.0.1:${inst.port}/v1/messages`, { method: 'POST', body: '{}',
+      headers: { 'content-type': 'application/json', 'x-api-key': 'nope' } });
+    assertEq([bad.status, (await bad.json()).error.type], [401, 'authentication_error'], 'bad x-api-key');
+  });
 
-main().catch((e) => {
-  console.log(`FAIL unexpected: ${e?.stack ?? e}`);
-  console.log(`${counts.passed} passed, ${counts.failed + 1} failed`);
-  for (const s of servers) if (!s.exited) s.proc.kill('SIGKILL');
-  process.exit(1);
+  if (await check('router becomes ready', () => waitReady(router, READY_TIMEOUT_MS))) await basicChecks(client(router.port), router.port, 'router');
 });

@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as the body of every JSON generation route
 // (/v1/completions, /v1/chat/completions, /tokenize, /detokenize, and
-// Anthropic's /v1/messages and /v1/messages/count_tokens). Each parser
+// Anthropic's /v1/messages and /v1/messages/count_tokens, and OpenAI's
+// /v1/responses with its items replayed as a previous conversation). Each parser
 // must accept or return an ApiError naming the problem; any crash, sanitizer
 // report, stack overflow (deep nesting) or escaping exception is a bug.
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include "server/openai/request_common.h"
 #include "server/openai/sse.h"
 #include "server/openai/tokenize_request.h"
+#include "server/responses/responses_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 256 * 1024) return 0;
@@ -45,6 +47,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)tessera::anthropic::SseError(*err);
     } else {
       (void)tessera::openai::DumpJson(messages.chat.messages);
+    }
+  }
+  tessera::responses::ResponsesRequest responses;
+  if (auto err = tessera::responses::ParseResponsesRequest(body, limits, &responses)) {
+    (void)tessera::openai::SseError(*err);
+  } else {
+    const tessera::openai::Json prior = responses.input_items;
+    if (!tessera::responses::BuildChatMessages(prior, &responses)) {
+      (void)tessera::openai::DumpJson(responses.chat.messages);
     }
   }
   return 0;

@@ -84,6 +84,7 @@ TEST(ServeOptionsTest, Defaults) {
   EXPECT_FALSE(o->tool_parser.has_value());
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kNone);
   EXPECT_FALSE(o->cache_control_best_effort);  // Anthropic cache_control refused
+  EXPECT_EQ(o->responses_store_bytes, size_t{256} << 20);
 }
 
 TEST(ServeOptionsTest, FlagsReachTheirOptions) {
@@ -312,7 +313,8 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   StatusOr<ServeOptions> o = FromArgs(
       {"--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})",
        "--tool-call-parser", "hermes", "--chat-template-content-special-tokens",
-       "--reasoning-parser", "qwen3", "--cache-control", "best-effort", "--kv-events-config",
+       "--reasoning-parser", "qwen3", "--cache-control", "best-effort", "--responses-store-mb", "3",
+       "--kv-events-config",
        R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"})"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   ASSERT_TRUE(o->serving.loop.speculative.has_value());
@@ -321,6 +323,7 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   EXPECT_EQ(o->tool_parser, openai::tools::ToolParserKind::kHermes);
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kQwen3);
   EXPECT_TRUE(o->cache_control_best_effort);
+  EXPECT_EQ(o->responses_store_bytes, size_t{3} << 20);
   EXPECT_TRUE(o->serving.chat_content_special_tokens);
   // Harmony is one parser for both: its flag beside another format's is refused, naming both.
   EXPECT_NE(Refusal({"--tool-call-parser", "hermes", "--reasoning-parser", "openai_gptoss"}).find("--tool-call-parser hermes"),
