@@ -5,13 +5,13 @@
 // (responses/response_render.h) and the store (responses/response_store.h)
 // are this API's. Errors are OpenAI's shape.
 #include "server/http/responses_routes.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 
-#include <spdlog/spdlog.h>
 
 #include "server/http/generation_job.h"
 #include "server/openai/request_path.h"
@@ -163,7 +163,7 @@ void HandleCreate(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (!req.user.empty()) {  // the client's text in our log: control characters shown as '?'
     std::string shown = req.user;
     for (char& ch : shown) ch = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f ? '?' : ch;
-    spdlog::info("{}: user {}", render.id, shown);
+    LogInfo("{}: user {}", render.id, shown);
   }
   auto cancel = std::make_shared<CancelHandle>();
   auto out = std::make_unique<ResponsesOutput>(ctx->response_store, render, owner, req.input_items, std::move(prior),

@@ -1,7 +1,9 @@
 #include "server/responses/responses_request.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "server/openai/chat_messages.h"
@@ -363,8 +365,22 @@ std::optional<ApiError> Metadata(const Json& body, ResponsesRequest* r) {
   return std::nullopt;
 }
 
-// The fields the API defines that ask for what this server does not do.
+// Every top-level field of the API, served or refused below by name.
+constexpr std::string_view kKnownFields[] = {
+    "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "text", "reasoning",
+    "max_output_tokens", "temperature", "top_p", "metadata", "store", "previous_response_id", "user",
+    "safety_identifier", "stream", "cache_salt", "background", "include", "conversation", "prompt",
+    "max_tool_calls", "top_logprobs", "prompt_cache_key", "prompt_cache_retention", "context_management",
+    "stream_options", "truncation", "service_tier"};
+
+// The fields the API defines that ask for what this server does not do, and
+// any field it does not define (a 400 naming it, as /v1/messages answers).
 std::optional<ApiError> RefuseUnsupported(const Json& body) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), it.key()) != std::end(kKnownFields)) continue;
+    const std::string param = it.key().substr(0, 64);
+    return BadRequest("'" + param + "': unknown field", param, "unknown_parameter");
+  }
   if (auto e = RefuseField(body, "background", "", "background responses are not supported (the response is "
                                                    "generated while the request is open)", Json(false))) {
     return e;

@@ -114,8 +114,8 @@ TEST(ResponsesRequestTest, ToolsToolChoiceTextAndReasoning) {
   EXPECT_EQ(Parse(R"({"model":"m","input":"x"})").chat.tool_choice.mode, ToolChoiceMode::kNone);
 }
 
-TEST(ResponsesRequestTest, UnknownFieldsAreIgnoredAsOnChat) {
-  Parse(R"({"model":"m","input":"x","not_an_api_field":1,"background":false,"truncation":"disabled","include":[]})");
+TEST(ResponsesRequestTest, HarmlessValuesOfRefusedFieldsAreServed) {
+  Parse(R"({"model":"m","input":"x","background":false,"truncation":"disabled","include":[]})");
 }
 
 TEST(ResponsesRequestTest, RefusalsNameTheField) {
@@ -124,6 +124,7 @@ TEST(ResponsesRequestTest, RefusalsNameTheField) {
     const char* param;
   } cases[] = {
       {R"({"model":"m"})", "input"},
+      {R"({"model":"m","input":"x","not_an_api_field":1})", "not_an_api_field"},
       {R"({"model":"m","input":[]})", "input"},
       {R"({"model":"m","input":[{"role":"tool","content":"x"}]})", "input[0].role"},
       {R"({"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})",
