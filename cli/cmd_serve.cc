@@ -150,6 +150,12 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "frees the engine within about one step (0: bounded by --max-num-batched-tokens only)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 600000.0));
+  cmd->add_option("--cost-model", f->cost_model,
+                  "the twin's step-time model, JSON as `tessera calibrate` writes it ({\"model\": \"linear\", "
+                  "\"base_ms\", \"per_prefill_token_ms\", \"per_prefill_attention_ms\", \"per_decode_seq_ms\", "
+                  "\"per_decode_token_ms\", \"per_decode_context_ms\"}): serve exports its error per step "
+                  "(tessera:step_time_prediction_error); simulate runs on it")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--max-logprobs", f->max_logprobs,
                   "most alternatives a request may ask for per token (logprobs, top_logprobs, prompt_logprobs), "
                   "as vLLM's")

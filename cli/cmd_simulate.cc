@@ -37,7 +37,6 @@ namespace {
 
 struct SimulateFlags {
   std::string config;
-  std::string cost_model;
   std::string dataset = "random";
   std::string dataset_path;
   int64_t num_prompts = 100;
@@ -190,14 +189,9 @@ int Simulate(const ServeFlags& sf, const SimulateFlags& f) {
   const EngineLoopOptions& loop = serve->serving.loop;
   StatusOr<SchedulerOptions> so = SchedulerFromFlags(sf, loop);
   if (!so.ok()) return Fail(so.status());
-  std::unique_ptr<sim::CostModel> cost;
-  if (f.cost_model.empty()) {
-    cost = std::make_unique<sim::LinearCostModel>(DefaultCoefficients());
-  } else {
-    StatusOr<sim::LinearCostModel> m = sim::LinearCostModel::FromFile(f.cost_model);
-    if (!m.ok()) return Fail(m.status());
-    cost = std::make_unique<sim::LinearCostModel>(*m);
-  }
+  // --cost-model is serve's (ServeOptionsFromFlags read it); without one, round figures.
+  std::shared_ptr<const sim::CostModel> cost = serve->serving.step_cost_model;
+  if (!cost) cost = std::make_shared<sim::LinearCostModel>(DefaultCoefficients());
   StatusOr<bench::Slo> slo = bench::ParseSlo(f.goodput);
   if (!slo.ok()) return Fail(slo.status());
   StatusOr<std::vector<sim::TwinRequest>> requests = Workload(f, so->limits.vocab_size);
@@ -261,7 +255,7 @@ int Simulate(const ServeFlags& sf, const SimulateFlags& f) {
       {"prefix_len", f.dataset == "shared-prefix" ? f.prefix_len : 0},
       {"num_prefix_groups", f.num_prefix_groups},
       {"seed", f.seed},               {"burstiness", f.burstiness},
-      {"time_scale", f.time_scale},   {"cost_model", f.cost_model.empty() ? "default (not calibrated)" : f.cost_model},
+      {"time_scale", f.time_scale},   {"cost_model", sf.cost_model.empty() ? "default (not calibrated)" : sf.cost_model},
       {"max_num_seqs", so->max_num_seqs},
       {"max_num_batched_tokens", so->max_num_batched_tokens},
       {"max_step_ms", loop.max_step_ms},
@@ -299,12 +293,6 @@ void AddSimulateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--config", f->config, "serve's TOML settings file (long option names as keys); flags win")
       ->check(CLI::ExistingFile);
   AddServeFlags(cmd, sf.get());
-  cmd->add_option("--cost-model", f->cost_model,
-                  "JSON step-time model: {\"model\": \"linear\", \"base_ms\", \"per_prefill_token_ms\", "
-                  "\"per_prefill_attention_ms\", \"per_decode_seq_ms\", \"per_decode_token_ms\", "
-                  "\"per_decode_context_ms\"} (default: round figures, not a calibration)")
-      ->check(CLI::ExistingFile)
-      ->group("Simulation");
   cmd->add_option("--dataset", f->dataset, "tessera-bench's workloads: random, shared-prefix, burstgpt")
       ->check(CLI::IsMember({"random", "shared-prefix", "burstgpt"}))
       ->capture_default_str()

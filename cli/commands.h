@@ -18,6 +18,10 @@ void AddClientCommand(CLI::App& app, int* exit_code);
 void AddKernelCommand(CLI::App& app, int* exit_code);
 void AddGgufInfoCommand(CLI::App& app, int* exit_code);
 void AddSimulateCommand(CLI::App& app, int* exit_code);
+void AddCalibrateCommand(CLI::App& app, int* exit_code);
+
+// `tessera --version`, and the binary's version in files it writes.
+inline constexpr char kTesseraVersion[] = "0.1.0";
 
 // Logs `s` as an error; returns the exit code of a subcommand that failed (1).
 int Fail(const Status& s);

@@ -1,4 +1,5 @@
 // tessera: LLM inference serving daemon. `tessera --help` lists subcommands.
+#include <string>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -11,7 +12,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"Tessera: an LLM inference serving daemon"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "tessera 0.1.0");
+  app.set_version_flag("--version", std::string("tessera ") + tessera::kTesseraVersion);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")->capture_default_str();
   int exit_code = 0;
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   tessera::AddKernelCommand(app, &exit_code);
   tessera::AddGgufInfoCommand(app, &exit_code);
   tessera::AddSimulateCommand(app, &exit_code);
+  tessera::AddCalibrateCommand(app, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));

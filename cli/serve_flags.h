@@ -42,6 +42,7 @@ struct ServeFlags {
   int32_t max_num_seqs = 64;
   int64_t max_num_batched_tokens = 2048;
   double max_step_ms = 250;
+  std::string cost_model;  // --cost-model: the twin's step-time model (JSON, runtime/sim/cost_model.h)
   int64_t max_pending_requests = 1024;
   int32_t max_logprobs = 20;
   int64_t max_prompt_logprobs_entries = 65536;

@@ -1,6 +1,7 @@
 #include "cli/serve_options.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include <fmt/format.h>
@@ -120,6 +121,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   ServeOptions o;
   o.role = f.role;
   if (f.role == "router") {
+    if (!f.cost_model.empty()) return InvalidArgument("--cost-model: the router runs no engine steps to predict");
     o.router = RouterFromFlags(f);
     return o;
   }
@@ -155,6 +157,10 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.serving.max_in_flight = f.max_pending_requests;
   o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
   o.serving.cache_isolation = *ParseCacheIsolation(f.cache_isolation);  // validated
+  if (!f.cost_model.empty()) {
+    ASSIGN_OR_RETURN(sim::LinearCostModel cost, sim::LinearCostModel::FromFile(f.cost_model));
+    o.serving.step_cost_model = std::make_shared<sim::LinearCostModel>(cost);
+  }
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {

@@ -405,6 +405,12 @@ Status EngineLoop::RunStep() {
   const SchedulerOutput plan = scheduler_->Schedule();
   last_plan_empty_ = plan.empty();
   if (plan.empty()) return Status::Ok();
+  // Before the step: its sequences are still known to the scheduler.
+  sim::StepShape shape;
+  if (on_step_) {
+    shape = sim::ShapeOf(plan, *scheduler_);
+    shape.ordinal = shaped_steps_++;
+  }
   const auto start = std::chrono::steady_clock::now();
   Status s = RunPlan(plan);
   if (!s.ok()) return s;
@@ -412,7 +418,7 @@ Status EngineLoop::RunStep() {
   const int64_t took_ns = std::chrono::duration_cast<nanoseconds>(std::chrono::steady_clock::now() - start).count();
   const int64_t logprob_ns = std::chrono::duration_cast<nanoseconds>(step_prompt_logprob_time_).count();
   step_budget_.Update(plan, took_ns, step_prompt_logprob_rows_, logprob_ns, scheduler_.get());
-  if (on_step_) on_step_(plan, took_ns);
+  if (on_step_) on_step_(plan, shape, took_ns);
   return s;
 }
 

@@ -34,6 +34,7 @@
 #include "runtime/kv_connectors/tier_connector.h"
 #include "runtime/kv_connectors/transfer_connector.h"
 #include "runtime/mask_worker.h"
+#include "runtime/sim/cost_model.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/step_budget.h"
 #include "runtime/spec/acceptance.h"
@@ -71,12 +72,14 @@ struct EngineLoopOptions {
   // bounds how long a cancelled request holds its blocks and the engine.
   // 0: steps are bounded by max_num_batched_tokens only (offline throughput).
   double max_step_ms = 0;
-  // Called on the loop thread after each step that ran a plan, with the plan
-  // and the nanoseconds it took as time-bounded steps measure it (StepBudget
-  // gets the same number): the twin's decision-equality test (runtime/sim/)
-  // records the real loop's decisions and step times through it. Cheap; must
-  // not call back into the loop.
-  std::function<void(const SchedulerOutput& plan, int64_t step_ns)> on_step;
+  // Called on the loop thread after each step that ran a plan, with the plan,
+  // its composition as the twin's cost model reads it (sim::ShapeOf, taken
+  // before the step ran; ordinal: this loop's count of non-empty steps) and
+  // the nanoseconds it took as time-bounded steps measure it (StepBudget gets
+  // the same number): the twin's decision-equality test, `tessera calibrate`
+  // and the server's step-time metrics record the real loop through it.
+  // Cheap; must not call back into the loop.
+  std::function<void(const SchedulerOutput& plan, const sim::StepShape& shape, int64_t step_ns)> on_step;
   // Called on the loop thread as each sequence ends (metrics: queue time,
   // finish reasons). Must be cheap and must not call back into the loop.
   std::function<void(const FinishedSequenceStats&)> on_finished;
@@ -310,7 +313,8 @@ class EngineLoop {
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
   StepBudget step_budget_{0};  // time-bounded steps
-  std::function<void(const SchedulerOutput&, int64_t)> on_step_;
+  std::function<void(const SchedulerOutput&, const sim::StepShape&, int64_t)> on_step_;
+  int64_t shaped_steps_ = 0;  // non-empty steps seen by on_step_ (StepShape::ordinal)
   // Prompt logprobs (a log-softmax and top-k over the vocabulary per prompt
   // token) are budgeted apart: this step's rows and their time (RunPlan -> step_budget_).
   int64_t step_prompt_logprob_rows_ = 0;

@@ -28,6 +28,18 @@ StepShape ShapeOf(const SchedulerOutput& plan, const Scheduler& scheduler) {
   return shape;
 }
 
+const std::array<CoefficientKey, 6>& LinearCoefficientKeys() {
+  static const std::array<CoefficientKey, 6> keys = {{
+      {"base_ms", &LinearCoefficients::base_ms},
+      {"per_prefill_token_ms", &LinearCoefficients::per_prefill_token_ms},
+      {"per_prefill_attention_ms", &LinearCoefficients::per_prefill_attention_ms},
+      {"per_decode_seq_ms", &LinearCoefficients::per_decode_seq_ms},
+      {"per_decode_token_ms", &LinearCoefficients::per_decode_token_ms},
+      {"per_decode_context_ms", &LinearCoefficients::per_decode_context_ms},
+  }};
+  return keys;
+}
+
 StatusOr<LinearCostModel> LinearCostModel::FromJson(const std::string& text, const std::string& name) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument(name + ": not a JSON object");
@@ -35,27 +47,37 @@ StatusOr<LinearCostModel> LinearCostModel::FromJson(const std::string& text, con
     return InvalidArgument(name + ": 'model' must be \"linear\" (the one cost model so far)");
   }
   LinearCoefficients c;
-  const std::pair<const char*, double*> keys[] = {
-      {"base_ms", &c.base_ms},
-      {"per_prefill_token_ms", &c.per_prefill_token_ms},
-      {"per_prefill_attention_ms", &c.per_prefill_attention_ms},
-      {"per_decode_seq_ms", &c.per_decode_seq_ms},
-      {"per_decode_token_ms", &c.per_decode_token_ms},
-      {"per_decode_context_ms", &c.per_decode_context_ms},
-  };
   for (const auto& [key, value] : j.items()) {
     if (key == "model" || key == "comment") continue;
-    double* dst = nullptr;
-    for (const auto& [k, d] : keys) {
-      if (key == k) dst = d;
+    if (key == "version") {
+      if (!value.is_number_integer() || value.get<int64_t>() != kCostModelVersion) {
+        return InvalidArgument(name + ": 'version' must be " + std::to_string(kCostModelVersion) +
+                               " (this binary's cost-model format), not " + value.dump());
+      }
+      continue;
+    }
+    if (key == "calibration") {
+      if (!value.is_object()) return InvalidArgument(name + ": 'calibration' must be an object");
+      continue;
+    }
+    double LinearCoefficients::*dst = nullptr;
+    for (const CoefficientKey& k : LinearCoefficientKeys()) {
+      if (key == k.key) dst = k.field;
     }
     if (dst == nullptr) return InvalidArgument(name + ": unknown key '" + key + "'");
     if (!value.is_number() || !(value.get<double>() >= 0) || !std::isfinite(value.get<double>())) {
       return InvalidArgument(name + ": '" + key + "' must be a finite number >= 0");
     }
-    *dst = value.get<double>();
+    c.*dst = value.get<double>();
   }
   return LinearCostModel(c);
+}
+
+std::string LinearCostModel::ToJson(const std::string& calibration_json) const {
+  nlohmann::ordered_json j = {{"model", "linear"}, {"version", kCostModelVersion}};
+  for (const CoefficientKey& k : LinearCoefficientKeys()) j[k.key] = c_.*k.field;
+  if (!calibration_json.empty()) j["calibration"] = nlohmann::ordered_json::parse(calibration_json);
+  return j.dump(2) + "\n";
 }
 
 StatusOr<LinearCostModel> LinearCostModel::FromFile(const std::string& path) {

@@ -4,11 +4,12 @@
 // twin runs is the serving code; this is the only modelled part.
 //
 // Implementations: ConstantCostModel (tests), LinearCostModel (coefficients
-// from a JSON file; calibrating them from micro-runs of the binary, `tessera
-// calibrate`, is a later part), ReplayCostModel (recorded step times, by step
-// number: the decision-equality test feeds the real loop's measured times).
+// from a JSON file, fitted by `tessera calibrate` from micro-runs of the
+// binary: fit.h), ReplayCostModel (recorded step times, by step number: the
+// decision-equality test feeds the real loop's measured times).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,14 +67,31 @@ struct LinearCoefficients {
   double per_decode_context_ms = 0;
 };
 
+// The JSON keys of LinearCoefficients' fields, in declaration order.
+struct CoefficientKey {
+  const char* key;
+  double LinearCoefficients::*field;
+};
+const std::array<CoefficientKey, 6>& LinearCoefficientKeys();
+
+// The cost-model file's format version ("version"); a file without one is
+// read as version 1 (files written before calibrate existed).
+inline constexpr int kCostModelVersion = 1;
+
 class LinearCostModel : public CostModel {
  public:
   explicit LinearCostModel(LinearCoefficients c) : c_(c) {}
-  // {"model": "linear", "base_ms": .., "per_prefill_token_ms": .., ...}: every
-  // key optional (0) but "model"; unknown keys and negative or non-numeric
-  // values are INVALID_ARGUMENT naming the key and `name`.
+  // {"model": "linear", "version": 1, "base_ms": .., "per_prefill_token_ms":
+  // .., ..., "calibration": {..}}: every key optional (0) but "model";
+  // "calibration" (an object: where and how the coefficients were measured)
+  // is provenance for people and is not read. Unknown keys, another version,
+  // and negative or non-numeric values are INVALID_ARGUMENT naming the key
+  // and `name`.
   static StatusOr<LinearCostModel> FromJson(const std::string& text, const std::string& name);
   static StatusOr<LinearCostModel> FromFile(const std::string& path);
+  // The file FromJson reads; `calibration_json` ("" : none) must be a JSON
+  // object, written as "calibration".
+  std::string ToJson(const std::string& calibration_json = "") const;
   int64_t StepNs(const StepShape& shape) const override;
   const LinearCoefficients& coefficients() const { return c_; }
 

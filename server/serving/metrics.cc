@@ -74,6 +74,13 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
   kv_pull_bytes_ = histogram("tessera:kv_transfer_bytes", "Disaggregation: bytes of KV moved by one pull.",
                              {4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456,
                               1073741824});
+  step_seconds_ = histogram("tessera:step_time_seconds", "Engine steps: measured time of one step that ran a plan.",
+                            {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0});
+  step_prediction_error_ =
+      histogram("tessera:step_time_prediction_error",
+                "Engine steps with --cost-model: relative error of the cost model's predicted step time, "
+                "(predicted - measured) / measured.",
+                {-0.9, -0.5, -0.3, -0.2, -0.15, -0.1, -0.05, 0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0});
   kv_bytes_total_ = counter("tessera:kv_transfer_bytes_total", "Disaggregation: KV bytes pulled from prefill instances.");
   auto& blocks = BuildCounter()
                      .Name("tessera:kv_transfer_blocks_total")
@@ -300,6 +307,11 @@ void ServingMetrics::ObserveKvPull(int64_t bytes, double seconds) {
   kv_pull_seconds_->Observe(seconds);
   kv_pull_bytes_->Observe(static_cast<double>(bytes));
   kv_bytes_total_->Increment(static_cast<double>(bytes));
+}
+
+void ServingMetrics::ObserveStepTime(double seconds, double predicted_seconds) {
+  step_seconds_->Observe(seconds);
+  if (predicted_seconds >= 0 && seconds > 0) step_prediction_error_->Observe((predicted_seconds - seconds) / seconds);
 }
 
 void ServingMetrics::UpdateKvTiers(const std::vector<KvTierStats>& tiers, const KvTierTotals& totals) {

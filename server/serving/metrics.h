@@ -59,6 +59,10 @@ class ServingMetrics {
   // Disaggregation, decode side: one successful KV pull (bytes, latency).
   // Blocks pulled vs reused and failures come with UpdateFromScheduler.
   void ObserveKvPull(int64_t bytes, double seconds);
+  // One engine step that ran a plan: tessera:step_time_seconds; with a cost
+  // model (predicted_seconds >= 0) also tessera:step_time_prediction_error,
+  // (predicted - measured) / measured.
+  void ObserveStepTime(double seconds, double predicted_seconds);
   static constexpr int64_t kMaxExpertSeries = 4096;
   // Parallel groups: tessera:parallel_step_seconds_total{rank} and
   // tessera:parallel_collective_seconds_total{rank} advance to each rank's
@@ -92,6 +96,8 @@ class ServingMetrics {
   std::string model_name_;
   prometheus::Histogram* kv_pull_seconds_;
   prometheus::Histogram* kv_pull_bytes_;
+  prometheus::Histogram* step_seconds_;
+  prometheus::Histogram* step_prediction_error_;
   prometheus::Counter* kv_bytes_total_;
   prometheus::Counter* kv_blocks_pulled_;
   prometheus::Counter* kv_blocks_reused_;

@@ -228,6 +228,10 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     options.loop.on_finished = [m](const FinishedSequenceStats& st) {
       if (st.index == 0) m->ObserveQueueTime(st.queue_time_s);
     };
+    options.loop.on_step = [m, cost = options.step_cost_model](const SchedulerOutput&, const sim::StepShape& shape,
+                                                               int64_t ns) {
+      m->ObserveStepTime(static_cast<double>(ns) / 1e9, cost ? static_cast<double>(cost->StepNs(shape)) / 1e9 : -1);
+    };
     options.loop.on_kv_pull = [m](const KvPullEvent& ev) {
       if (ev.ok) m->ObserveKvPull(ev.bytes, ev.seconds);
     };

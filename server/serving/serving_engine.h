@@ -53,6 +53,10 @@ struct ServingOptions {
   // RESOURCE_EXHAUSTED (HTTP 429, gRPC RESOURCE_EXHAUSTED).
   int64_t max_in_flight = 1024;
   ServingMetrics* metrics = nullptr;  // not owned; may be null
+  // --cost-model: the twin's step-time model (runtime/sim/cost_model.h); with
+  // metrics, each step's prediction is compared with its measured time
+  // (tessera:step_time_prediction_error). Null: no prediction.
+  std::shared_ptr<const sim::CostModel> step_cost_model;
   // --chat-template-content-special-tokens (input_processor.h, ChatPromptInput).
   bool chat_content_special_tokens = false;
   // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.

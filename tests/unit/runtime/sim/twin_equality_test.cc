@@ -60,7 +60,7 @@ struct Recorded {
 // (the measured times of the steps before it).
 Recorded RunRecorded(EngineLoopOptions o, std::vector<TwinRequest>& trace, const std::vector<int>& arrive) {
   Recorded rec;
-  o.on_step = [&](const SchedulerOutput& plan, int64_t ns) {
+  o.on_step = [&](const SchedulerOutput& plan, const StepShape&, int64_t ns) {
     rec.steps.push_back(LogOf(plan));
     rec.times.push_back(ns);
   };

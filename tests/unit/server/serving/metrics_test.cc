@@ -1,4 +1,5 @@
-// ServingMetrics: the MoE expert-load counters (tessera:moe_expert_tokens_total).
+// ServingMetrics: the MoE expert-load counters (tessera:moe_expert_tokens_total),
+// and the step-time histograms (measured, and the cost model's relative error).
 #include "server/serving/metrics.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,24 @@ TEST(ServingMetricsTest, ExpertTokensPerLayerAndExpert) {
   text = m.Serialize();
   EXPECT_EQ(Sample(text, {name, "layer=\"1\"", "expert=\"0\""}), 6);
   EXPECT_EQ(Sample(text, {name, "layer=\"3\"", "expert=\"1\""}), 4);
+}
+
+TEST(ServingMetricsTest, StepTimeAndPredictionError) {
+  ServingMetrics m("m");
+  m.ObserveStepTime(0.004, -1);  // no cost model: no prediction
+  std::string text = m.Serialize();
+  EXPECT_EQ(Sample(text, {"tessera:step_time_seconds_count"}), 1);
+  EXPECT_EQ(Sample(text, {"tessera:step_time_prediction_error_count"}), 0);
+  m.ObserveStepTime(0.010, 0.0118);  // +18%
+  m.ObserveStepTime(0.010, 0.009);  // -10%
+  text = m.Serialize();
+  EXPECT_EQ(Sample(text, {"tessera:step_time_seconds_count"}), 3);
+  EXPECT_NEAR(Sample(text, {"tessera:step_time_seconds_sum"}), 0.024, 1e-12);
+  EXPECT_EQ(Sample(text, {"tessera:step_time_prediction_error_count"}), 2);
+  EXPECT_NEAR(Sample(text, {"tessera:step_time_prediction_error_sum"}), 0.08, 1e-9);
+  EXPECT_EQ(Sample(text, {"tessera:step_time_prediction_error_bucket", "le=\"-0.05\""}), 1);
+  EXPECT_EQ(Sample(text, {"tessera:step_time_prediction_error_bucket", "le=\"0.15\""}), 1);
+  EXPECT_EQ(Sample(text, {"tessera:step_time_prediction_error_bucket", "le=\"0.2\""}), 2);
 }
 
 // Expert parallelism: the pairs each rank computed, and EPLB rebalances.
