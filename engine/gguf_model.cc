@@ -596,6 +596,7 @@ std::string GgufTensorName(const WeightSpec& spec, const std::string& arch) {
     case R::kExpertGateBias: return b + "ffn_gate_exps.bias";  // all experts stacked [E, inter]
     case R::kExpertUpBias: return b + "ffn_up_exps.bias";
     case R::kExpertDownBias: return b + "ffn_down_exps.bias";
+    case R::kScoreBias: return b + "exp_probs_b.bias";  // DeepSeek-V3 e_score_correction_bias
   }
   return "";
 }
