@@ -18,7 +18,7 @@ void AddSynthCommand(CLI::App& app, int* exit_code) {
   auto mix = std::make_shared<bool>(false);
   cmd->add_option("--arch", opts->arch,
                   "llama | mistral | qwen2 | qwen3 | mixtral | qwen2_moe | qwen3_moe | phi3 | gemma2 | gemma3 | gpt_oss | "
-                  "deepseek_v2_lite")
+                  "deepseek_v2_lite | deepseek_v3")
       ->capture_default_str();
   cmd->add_option("--size", opts->size,
                   "tiny | 0.5b | 1.5b (gemma: tiny | 0.5b; MoE archs: tiny | 1b, ~1B total / ~0.3B active)")

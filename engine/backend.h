@@ -105,7 +105,7 @@ struct MlaAttentionParams {
 // its config uses, so a backend without one refuses the model by name at load.
 enum class BackendOp {
   kGeluTanhMul, kScale, kSoftCap, kAttentionSoftCap,
-  kAttentionSinks, kMoeSoftmaxTopK, kMoeExpertBias, kSwigluOai, kAdd, kMlaAttention,
+  kAttentionSinks, kMoeSoftmaxTopK, kMoeExpertBias, kSwigluOai, kAdd, kMlaAttention, kMoeGroupedRoute,
 };
 inline const char* BackendOpName(BackendOp op) {
   switch (op) {
@@ -119,9 +119,30 @@ inline const char* BackendOpName(BackendOp op) {
     case BackendOp::kSwigluOai: return "clamped SwiGLU (swiglu_limit) expert activation";
     case BackendOp::kAdd: return "Add";
     case BackendOp::kMlaAttention: return "multi-head latent attention";
+    case BackendOp::kMoeGroupedRoute: return "MoE routing by sigmoid scores, expert groups or a selection bias";
   }
   return "?";
 }
+
+// How Backend::MoeRoute chooses a token's experts (engine/moe/ fills it from MoeConfig):
+//   p = softmax(logits) | sigmoid(logits)      (kSoftmaxTopK: the top_k logits, then a
+//                                              softmax over those k; nothing below applies)
+//   s = p + selection_bias                     (when given; s only chooses)
+//   groups: num_experts / n_group consecutive ids each, scored by max(s) (kMax) or the
+//           sum of their two largest s (kTop2Sum); the experts outside the best
+//           topk_group groups get s = -inf
+//   ids = the top_k of s; weights = p[ids], divided by (their sum + 1e-20) with renormalize.
+// Every top-k (groups and experts) breaks ties to the lower index.
+struct MoeRouteParams {
+  enum class Score { kSoftmax, kSoftmaxTopK, kSigmoid };
+  enum class Groups { kNone, kMax, kTop2Sum };
+  Score score = Score::kSoftmax;
+  Groups groups = Groups::kNone;
+  int64_t num_experts = 0, top_k = 0;
+  int64_t n_group = 1, topk_group = 1;
+  bool renormalize = false;
+  const float* selection_bias = nullptr;  // f32 [num_experts] in backend memory, or null
+};
 
 class Backend {
  public:
@@ -214,16 +235,13 @@ class Backend {
   // --- Mixture of experts (engine/moe/). A backend that runs MoE models
   // overrides all five; CheckMoe() is asked when an MoE model loads.
   virtual Status CheckMoe() const { return Unimplemented(name() + ": no MoE ops"); }
-  // Per token: softmax over `num_experts` router logits (f32), the top_k
-  // experts by probability (ties: lower expert id first), written in that
-  // order to topk_ids/topk_weights [tokens, top_k]; with `renormalize` the k
-  // weights are divided by their sum. With `softmax_topk` (CheckOp(kMoeSoftmaxTopK))
-  // the top_k logits are chosen instead and the weights are the softmax over
-  // those k only. Deterministic and batch-invariant.
-  virtual void MoeRoute(const float* router_logits, int64_t tokens, int64_t num_experts, int64_t top_k,
-                        bool renormalize, bool softmax_topk, int32_t* topk_ids, float* topk_weights) {
-    (void)router_logits, (void)tokens, (void)num_experts, (void)top_k, (void)renormalize, (void)softmax_topk,
-        (void)topk_ids, (void)topk_weights;
+  // Per token, in f32 (deterministic and batch-invariant): router logits [tokens,
+  // num_experts] to the top_k expert ids and weights [tokens, top_k], best first
+  // (MoeRouteParams says how). Anything but the plain softmax needs CheckOp of
+  // kMoeSoftmaxTopK / kMoeGroupedRoute.
+  virtual void MoeRoute(const float* router_logits, int64_t tokens, const MoeRouteParams& p, int32_t* topk_ids,
+                        float* topk_weights) {
+    (void)router_logits, (void)tokens, (void)p, (void)topk_ids, (void)topk_weights;
   }
   // out[t, :] = sum over j = 0..top_k-1, in that order, of
   //   topk_weights[t, j] * (down_e(act(gate_e x[t] + bg_e, up_e x[t] + bu_e)) + bd_e),  e = topk_ids[t, j]

@@ -208,13 +208,25 @@ class CpuBackend final : public Backend {
   }
 
   Status CheckMoe() const override { return Status::Ok(); }
-  void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
-                bool softmax_topk, int32_t* ids, float* weights) override {
-    if (softmax_topk) {
-      k::MoeRouteSoftmaxTopK(logits, tokens, num_experts, top_k, ids, weights);
-    } else {
-      k::MoeRoute(logits, tokens, num_experts, top_k, renormalize, ids, weights);
+  void MoeRoute(const float* logits, int64_t tokens, const MoeRouteParams& p, int32_t* ids,
+                float* weights) override {
+    using P = MoeRouteParams;
+    if (p.score == P::Score::kSoftmaxTopK) {
+      k::MoeRouteSoftmaxTopK(logits, tokens, p.num_experts, p.top_k, ids, weights);
+      return;
     }
+    k::MoeRouteArgs a;
+    a.num_experts = p.num_experts;
+    a.top_k = p.top_k;
+    a.sigmoid = p.score == P::Score::kSigmoid;
+    a.groups = p.groups == P::Groups::kMax       ? k::MoeGroupScore::kMax
+               : p.groups == P::Groups::kTop2Sum ? k::MoeGroupScore::kTop2Sum
+                                                 : k::MoeGroupScore::kNone;
+    a.n_group = p.n_group;
+    a.topk_group = p.topk_group;
+    a.renormalize = p.renormalize;
+    a.selection_bias = p.selection_bias;
+    k::MoeRoute(logits, tokens, a, ids, weights);
   }
   void MoeExperts(const float* x, int64_t tokens, const int32_t* ids, const float* weights, int64_t top_k,
                   const MoeExpertWeights& w, float* out) override {

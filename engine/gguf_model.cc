@@ -8,12 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/gguf_deepseek.h"
+#include "engine/gguf_meta.h"
 #include "engine/rope.h"
 
 namespace tessera {
 namespace {
 
 using json = nlohmann::json;
+using Meta = GgufMeta;
 
 std::string ShapeStr(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -21,53 +24,6 @@ std::string ShapeStr(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-// Typed metadata lookups; errors name the key.
-class Meta {
- public:
-  Meta(const GgufContents& g, std::string label) : g_(g), label_(std::move(label)) {}
-  StatusOr<int64_t> Int(const std::string& key, std::optional<int64_t> def = std::nullopt) const {
-    const GgufValue* v = g_.Find(key);
-    if (!v) {
-      if (def) return *def;
-      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
-    }
-    auto i = v->AsInt();
-    if (!i) return InvalidArgument(label_ + ": metadata '" + key + "' must be an integer");
-    return *i;
-  }
-  StatusOr<double> Num(const std::string& key, std::optional<double> def = std::nullopt) const {
-    const GgufValue* v = g_.Find(key);
-    if (!v) {
-      if (def) return *def;
-      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
-    }
-    auto d = v->AsDouble();
-    if (!d || !std::isfinite(*d)) return InvalidArgument(label_ + ": metadata '" + key + "' must be a finite number");
-    return *d;
-  }
-  StatusOr<bool> Bool(const std::string& key, bool def) const {
-    const GgufValue* v = g_.Find(key);
-    if (!v) return def;
-    if (v->type != GgufType::kBool) return InvalidArgument(label_ + ": metadata '" + key + "' must be a bool");
-    return v->u != 0;
-  }
-  StatusOr<std::string> Str(const std::string& key, std::optional<std::string> def = std::nullopt) const {
-    const GgufValue* v = g_.Find(key);
-    if (!v) {
-      if (def) return *def;
-      return InvalidArgument(label_ + ": missing required metadata key '" + key + "'");
-    }
-    if (v->type != GgufType::kString) return InvalidArgument(label_ + ": metadata '" + key + "' must be a string");
-    return v->str;
-  }
-
-  const std::string& label() const { return label_; }
-  const GgufValue* Find(const std::string& key) const { return g_.Find(key); }
-
- private:
-  const GgufContents& g_;
-  std::string label_;
-};
 
 // Llama 3 rope scaling is stored as a rope_freqs tensor of per-frequency
 // wavelength factors. Recognise the published Llama 3.x parameters from it.
@@ -339,6 +295,7 @@ std::string GgufArchFor(const std::string& model_type) {
   if (model_type == "gemma2") return "gemma2";
   if (model_type == "gemma3" || model_type == "gemma3_text") return "gemma3";
   if (model_type == "gpt_oss" || model_type == "gpt-oss") return "gpt-oss";
+  if (model_type == "deepseek_v2" || model_type == "deepseek_v3" || model_type == "deepseek2") return "deepseek2";
   return "";
 }
 
@@ -364,10 +321,12 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
     c["architectures"] = {"Gemma3ForCausalLM"};
   } else if (arch == "gpt-oss") {
     c["architectures"] = {"GptOssForCausalLM"};
+  } else if (arch == "deepseek2") {
+    c["architectures"] = {"DeepseekV2ForCausalLM"};  // V3 by its routing (GgufDeepseekConfig)
   } else {
     return Unimplemented(label + ": metadata 'general.architecture' is '" + arch +
                          "', which is not supported (supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, phi3, "
-                         "gemma2, gemma3, gpt-oss)");
+                         "gemma2, gemma3, gpt-oss, deepseek2)");
   }
   c["model_type"] = arch;
   const std::string p = arch + ".";
@@ -389,7 +348,8 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   }
   ASSIGN_OR_RETURN(int64_t head_dim, m.Int(p + "attention.key_length", 0));
   ASSIGN_OR_RETURN(int64_t value_dim, m.Int(p + "attention.value_length", head_dim));
-  if (value_dim != head_dim) {
+  const bool deepseek = arch == "deepseek2";  // MLA: the lengths describe the latent (GgufDeepseekConfig)
+  if (value_dim != head_dim && !deepseek) {
     return Unimplemented(label + ": metadata '" + p + "attention.value_length' differs from key_length");
   }
   ASSIGN_OR_RETURN(int64_t ctx, m.Int(p + "context_length"));
@@ -419,7 +379,7 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   } else if (arch != "qwen2") {
     c["attention_bias"] = q_bias;
   }
-  RETURN_IF_ERROR(GgufMoeConfig(g, m, arch, layers, &c));
+  if (!deepseek) RETURN_IF_ERROR(GgufMoeConfig(g, m, arch, layers, &c));
   if (arch == "llama") c["mlp_bias"] = g.FindTensor("blk.0.ffn_gate.bias") != nullptr;
   if (const GgufValue* v = g.Find("tokenizer.ggml.bos_token_id"); v && v->AsInt()) c["bos_token_id"] = *v->AsInt();
   if (const GgufValue* v = g.Find("tokenizer.ggml.eos_token_id"); v && v->AsInt()) c["eos_token_id"] = *v->AsInt();
@@ -462,6 +422,7 @@ StatusOr<ModelConfig> GgufModelConfig(const GgufContents& g, const std::string& 
   if (arch == "gemma2" || arch == "gemma3") {
     RETURN_IF_ERROR(GgufGemmaConfig(m, arch, layers, hidden, heads, head_dim, theta, &c));
   }
+  if (deepseek) RETURN_IF_ERROR(GgufDeepseekConfig(g, m, &c));
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(c.dump(), label));
   config.model_type = arch;
   config.norm_weight_offset = 0.0;  // GGUF Gemma norms hold 1 + w already
@@ -510,8 +471,12 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
   md.emplace_back(p + "feed_forward_length", u32(c.intermediate_size));
   md.emplace_back(p + "attention.head_count", u32(c.num_q_heads));
   md.emplace_back(p + "attention.head_count_kv", u32(c.num_kv_heads));
-  md.emplace_back(p + "attention.key_length", u32(c.head_dim));
-  md.emplace_back(p + "attention.value_length", u32(c.head_dim));
+  if (arch == "deepseek2") {
+    AppendDeepseekMetadata(c, &md);  // MLA's lengths and DeepSeekMoE's keys
+  } else {
+    md.emplace_back(p + "attention.key_length", u32(c.head_dim));
+    md.emplace_back(p + "attention.value_length", u32(c.head_dim));
+  }
   md.emplace_back(p + "rope.freq_base", GgufValue::F32(static_cast<float>(c.rope_theta)));
   md.emplace_back(p + "attention.layer_norm_rms_epsilon", GgufValue::F32(static_cast<float>(c.rms_norm_eps)));
   const RopeScaling& s = c.rope_scaling;
@@ -522,7 +487,7 @@ std::vector<std::pair<std::string, GgufValue>> GgufModelMetadata(const ModelConf
       md.emplace_back(p + "rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
     }
   }
-  if (c.is_moe()) {
+  if (c.is_moe() && arch != "deepseek2") {
     md.emplace_back(p + "expert_count", u32(c.moe.num_experts));
     md.emplace_back(p + "expert_used_count", u32(c.moe.top_k));
     if (arch != "llama") {
@@ -596,6 +561,7 @@ std::string GgufTensorName(const WeightSpec& spec, const std::string& arch) {
     case R::kExpertGateBias: return b + "ffn_gate_exps.bias";  // all experts stacked [E, inter]
     case R::kExpertUpBias: return b + "ffn_up_exps.bias";
     case R::kExpertDownBias: return b + "ffn_down_exps.bias";
+    case R::kScoreBias: return b + "exp_probs_b.bias";  // DeepSeek-V3 e_score_correction_bias
   }
   return "";
 }
@@ -628,6 +594,15 @@ StatusOr<SourceTensor> GgufWeightSource::Get(const WeightSpec& spec) {
   const std::string name = GgufTensorName(spec, arch_);
   const std::string& path = file_->path();
   const GgufTensor* t = file_->contents().FindTensor(name);
+  if (!t && spec.role == WeightRole::kKvB && arch_ == "deepseek2") {  // split into attn_k_b / attn_v_b
+    std::vector<uint8_t> kv_b;
+    DType dtype = DType::kF32;
+    RETURN_IF_ERROR(GgufDeepseekKvB(file_->contents(), config_, spec.layer, path, &kv_b, &dtype));
+    auto buf = std::make_unique<uint8_t[]>(kv_b.size());
+    std::memcpy(buf.get(), kv_b.data(), kv_b.size());
+    owned_.push_back(std::move(buf));
+    return SourceTensor{owned_.back().get(), dtype, static_cast<int64_t>(kv_b.size()), path};
+  }
   if (!t) return NotFound(path + ": missing tensor '" + name + "' (for " + spec.name + ")");
   if (spec.IsExpert()) {
     // One expert's [rows, cols] (or bias [rows]) slice of the stacked [n_expert, rows, cols] tensor.

@@ -5,7 +5,8 @@
 // Supported `general.architecture`: llama (also Mistral and Mixtral files), qwen2, qwen3,
 // qwen2moe, qwen3moe, phi3 (Phi-3 and Phi-4: fused attn_qkv, ffn_up holding
 // [gate | up], LongRoPE factors as rope_factors_{long,short} tensors), gemma2,
-// gemma3 (norms stored as 1 + w, as llama.cpp's converter writes them).
+// gemma3 (norms stored as 1 + w, as llama.cpp's converter writes them), gpt-oss,
+// deepseek2 (engine/gguf_deepseek.h).
 #pragma once
 
 #include <cstdint>

@@ -85,10 +85,12 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model_path, Back
             m->config_.architecture);
   }
   m->local_ = m->config_;
-  if (parallel != nullptr && m->config_.attention == AttentionKind::kMla) {
-    // ShardPlan splits K/V heads; the latent would have to be replicated instead.
-    return Unimplemented(m->config_.architecture + ": multi-head latent attention runs on one rank only for now "
-                         "(--tensor-parallel-size, --data-parallel-size and --enable-expert-parallel must be unset)");
+  if (parallel != nullptr && m->config_.attention == AttentionKind::kMla && parallel->shard.world_size > 1 &&
+      !parallel->shard.data_parallel_attention) {
+    // ShardPlan splits K/V heads; the latent would have to be replicated instead. Data-parallel
+    // attention replicates every attention weight, so expert parallelism runs with it.
+    return Unimplemented(m->config_.architecture + ": multi-head latent attention is not split across ranks yet "
+                         "(--tensor-parallel-size must be 1; expert parallelism needs --data-parallel-size)");
   }
   if (parallel != nullptr) {
     ASSIGN_OR_RETURN(m->shard_, parallel::ModelShard::Create(m->config_, *parallel, backend));

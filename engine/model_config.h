@@ -65,6 +65,13 @@ struct RopeScaling {
 enum class MoeScoring {
   kSoftmax,      // softmax over all experts, then the top_k probabilities (Mixtral, Qwen)
   kSoftmaxTopK,  // the top_k logits, then a softmax over those k only (gpt-oss)
+  kSigmoid,      // sigmoid of each logit, then the top_k (DeepSeek-V3 scoring_func sigmoid)
+};
+// DeepSeekMoE's topk_method: which experts may be chosen (HF / vLLM names).
+enum class MoeTopkMethod {
+  kGreedy,              // top_k over all experts
+  kGroupLimitedGreedy,  // top topk_group of n_group groups by their best score, then top_k inside (V2)
+  kNoauxTc,             // groups by the sum of their 2 best biased scores (V3, e_score_correction_bias)
 };
 // A routed expert's gated activation act(g, u), g = gate x, u = up x.
 enum class MoeActivation {
@@ -88,6 +95,11 @@ struct MoeConfig {
   double swiglu_limit = 7.0;     // kSwigluOai only
   // DeepSeek: the k routed weights times this, after the optional renormalisation.
   double routed_scaling_factor = 1.0;
+  MoeTopkMethod topk_method = MoeTopkMethod::kGreedy;
+  int64_t n_group = 1, topk_group = 1;  // grouped methods: E / n_group consecutive ids per group
+  // noaux_tc: mlp.gate.e_score_correction_bias [E] is added to the scores to choose
+  // experts only; the weights come from the unbiased scores.
+  bool score_correction_bias = false;
 };
 
 struct ModelConfig {

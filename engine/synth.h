@@ -13,8 +13,8 @@ namespace tessera {
 
 struct SynthOptions {
   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3, or MoE: mixtral | qwen2_moe | qwen3_moe | gpt_oss |
-  // deepseek_v2_lite (gpt_oss with --dtype mxfp4: MXFP4 experts, in safetensors as HF stores them, the rest bf16;
-  // deepseek_v2_lite: multi-head latent attention, safetensors only)
+  // deepseek_v2_lite | deepseek_v3 (gpt_oss with --dtype mxfp4: MXFP4 experts, in safetensors as HF stores them,
+  // the rest bf16; deepseek_*: multi-head latent attention and DeepSeekMoE, safetensors only)
   std::string arch = "qwen3";
   // tiny | 0.5b | 1.5b; phi3: tiny | 0.5b; MoE archs: tiny | 1b (~1B parameters, ~0.3B active per token)
   std::string size = "tiny";

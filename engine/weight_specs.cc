@@ -102,6 +102,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       const bool mixtral = c.architecture == "MixtralForCausalLM";
       const std::string moe = mixtral ? "block_sparse_moe." : "mlp.";
       add(moe + "gate.weight", {m.num_experts, h}, R::kRouter);
+      if (m.score_correction_bias) add("mlp.gate.e_score_correction_bias", {m.num_experts}, R::kScoreBias);
       for (int64_t e = 0; e < m.num_experts; ++e) {
         const std::string ep = p + moe + "experts." + std::to_string(e) + ".";
         auto expert = [&](const char* name, std::vector<int64_t> shape, R role) {
@@ -112,9 +113,12 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
         expert(mixtral ? "w2.weight" : "down_proj.weight", {h, ei}, R::kExpertDown);
       }
       if (m.shared_inter > 0) {
-        add("mlp.shared_expert.gate_proj.weight", {m.shared_inter, h}, R::kSharedGate);
-        add("mlp.shared_expert.up_proj.weight", {m.shared_inter, h}, R::kSharedUp);
-        add("mlp.shared_expert.down_proj.weight", {h, m.shared_inter}, R::kSharedDown);
+        // Qwen2-MoE: mlp.shared_expert (one, gated); DeepSeek: mlp.shared_experts
+        // (n_shared_experts of them fused into one FFN, added ungated).
+        const std::string sh = m.shared_gate ? "mlp.shared_expert." : "mlp.shared_experts.";
+        add(sh + "gate_proj.weight", {m.shared_inter, h}, R::kSharedGate);
+        add(sh + "up_proj.weight", {m.shared_inter, h}, R::kSharedUp);
+        add(sh + "down_proj.weight", {h, m.shared_inter}, R::kSharedDown);
       }
       if (m.shared_gate) add("mlp.shared_expert_gate.weight", {1, h}, R::kSharedExpertGate);
       continue;

@@ -31,6 +31,8 @@ enum class WeightRole {
   // gpt-oss: per query head attention sink logits [heads]; router bias [E]; per expert
   // gate/up bias [inter] and down bias [hidden].
   kSinks, kRouterBias, kExpertGateBias, kExpertUpBias, kExpertDownBias,
+  // DeepSeek-V3: the router's score correction bias [E] (selection only, engine/moe/).
+  kScoreBias,
 };
 
 struct WeightSpec {
@@ -66,7 +68,7 @@ struct WeightSpec {
   // Weights MoeBlock binds (engine/moe/).
   bool IsMoe() const {
     switch (role) {
-      case WeightRole::kRouter: case WeightRole::kRouterBias:
+      case WeightRole::kRouter: case WeightRole::kRouterBias: case WeightRole::kScoreBias:
       case WeightRole::kExpertGate: case WeightRole::kExpertUp: case WeightRole::kExpertDown:
       case WeightRole::kExpertGateBias: case WeightRole::kExpertUpBias: case WeightRole::kExpertDownBias:
       case WeightRole::kSharedGate: case WeightRole::kSharedUp: case WeightRole::kSharedDown:
@@ -81,7 +83,8 @@ struct WeightSpec {
     return role == WeightRole::kQBias || role == WeightRole::kKBias || role == WeightRole::kVBias ||
            role == WeightRole::kOBias || role == WeightRole::kGateBias || role == WeightRole::kUpBias ||
            role == WeightRole::kDownBias || role == WeightRole::kRouterBias || role == WeightRole::kExpertGateBias ||
-           role == WeightRole::kExpertUpBias || role == WeightRole::kExpertDownBias;
+           role == WeightRole::kExpertUpBias || role == WeightRole::kExpertDownBias ||
+           role == WeightRole::kScoreBias;
   }
 };
 

@@ -236,7 +236,7 @@ class CudaBackend final : public Backend {
     switch (op) {
       // gpt-oss's ops have no CUDA kernels yet: such a model is refused at load, by op.
       case BackendOp::kAttentionSinks: case BackendOp::kMoeSoftmaxTopK: case BackendOp::kMoeExpertBias:
-      case BackendOp::kSwigluOai: case BackendOp::kAdd:
+      case BackendOp::kSwigluOai: case BackendOp::kAdd: case BackendOp::kMoeGroupedRoute:
         return Unimplemented(name() + ": no " + BackendOpName(op) + " kernel");
       case BackendOp::kMlaAttention:
         return Unimplemented("--device cuda has no multi-head latent attention kernel yet; serve the model with "
@@ -263,10 +263,11 @@ class CudaBackend final : public Backend {
   void Attention(const float* q, int64_t q_stride, KvLayerView c, const AttentionParams& p, float* out) override;
 
   Status CheckMoe() const override { return Status::Ok(); }
-  void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
-                bool softmax_topk, int32_t* topk_ids, float* topk_weights) override {
-    (void)softmax_topk;  // refused at load (CheckOp(kMoeSoftmaxTopK))
-    Keep(moe_.Route(MoeEnv(), logits, tokens, num_experts, top_k, renormalize, topk_ids, topk_weights));
+  void MoeRoute(const float* logits, int64_t tokens, const MoeRouteParams& p, int32_t* topk_ids,
+                float* topk_weights) override {
+    // Only the plain softmax runs here: the other variants are refused at load
+    // (CheckOp(kMoeSoftmaxTopK / kMoeGroupedRoute)).
+    Keep(moe_.Route(MoeEnv(), logits, tokens, p.num_experts, p.top_k, p.renormalize, topk_ids, topk_weights));
   }
   void MoeExperts(const float* x, int64_t tokens, const int32_t* topk_ids, const float* topk_weights, int64_t top_k,
                   const MoeExpertWeights& w, float* out) override {

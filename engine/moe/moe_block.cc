@@ -9,6 +9,23 @@ namespace {
 
 float* F(const std::shared_ptr<void>& p) { return static_cast<float*>(p.get()); }
 
+MoeRouteParams RouteParams(const MoeConfig& m) {
+  using P = MoeRouteParams;
+  P p;
+  p.score = m.scoring == MoeScoring::kSoftmaxTopK ? P::Score::kSoftmaxTopK
+            : m.scoring == MoeScoring::kSigmoid   ? P::Score::kSigmoid
+                                                  : P::Score::kSoftmax;
+  p.groups = m.topk_method == MoeTopkMethod::kGroupLimitedGreedy ? P::Groups::kMax
+             : m.topk_method == MoeTopkMethod::kNoauxTc          ? P::Groups::kTop2Sum
+                                                                 : P::Groups::kNone;
+  p.num_experts = m.num_experts;
+  p.top_k = m.top_k;
+  p.n_group = m.n_group;
+  p.topk_group = m.topk_group;
+  p.renormalize = m.norm_topk_prob;
+  return p;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const ModelConfig& c, Backend* backend) {
@@ -16,6 +33,10 @@ StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const ModelConfig& c, Backe
   RETURN_IF_ERROR(backend->CheckMoe());
   std::vector<BackendOp> ops;
   if (c.moe.scoring == MoeScoring::kSoftmaxTopK) ops.push_back(BackendOp::kMoeSoftmaxTopK);
+  if (c.moe.scoring == MoeScoring::kSigmoid || c.moe.topk_method != MoeTopkMethod::kGreedy ||
+      c.moe.score_correction_bias) {
+    ops.push_back(BackendOp::kMoeGroupedRoute);
+  }
   if (c.moe.expert_bias) ops.push_back(BackendOp::kMoeExpertBias);
   if (c.moe.activation == MoeActivation::kSwigluOai) ops.push_back(BackendOp::kSwigluOai);
   if (c.moe.shared_inter > 0 && !c.moe.shared_gate) ops.push_back(BackendOp::kAdd);
@@ -33,6 +54,7 @@ StatusOr<std::unique_ptr<MoeBlock>> MoeBlock::Create(const ModelConfig& c, Backe
     b->moe_layers_.push_back(i);
   }
   b->weights_.resize(b->moe_layers_.size());
+  b->route_ = RouteParams(c.moe);
   for (MoeLayerWeights& w : b->weights_) {
     MoeExpertWeights& x = w.experts;
     x.num_experts = c.moe.num_experts;
@@ -70,6 +92,7 @@ Status MoeBlock::BindVector(const WeightSpec& spec, std::shared_ptr<void> data, 
   }
   switch (spec.role) {
     case R::kRouterBias: L.router_bias = data; break;
+    case R::kScoreBias: L.score_bias = data; break;
     case R::kExpertGateBias: L.experts.gate_bias[spec.expert] = v; break;
     case R::kExpertUpBias: L.experts.up_bias[spec.expert] = v; break;
     case R::kExpertDownBias: L.experts.down_bias[spec.expert] = v; break;
@@ -147,7 +170,8 @@ Status MoeBlock::Validate() {
   for (size_t i = 0; i < weights_.size(); ++i) {
     const MoeLayerWeights& L = weights_[i];
     const std::string where = "moe layer " + std::to_string(moe_layers_[i]);
-    bool missing = L.router.empty() || (m.router_bias && !L.router_bias);
+    bool missing = L.router.empty() || (m.router_bias && !L.router_bias) ||
+                   (m.score_correction_bias && !L.score_bias);
     MoeExpertWeights& held = ep_ ? local_[i] : weights_[i].experts;
     for (const std::vector<WeightView>* table : held.Tables()) {
       for (const WeightView& v : *table) missing |= v.empty();
@@ -190,8 +214,9 @@ void MoeBlock::Forward(int64_t layer, const float* x, int64_t t, float* out) {
   Backend& b = *backend_;
   if (t > 0) {
     b.Linear(x, t, L.router, F(L.router_bias), F(ws_.logits), m.num_experts);
-    b.MoeRoute(F(ws_.logits), t, m.num_experts, m.top_k, m.norm_topk_prob, m.scoring == MoeScoring::kSoftmaxTopK,
-               ids, F(ws_.weights));
+    MoeRouteParams route = route_;
+    route.selection_bias = F(L.score_bias);
+    b.MoeRoute(F(ws_.logits), t, route, ids, F(ws_.weights));
     // Scaled here, on the token's rank, so expert-parallel ranks receive final weights.
     if (m.routed_scaling_factor != 1.0) {
       b.Scale(F(ws_.weights), t * m.top_k, static_cast<float>(m.routed_scaling_factor));

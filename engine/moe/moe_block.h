@@ -1,4 +1,4 @@
-// MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE, Qwen3-MoE and gpt-oss
+// MoeBlock: the mixture-of-experts FFN of Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss and DeepSeek
 // (docs/architecture.md, "Engine"), run by Model in place of the dense SwiGLU on the layers
 // ModelConfig::layer_moe marks:
 //
@@ -6,6 +6,8 @@
 //   ids, w = top-k of softmax(logits)        (ties: lower id; renormalised when norm_topk_prob;
 //                                             times routed_scaling_factor, DeepSeek)
 //            or softmax over the top-k logits (MoeScoring::kSoftmaxTopK, gpt-oss)
+//            or DeepSeekMoE's sigmoid scores, group-limited choice and score
+//            correction bias (MoeRouteParams; the bias chooses, never weighs)
 //   out    = sum_j w_j * expert_{id_j}(x)    grouped by expert, summed per token in slot order;
 //            an expert may carry gate/up/down biases and the clamped SwiGLU (MoeConfig)
 //   out   += sigmoid(shared_gate . x) * shared_expert(x)      (Qwen2-MoE)
@@ -34,6 +36,7 @@ class ModelShard;
 struct MoeLayerWeights {
   WeightView router;  // [num_experts, hidden]
   std::shared_ptr<void> router_bias;  // f32 [num_experts] in backend memory; null without
+  std::shared_ptr<void> score_bias;   // f32 [num_experts] e_score_correction_bias; null without
   MoeExpertWeights experts;
   WeightView shared_gate, shared_up, shared_down;  // empty without a shared expert
   WeightView shared_expert_gate;                   // [1, hidden]; empty without the sigmoid gate
@@ -79,6 +82,7 @@ class MoeBlock {
   MoeBlock() = default;
   void BuildLocal();  // local_ from the shard's slots
   ModelConfig config_;
+  MoeRouteParams route_;        // from config_.moe; Forward adds the layer's score bias
   Backend* backend_ = nullptr;  // not owned
   std::vector<int64_t> moe_index_;      // per layer: index among MoE layers, or -1
   std::vector<int64_t> moe_layers_;     // layer id of each MoE layer

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/ops.h"
 
@@ -53,28 +54,71 @@ void SelectTopK(const float* v, int64_t n, int64_t k, std::vector<char>* taken, 
 
 }  // namespace
 
-void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
-              int32_t* ids, float* weights) {
-  std::vector<float> p(static_cast<size_t>(num_experts));
-  std::vector<char> taken(static_cast<size_t>(num_experts));
+void MoeRoute(const float* logits, int64_t tokens, const MoeRouteArgs& a, int32_t* ids, float* weights) {
+  const int64_t n = a.num_experts, k = a.top_k;
+  const bool grouped = a.groups != MoeGroupScore::kNone;
+  const int64_t group_size = grouped ? n / a.n_group : n;
+  std::vector<float> p(static_cast<size_t>(n)), s(static_cast<size_t>(n)), chosen(static_cast<size_t>(k));
+  std::vector<char> taken(static_cast<size_t>(n)), group_taken(static_cast<size_t>(a.n_group));
+  std::vector<float> group_score(static_cast<size_t>(a.n_group)), best_groups(static_cast<size_t>(a.topk_group));
+  std::vector<int32_t> group_ids(static_cast<size_t>(a.topk_group));
+  int32_t two_ids[2];
+  float two[2];
+  std::vector<char> two_taken(static_cast<size_t>(group_size));
   for (int64_t t = 0; t < tokens; ++t) {
-    const float* l = logits + t * num_experts;
-    float mx = l[0];
-    for (int64_t e = 1; e < num_experts; ++e) mx = std::max(mx, l[e]);
-    float sum = 0.0f;
-    for (int64_t e = 0; e < num_experts; ++e) {
-      p[e] = std::exp(l[e] - mx);
-      sum += p[e];
+    const float* l = logits + t * n;
+    if (a.sigmoid) {
+      for (int64_t e = 0; e < n; ++e) p[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      float mx = l[0];
+      for (int64_t e = 1; e < n; ++e) mx = std::max(mx, l[e]);
+      float sum = 0.0f;
+      for (int64_t e = 0; e < n; ++e) {
+        p[e] = std::exp(l[e] - mx);
+        sum += p[e];
+      }
+      for (int64_t e = 0; e < n; ++e) p[e] /= sum;
     }
-    for (int64_t e = 0; e < num_experts; ++e) p[e] /= sum;
-    float* w = weights + t * top_k;
-    SelectTopK(p.data(), num_experts, top_k, &taken, ids + t * top_k, w);
-    if (renormalize) {
-      float s = 0.0f;
-      for (int64_t j = 0; j < top_k; ++j) s += w[j];
-      for (int64_t j = 0; j < top_k; ++j) w[j] /= s;
+    for (int64_t e = 0; e < n; ++e) s[e] = a.selection_bias ? p[e] + a.selection_bias[e] : p[e];
+    if (grouped) {
+      for (int64_t g = 0; g < a.n_group; ++g) {
+        const float* sg = s.data() + g * group_size;
+        if (a.groups == MoeGroupScore::kMax) {
+          float m = sg[0];
+          for (int64_t e = 1; e < group_size; ++e) m = std::max(m, sg[e]);
+          group_score[g] = m;
+        } else {  // the two largest, the larger first (group_size >= 2, checked at load)
+          SelectTopK(sg, group_size, 2, &two_taken, two_ids, two);
+          group_score[g] = two[0] + two[1];
+        }
+      }
+      SelectTopK(group_score.data(), a.n_group, a.topk_group, &group_taken, group_ids.data(), best_groups.data());
+      std::fill(group_taken.begin(), group_taken.end(), 0);
+      for (int32_t g : group_ids) group_taken[g] = 1;
+      for (int64_t e = 0; e < n; ++e) {
+        if (!group_taken[e / group_size]) s[e] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    int32_t* id = ids + t * k;
+    float* w = weights + t * k;
+    SelectTopK(s.data(), n, k, &taken, id, chosen.data());
+    for (int64_t j = 0; j < k; ++j) w[j] = p[id[j]];
+    if (a.renormalize) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[j];
+      sum += 1e-20f;  // DeepSeek's guard; below the last bit of any softmax sum
+      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
     }
   }
+}
+
+void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
+              int32_t* ids, float* weights) {
+  MoeRouteArgs a;
+  a.num_experts = num_experts;
+  a.top_k = top_k;
+  a.renormalize = renormalize;
+  MoeRoute(logits, tokens, a, ids, weights);
 }
 
 void MoeRouteSoftmaxTopK(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, int32_t* ids,

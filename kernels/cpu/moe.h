@@ -13,10 +13,28 @@
 
 namespace tessera::kernels::cpu {
 
-// Per token t: p = softmax(logits[t, 0..num_experts)) in f32 (max subtracted,
-// sum in expert order); the top_k experts by p, ties to the lower expert id,
-// written in descending order to ids/weights [tokens, top_k]; with renormalize
-// the k weights are divided by their sum (added in slot order).
+// How MoeRoute scores the experts of a group (DeepSeekMoE's grouped top-k).
+enum class MoeGroupScore { kNone, kMax, kTop2Sum };
+
+struct MoeRouteArgs {
+  int64_t num_experts = 0, top_k = 0;
+  bool sigmoid = false;  // p = sigmoid(logit) per expert instead of the softmax over all
+  MoeGroupScore groups = MoeGroupScore::kNone;
+  int64_t n_group = 1, topk_group = 1;  // groups: num_experts / n_group consecutive ids
+  bool renormalize = false;
+  const float* selection_bias = nullptr;  // [num_experts] or null: s = p + bias chooses only
+};
+
+// Per token t, all in f32: p = softmax(logits[t, :]) (max subtracted, sum in expert
+// order) or sigmoid(logits[t, e]); s = p (+ selection_bias); with groups, each group
+// is scored by its max s or the sum of its two largest s, and every expert outside
+// the best topk_group groups gets s = -inf; ids = the top_k of s in descending
+// order; weights = p[ids] (never the biased s), with renormalize divided by (their
+// sum in slot order + 1e-20). Every top-k breaks ties to the lower index (group or
+// expert); NaN never wins. The caller guarantees top_k <= topk_group * group size.
+void MoeRoute(const float* logits, int64_t tokens, const MoeRouteArgs& args, int32_t* ids, float* weights);
+
+// The plain softmax routing of MoeRoute above (Mixtral, Qwen-MoE).
 void MoeRoute(const float* logits, int64_t tokens, int64_t num_experts, int64_t top_k, bool renormalize,
               int32_t* ids, float* weights);
 

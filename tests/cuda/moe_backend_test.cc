@@ -224,7 +224,11 @@ TEST_P(CudaMoeBackendTest, DeterministicRouteAndExpertsAreBatchInvariant) {
     int32_t* ids = mem.Zeros<int32_t>(count * k);
     float* w = mem.Zeros<float>(count * k);
     float* out = mem.Zeros<float>(count * h);
-    gpu_->MoeRoute(dl + first * e, count, e, k, true, false, ids, w);
+    MoeRouteParams route;
+    route.num_experts = e;
+    route.top_k = k;
+    route.renormalize = true;
+    gpu_->MoeRoute(dl + first * e, count, route, ids, w);
     gpu_->MoeExperts(dx + first * h, count, ids, w, k, l.device, out);
     return mem.Get(out, count * h);
   };
@@ -248,8 +252,11 @@ TEST_P(CudaMoeBackendTest, GraphCaptureAndReplay) {
   int32_t* ids = mem.Zeros<int32_t>(tokens * k);
   float* w = mem.Zeros<float>(tokens * k);
   float* out = mem.Zeros<float>(tokens * h);
+  MoeRouteParams route;
+  route.num_experts = e;
+  route.top_k = k;
   auto layer = [&]() {
-    gpu_->MoeRoute(logits, tokens, e, k, false, false, ids, w);
+    gpu_->MoeRoute(logits, tokens, route, ids, w);
     gpu_->MoeExperts(x, tokens, ids, w, k, l.device, out);
   };
   auto inputs = [&](uint32_t s) {

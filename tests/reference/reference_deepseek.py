@@ -17,9 +17,20 @@ qk_rope_head_dim, d_v = v_head_dim, r = kv_lora_rank):
     out        = o_proj [o_0 .. o_{H-1}]
 
 The two forms are equal in exact arithmetic; forward() takes either, and self_check()
-shows they agree.  The MoE layers (first_k_dense_replace, moe_layer_freq, softmax
-routing, greedy top-k, norm_topk_prob, routed_scaling_factor, ungated shared experts)
-reuse reference.py's pieces.
+shows they agree.  DeepSeekMoE routing (DeepSeek-V3 paper section 2.1.2; transformers'
+DeepseekV3 router and vLLM's grouped top-k), per token, from router logits l:
+
+    p   = softmax(l) (scoring_func softmax) or sigmoid(l) elementwise (sigmoid)
+    s   = p + e_score_correction_bias (noaux_tc; s only chooses)   else s = p
+    groups (group_limited_greedy, noaux_tc): n_group runs of consecutive experts,
+          scored by max(s) (group_limited_greedy) or the sum of the two largest s
+          (noaux_tc); experts outside the topk_group best groups: s = -inf
+    ids = top-k of s (ties: lower id);  w = p[ids] (unbiased)
+    w  /= sum(w) + 1e-20 when norm_topk_prob;  w *= routed_scaling_factor
+    out = sum_j w_j expert_ids_j(x) + shared_experts(x)   (no gate on the shared FFN)
+
+HF masks the other groups with 0 rather than -inf; the two differ only when biased
+scores are negative.  Layers: first_k_dense_replace, moe_layer_freq as in HF.
 
     model  = load("/path/to/deepseek_checkpoint_dir")
     logits = forward(model, [0, 10, 11], form="expanded")
@@ -44,9 +55,9 @@ def is_deepseek(cfg_json):
 
 
 def parse_config(cj):
-    for field, ok in (("scoring_func", "softmax"), ("topk_method", "greedy")):
-        if cj.get(field, ok) != ok:
-            raise ValueError(f"unsupported {field} {cj.get(field)}")
+    scoring, method = cj.get("scoring_func", "softmax"), cj.get("topk_method", "greedy")
+    if scoring not in ("softmax", "sigmoid") or method not in ("greedy", "group_limited_greedy", "noaux_tc"):
+        raise ValueError(f"unsupported routing {scoring} / {method}")
     n = cj["num_hidden_layers"]
     nope, rope = cj["qk_nope_head_dim"], cj["qk_rope_head_dim"]
     rs = cj.get("rope_scaling")
@@ -63,6 +74,8 @@ def parse_config(cj):
                "scaling": float(cj.get("routed_scaling_factor", 1.0)),
                "shared_experts": (cj.get("n_shared_experts") or 0) * cj["moe_intermediate_size"],
                "sparse": [i >= first and i % freq == 0 for i in range(n)],
+               "scoring": scoring, "method": method,
+               "n_group": cj.get("n_group") or 1, "topk_group": cj.get("topk_group") or 1,
                "prefix": "mlp.", "names": ("gate_proj", "up_proj", "down_proj")}
     return {
         "mla": True, "hidden": cj["hidden_size"], "n_layers": n, "n_heads": cj["num_attention_heads"],
@@ -103,6 +116,14 @@ def build_model(cfg, tensors):
         p = f"model.layers.{i}.mlp."
         if reference.is_sparse(cfg, i):
             expect.update(reference.moe_tensor_shapes(cfg, i))
+            m, E = cfg["moe"], cfg["hidden"]
+            if m["method"] == "noaux_tc":
+                expect[p + "gate.e_score_correction_bias"] = (m["experts"],)
+            if m["shared_experts"]:
+                s = p + "shared_experts."
+                si = m["shared_experts"]
+                expect.update({s + "gate_proj.weight": (si, E), s + "up_proj.weight": (si, E),
+                               s + "down_proj.weight": (E, si)})
         else:
             inter = tensors.get(p + "gate_proj.weight", np.zeros((0, 0))).shape[0]
             E = cfg["hidden"]
@@ -162,13 +183,42 @@ def mla_attention(x, model, i, form):
     return reference.linear(o.reshape(T, H * dv), w[a + "o_proj.weight"])
 
 
+def route(logits, m, bias):
+    """Expert ids [T, k] and weights [T, k] of DeepSeekMoE routing (module docstring)."""
+    if m["scoring"] == "sigmoid":
+        p = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        p = reference.softmax(logits)
+    s = p + bias if bias is not None else p.copy()
+    T, E = s.shape
+    if m["method"] != "greedy":
+        grouped = s.reshape(T, m["n_group"], E // m["n_group"])
+        if m["method"] == "group_limited_greedy":
+            group_score = grouped.max(axis=-1)
+        else:
+            group_score = np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1)
+        best = np.argsort(-group_score, axis=-1, kind="stable")[:, :m["topk_group"]]
+        keep = np.zeros((T, m["n_group"]), dtype=bool)
+        np.put_along_axis(keep, best, True, axis=-1)
+        s = np.where(np.repeat(keep, E // m["n_group"], axis=-1), s, -np.inf)
+    ids = np.argsort(-s, axis=-1, kind="stable")[:, :m["top_k"]]
+    weights = np.take_along_axis(p, ids, axis=-1)
+    if m["norm"]:
+        weights = weights / (weights.sum(axis=-1, keepdims=True) + 1e-20)
+    return ids, weights * m["scaling"]
+
+
 def moe_block(x, model, i):
-    """DeepSeekMoE with softmax greedy routing: reference.sparse_moe_block's routed sum,
-    times routed_scaling_factor, plus the ungated shared experts."""
-    m = model["cfg"]["moe"]
-    out = m["scaling"] * reference.sparse_moe_block(x, model, i)
+    """DeepSeekMoE: routed experts weighted by route(), plus the ungated shared experts."""
+    m, w = model["cfg"]["moe"], model["w"]
+    p = f"model.layers.{i}.mlp."
+    ids, weights = route(reference.linear(x, w[p + "gate.weight"]), m, w.get(p + "gate.e_score_correction_bias"))
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j, e in enumerate(ids[t]):
+            out[t] += weights[t, j] * reference.swiglu_mlp(x[t:t + 1], w, f"{p}experts.{e}.", lambda n: None)[0]
     if m["shared_experts"]:
-        out = out + reference.swiglu_mlp(x, model["w"], f"model.layers.{i}.mlp.shared_experts.", lambda n: None)
+        out = out + reference.swiglu_mlp(x, w, p + "shared_experts.", lambda n: None)
     return out
 
 
@@ -205,6 +255,16 @@ def self_check():
         rel = np.max(np.abs(e - a)) / np.max(np.abs(e))
         print(f"  q_lora {q_lora}: expanded vs absorbed max rel {rel:.1e}")
         ok &= rel < 1e-12
+    # Routing: group max and top-2 sum choose different groups; the bias chooses, never weighs.
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    m = {"scoring": "sigmoid", "method": "group_limited_greedy", "n_group": 2, "topk_group": 1, "top_k": 1,
+         "norm": False, "scaling": 1.0}
+    ell = logit(np.array([[0.9, 0.1, 0.6, 0.6]]))
+    ok &= route(ell, m, None)[0].tolist() == [[0]]
+    ok &= route(ell, dict(m, method="noaux_tc"), None)[0].tolist() == [[2]]
+    ids, w = route(ell, dict(m, method="greedy", top_k=2), np.array([0.0, 2.0, 0.0, 0.0]))
+    ok &= ids.tolist() == [[1, 0]] and np.allclose(w, [[0.1, 0.9]])
+    print(f"  routing hand cases: {'ok' if ok else 'FAIL'}")
     x = rng.standard_normal((5, 2, 8))
     ang = np.outer(np.arange(5.0), [1.0, 0.1, 0.01, 0.001])
     y = rope_pairs(x, np.cos(ang), np.sin(ang))

@@ -187,6 +187,12 @@ ABLATIONS = {  # name: (model -> model, patch context or None)
     "no-routed-scaling": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], scaling=1.0)), None),
     "mla-no-latent-norm": (lambda m: dict(m, w={k: (np.ones_like(v) if "kv_a_layernorm" in k else v)
                                                for k, v in m["w"].items()}), None),
+    # DeepSeekMoE routing (reference_deepseek.route).
+    "no-correction-bias": (lambda m: dict(m, w={k: v for k, v in m["w"].items()
+                                               if not k.endswith("e_score_correction_bias")}), None),
+    "no-group-limit": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], method="greedy")), None),
+    "no-shared-experts": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], shared_experts=0)), None),
+    "softmax-not-sigmoid": (lambda m: _with(m, moe=dict(m["cfg"]["moe"], scoring="softmax")), None),
 }
 MOE_ARCHS = ("mixtral", "qwen2_moe", "qwen3_moe")
 GEMMA_ARCHS = ("gemma2", "gemma3")
@@ -223,8 +229,12 @@ def ablations_for(c):
                     ["no-swiglu-clamp"] if "swiglu_limit" in c["sets"] else [])
     names = ["gqa-interleaved", "rope-interleaved"]
     if c["arch"] == "deepseek_v2_lite":
-        names = ["mla-rope-halves", "mla-no-mscale2", "mla-no-latent-norm", "flip-norm-topk", "top-k-minus-1"]
+        names = ["mla-rope-halves", "mla-no-mscale2", "mla-no-latent-norm", "flip-norm-topk", "top-k-minus-1",
+                 "no-shared-experts"]
         names += ["no-routed-scaling"] if c["sets"].get("routed_scaling_factor", 1.0) != 1.0 else []
+    if c["arch"] == "deepseek_v3":
+        names = ["mla-no-mscale2", "no-routed-scaling", "no-correction-bias", "no-group-limit", "no-shared-experts",
+                 "softmax-not-sigmoid"]
     names += {"qwen3": ["no-qk-norm"], "qwen2": ["no-bias"], "qwen3_moe": ["no-qk-norm"],
               "qwen2_moe": ["no-bias", "no-shared-gate"]}.get(c["arch"], [])
     if c["arch"] in MOE_ARCHS:
@@ -311,6 +321,9 @@ CASES = [case(f"{a}-{d}", a, d, seed=10 + i) for i, (a, d) in enumerate(
          seed=80),
     case("deepseek_v2_lite-bf16-q-lora-chunked-7", "deepseek_v2_lite", "bf16",
          sets={"q_lora_rank": 24, **DEEPSEEK_VOCAB}, chunk=7, seed=81),
+    # DeepSeek-V3 layout (q_lora; layer 0 dense, layers 1-2 MoE: sigmoid scores, the
+    # correction bias choosing, noaux_tc over 2 groups of 4 keeping 1, one shared expert).
+    case("deepseek_v3-f32", "deepseek_v3", sets=DEEPSEEK_VOCAB, seed=82),
 ]
 
 

@@ -122,6 +122,8 @@ class BatchInvarianceTest : public ::testing::TestWithParam<std::tuple<std::stri
     // DeepSeek-V2-Lite layout: multi-head latent attention (absorbed for every token) on a
     // latent cache, q_lora, and a dense then an MoE layer; likewise a 32k head.
     if (arch == "deepseek_v2_lite") sets = {"vocab_size=32768", "q_lora_rank=24"};
+    // DeepSeek-V3 layout: sigmoid scores, the correction bias, expert groups, a shared expert.
+    if (arch == "deepseek_v3") sets = {"vocab_size=32768"};
     MakeTinyModel(dir_.path(), arch, std::get<1>(GetParam()), sets);
     backend1_ = MakeCpuBackend({1});
     backend2_ = MakeCpuBackend({2});
@@ -208,7 +210,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchInvarianceTest,
                                            // layers, two RoPE tables for gemma3), soft-capping.
                                            std::make_tuple("gemma2", DType::kBF16),
                                            std::make_tuple("gemma3", DType::kF32),
-                                           std::make_tuple("deepseek_v2_lite", DType::kBF16)),
+                                           std::make_tuple("deepseek_v2_lite", DType::kBF16),
+                                           std::make_tuple("deepseek_v3", DType::kBF16)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::string(DTypeName(std::get<1>(info.param)));

@@ -69,6 +69,70 @@ TEST(MoeRouteTest, SoftmaxTopKOrderTiesAndRenormalize) {
   EXPECT_EQ(all, (std::vector<int32_t>{1, 2, 3, 0}));
 }
 
+float Logit(double p) { return static_cast<float>(std::log(p / (1 - p))); }
+double Sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+// DeepSeekMoE's group scores: max (group_limited_greedy) and top-2 sum (noaux_tc)
+// choose different groups for the same scores; equal groups go to the lower one.
+TEST(MoeRouteTest, GroupScoreMaxVersusTopTwoSum) {
+  const std::vector<float> logits = {Logit(0.9), Logit(0.1), Logit(0.6), Logit(0.6), 0, 0, 0, 0};
+  MoeRouteArgs a;
+  a.num_experts = 4;
+  a.top_k = 1;
+  a.sigmoid = true;
+  a.n_group = 2;
+  a.topk_group = 1;
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  a.groups = MoeGroupScore::kMax;
+  MoeRoute(logits.data(), 2, a, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 0}));  // group 0 by max 0.9; tied groups: the lower
+  a.groups = MoeGroupScore::kTop2Sum;
+  MoeRoute(logits.data(), 2, a, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 0}));  // group 1 by 1.2 > 1.0; tied experts 2, 3: the lower
+  EXPECT_NEAR(w[0], 0.6, 1e-6);
+}
+
+// The selection bias chooses the experts; the weights are the unbiased sigmoids,
+// renormalised over the chosen ones.
+TEST(MoeRouteTest, SelectionBiasChoosesButNeverWeighs) {
+  const std::vector<float> logits = {1.0f, 0.0f, 0.5f, -1.0f}, bias = {0, 0, 0, 2};
+  MoeRouteArgs a;
+  a.num_experts = 4;
+  a.top_k = 2;
+  a.sigmoid = true;
+  a.selection_bias = bias.data();
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  MoeRoute(logits.data(), 1, a, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 0}));
+  EXPECT_NEAR(w[0], Sigmoid(-1), 1e-6);
+  EXPECT_NEAR(w[1], Sigmoid(1), 1e-6);
+  a.renormalize = true;
+  MoeRoute(logits.data(), 1, a, ids.data(), w.data());
+  EXPECT_NEAR(w[0], Sigmoid(-1) / (Sigmoid(-1) + Sigmoid(1)), 1e-6);
+  EXPECT_NEAR(w[0] + w[1], 1.0, 1e-6);
+}
+
+// Experts outside the chosen groups are masked with -inf (vLLM, llama.cpp), not 0 (HF):
+// the chosen group's experts win even when their biased scores are negative.
+TEST(MoeRouteTest, GroupMaskBeatsNegativeBiasedScores) {
+  const std::vector<float> logits = {0, 0, 0, 0}, bias = {-2, -2, -5, -5};
+  MoeRouteArgs a;
+  a.num_experts = 4;
+  a.top_k = 2;
+  a.sigmoid = true;
+  a.groups = MoeGroupScore::kTop2Sum;
+  a.n_group = 2;
+  a.topk_group = 1;
+  a.selection_bias = bias.data();
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  MoeRoute(logits.data(), 1, a, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(w, (std::vector<float>{0.5f, 0.5f}));
+}
+
 TEST(MoeRouteTest, CountsAndSigmoidGate) {
   const std::vector<int32_t> ids = {0, 3, 3, 1, 3, 0};
   std::vector<int64_t> counts = {10, 0, 0, 0};

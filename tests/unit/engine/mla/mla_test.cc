@@ -1,4 +1,4 @@
-// DeepSeek-V2/V3 multi-head latent attention: config parsing and refusals, the KV
+// DeepSeek-V2/V3 multi-head latent attention and DeepSeekMoE routing: config parsing and refusals, the KV
 // cache layout of planes (bytes per token, MLA block round trips), and load-time
 // shape checks. Logits are checked against the NumPy reference
 // (tests/reference/test_reference.py, deepseek_v2_lite cases) and batch invariance in
@@ -23,8 +23,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// DeepSeek-V3's attention and layer layout (61 layers, 128 heads, latent 512 + 64),
-// with the routing the MoE block runs (softmax, greedy, no shared experts).
+// DeepSeek-V3's published config (61 layers, 128 heads, latent 512 + 64; sigmoid
+// scores, noaux_tc over 8 groups, one shared expert).
 json V3Shaped() {
   return {{"architectures", {"DeepseekV3ForCausalLM"}}, {"vocab_size", 129280}, {"hidden_size", 7168},
           {"intermediate_size", 18432}, {"num_hidden_layers", 61}, {"num_attention_heads", 128},
@@ -32,7 +32,8 @@ json V3Shaped() {
           {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64}, {"v_head_dim", 128},
           {"n_routed_experts", 256}, {"num_experts_per_tok", 8}, {"moe_intermediate_size", 2048},
           {"first_k_dense_replace", 3}, {"moe_layer_freq", 1}, {"norm_topk_prob", true},
-          {"routed_scaling_factor", 2.5},
+          {"routed_scaling_factor", 2.5}, {"n_shared_experts", 1}, {"scoring_func", "sigmoid"},
+          {"topk_method", "noaux_tc"}, {"n_group", 8}, {"topk_group", 4},
           {"rope_theta", 10000}, {"max_position_embeddings", 163840},
           {"rope_scaling", {{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096},
                             {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}};
@@ -54,13 +55,32 @@ TEST(MlaConfigTest, ParsesDeepseekV3Shape) {
   EXPECT_TRUE(c->layer_moe[3]);
   EXPECT_TRUE(c->moe.norm_topk_prob);
   EXPECT_EQ(c->moe.routed_scaling_factor, 2.5);
+  EXPECT_EQ(c->moe.scoring, MoeScoring::kSigmoid);
+  EXPECT_EQ(c->moe.topk_method, MoeTopkMethod::kNoauxTc);
+  EXPECT_TRUE(c->moe.score_correction_bias);
+  EXPECT_EQ(c->moe.n_group, 8);
+  EXPECT_EQ(c->moe.topk_group, 4);
+  EXPECT_EQ(c->moe.shared_inter, 2048);  // n_shared_experts x moe_intermediate_size
+  EXPECT_FALSE(c->moe.shared_gate);
+  // V2's routing: softmax, groups by their best expert, no correction bias.
+  json v2 = V3Shaped();
+  v2.merge_patch({{"scoring_func", "softmax"}, {"topk_method", "group_limited_greedy"}, {"n_shared_experts", 2}});
+  auto c2 = ParseModelConfig(v2.dump(), "config.json");
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_EQ(c2->moe.topk_method, MoeTopkMethod::kGroupLimitedGreedy);
+  EXPECT_FALSE(c2->moe.score_correction_bias);
+  EXPECT_EQ(c2->moe.shared_inter, 4096);
 }
 
 TEST(MlaConfigTest, RefusesWhatIsNotBuiltNamingTheField) {
   const std::vector<std::pair<json, std::string>> bad = {
-      {{{"scoring_func", "sigmoid"}}, "'scoring_func'"},
-      {{{"topk_method", "noaux_tc"}}, "'topk_method'"},
-      {{{"n_shared_experts", 1}}, "'n_shared_experts'"},
+      {{{"scoring_func", "sqrtsoftplus"}}, "'scoring_func'"},
+      {{{"topk_method", "aux_tc"}}, "'topk_method'"},
+      {{{"n_group", 7}}, "'n_group'"},
+      {{{"n_group", 256}, {"topk_group", 8}}, "'n_group'"},  // noaux_tc needs two experts per group
+      {{{"topk_group", 9}}, "'topk_group'"},
+      {{{"topk_group", 1}, {"num_experts_per_tok", 33}}, "'num_experts_per_tok'"},
+      {{{"n_group", nullptr}}, "'n_group'"},
       {{{"routed_scaling_factor", 0}}, "'routed_scaling_factor'"},
       {{{"rope_interleave", false}}, "'rope_interleave'"},
       {{{"attention_bias", true}}, "'attention_bias'"},

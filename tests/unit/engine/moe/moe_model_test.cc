@@ -7,11 +7,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 
 #include "engine/batch_builder.h"
 #include "engine/gguf.h"
+#include "engine/gguf_deepseek.h"
+#include "engine/gguf_model.h"
+#include "engine/safetensors.h"
 #include "engine/model.h"
 #include "engine/synth.h"
 #include "tests/unit/engine/test_model_util.h"
@@ -118,6 +123,71 @@ TEST_P(MoeModelTest, SafetensorsAndGgufTwinsGiveIdenticalLogits) {
     const int64_t total = std::accumulate(a.load.counts.begin(), a.load.counts.end(), int64_t{0});
     EXPECT_EQ(total, static_cast<int64_t>(kTokens.size()) * 2 * static_cast<int64_t>(a.load.layers.size()));
   }
+}
+
+// DeepSeek-V3 layout (MLA with q_lora, sigmoid noaux_tc routing with the correction bias,
+// a shared expert) from HF safetensors and from a GGUF deepseek2 file holding the same
+// values under llama.cpp's names and keys, kv_b split into attn_k_b / attn_v_b as current
+// converters write it. The file is assembled here: synth's GGUF writer needs a llama.cpp
+// pre-tokenizer name for DeepSeek-V3's multi-regex tokenizer, which GGUF vocabularies
+// do not carry yet. Same logits bit for bit, same routing.
+TEST_F(MoeModelTest, DeepseekV3GgufDeepseek2GivesTheSafetensorsLogits) {
+  const std::string dir = tmp_.path() + "/ds";
+  SynthOptions o = Synth(dir, "deepseek_v3", DType::kF32, "safetensors");
+  o.overrides = {"vocab_size=32768"};
+  ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
+  auto cfg = LoadModelConfig(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  auto store = WeightStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  auto bytes_of = [&](const WeightSpec& spec) {
+    const SafetensorsTensor* t = (*store)->Find(spec.name);
+    EXPECT_NE(t, nullptr) << spec.name;
+    return t ? std::vector<uint8_t>(t->data, t->data + (t->end - t->begin)) : std::vector<uint8_t>();
+  };
+  std::vector<GgufTensorToWrite> tensors;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<uint8_t> v) {
+    auto data = std::make_shared<std::vector<uint8_t>>(std::move(v));
+    tensors.push_back({name, DType::kF32, std::move(shape), [data](uint8_t* dst) {
+                         std::memcpy(dst, data->data(), data->size());
+                       }});
+  };
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<uint8_t>>> stacked;  // experts
+  for (const WeightSpec& spec : ExpectedWeights(*cfg)) {
+    const std::string name = GgufTensorName(spec, "deepseek2");
+    std::vector<uint8_t> v = bytes_of(spec);
+    if (spec.role == WeightRole::kKvB) {
+      const int64_t H = cfg->num_q_heads, r = cfg->mla.kv_lora_rank, n = cfg->mla.qk_nope_head_dim;
+      std::vector<uint8_t> kb(H * r * n * 4), vb(H * cfg->mla.v_head_dim * r * 4);
+      SplitDeepseekKvB(v.data(), *cfg, 4, kb.data(), vb.data());
+      const std::string b = "blk." + std::to_string(spec.layer) + ".";
+      add(b + "attn_k_b.weight", {H, r, n}, std::move(kb));
+      add(b + "attn_v_b.weight", {H, cfg->mla.v_head_dim, r}, std::move(vb));
+    } else if (spec.IsExpert()) {
+      auto& [shape, all] = stacked[name];
+      shape = {spec.expert + 1, spec.shape[0], spec.shape[1]};
+      all.insert(all.end(), v.begin(), v.end());
+    } else {
+      add(name, spec.shape, std::move(v));
+    }
+  }
+  for (auto& [name, sv] : stacked) add(name, sv.first, std::move(sv.second));
+  const std::string gguf = tmp_.path() + "/ds.gguf";
+  ASSERT_TRUE(WriteGguf(gguf, GgufModelMetadata(*cfg, "deepseek2", "t"), tensors).ok());
+  auto file = GgufFile::Open(gguf);
+  ASSERT_TRUE(file.ok());
+  auto g = GgufModelConfig((*file)->contents(), "t");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(g->moe.topk_method, MoeTopkMethod::kNoauxTc);
+  EXPECT_EQ(g->moe.shared_inter, cfg->moe.shared_inter);
+  // GGUF stores 0.1 * mscale_all_dim as an f32, so the f64 scale differs in its last
+  // bits; the f32 scale the attention kernels use is the same.
+  EXPECT_EQ(static_cast<float>(g->attn_scale), static_cast<float>(cfg->attn_scale));
+  const PrefillRun a = Prefill(dir, kTokens), b = Prefill(gguf, kTokens, 2);
+  ASSERT_FALSE(a.logits.empty());
+  EXPECT_TRUE(a.logits == b.logits);
+  EXPECT_EQ(a.load.counts, b.load.counts);
 }
 
 TEST_P(MoeModelTest, QuantizedExpertsLoadAndStayClose) {

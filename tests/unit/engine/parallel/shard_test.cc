@@ -189,7 +189,7 @@ void MakeMoe(const std::string& dir, const std::string& arch, double router_skew
   o.dtype = arch == "gpt_oss" ? DType::kMXFP4 : DType::kBF16;
   o.out_dir = dir;
   o.router_skew = router_skew;
-  if (arch == "gpt_oss") o.overrides = {"vocab_size=32768"};
+  if (arch == "gpt_oss" || arch == "deepseek_v3") o.overrides = {"vocab_size=32768"};
   ASSERT_TRUE(WriteSyntheticCheckpoint(o).ok());
 }
 
@@ -232,6 +232,30 @@ INSTANTIATE_TEST_SUITE_P(Moe, ExpertParallel,
                          ::testing::Combine(::testing::Values("mixtral", "qwen2_moe", "qwen3_moe"),
                                             ::testing::Values(2, 4)));
 INSTANTIATE_TEST_SUITE_P(GptOss, ExpertParallel, ::testing::Combine(::testing::Values("gpt_oss"), ::testing::Values(2)));
+
+// DeepSeek-V3 layout (sigmoid scores, the correction bias choosing, noaux_tc groups, a
+// shared expert; MLA): the weights are computed once on the token's rank, so expert
+// parallelism over 2 and 4 ranks equals one rank bit for bit. Data-parallel attention
+// only: MLA's latent is not split across ranks.
+TEST(ExpertParallelDeepseek, DataParallelAttentionLogitsBitwiseEqualOneRank) {
+  TempDir dir;
+  MakeMoe(dir.path(), "deepseek_v3");
+  const auto steps = BatchedSteps(VocabOf(dir.path()), false);
+  RunResult one = RunRanks(dir.path(), 1, {}, steps);
+  ASSERT_EQ(one.error, "");
+  for (int world : {2, 4}) {
+    ShardOptions ep;
+    ep.expert_parallel = true;
+    ep.data_parallel_attention = true;
+    RunResult par = RunRanks(dir.path(), world, ep, steps);
+    ASSERT_EQ(par.error, "") << world;
+    ASSERT_EQ(par.logits.size(), one.logits.size());
+    for (size_t s = 0; s < steps.size(); ++s) EXPECT_TRUE(Bitwise(one.logits[s], par.logits[s])) << world << " " << s;
+  }
+  ShardOptions tp;  // tensor-parallel attention would split the latent's heads: refused
+  RunResult refused = RunRanks(dir.path(), 2, tp, steps);
+  EXPECT_NE(refused.error.find("multi-head latent attention"), std::string::npos) << refused.error;
+}
 
 // The group's expert load (every rank routes only its own sequences under
 // data-parallel attention) equals one rank's routing counts exactly.
