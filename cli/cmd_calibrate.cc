@@ -31,9 +31,9 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/log.h"
 #include "cli/default_model.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_options.h"
@@ -333,7 +333,7 @@ int Calibrate(const ServeFlags& sf, const CalibrateFlags& f) {
   out << json;
   out.close();
   if (!out) return Fail(Status(StatusCode::kUnavailable, "calibrate: cannot write --out " + f.out));
-  spdlog::info("calibrate: wrote {}", f.out);
+  LogInfo("calibrate: wrote {}", f.out);
   return 0;
 }
 

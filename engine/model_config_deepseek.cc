@@ -3,9 +3,9 @@
 // the engine does not run yet is refused here, naming the field, never ignored.
 #include <cmath>
 
-#include <spdlog/spdlog.h>
 
 #include "engine/config_fields.h"
+#include "common/log.h"
 
 namespace tessera::config_internal {
 namespace {
@@ -157,9 +157,9 @@ Status ParseDeepseek(const json& root, const std::string& label, ModelConfig* c)
   int64_t nextn = 0;
   RETURN_IF_ERROR(r.Int("num_nextn_predict_layers", &nextn, false, 0));
   if (nextn > 0) {
-    spdlog::info("{}: skipping {} multi-token-prediction layer(s) (num_nextn_predict_layers; layers {}..{}): "
-                 "the deepseek_mtp speculative proposer is not built yet",
-                 label, nextn, c->num_layers, c->num_layers + nextn - 1);
+    LogInfo("{}: skipping {} multi-token-prediction layer(s) (num_nextn_predict_layers; layers {}..{}): "
+            "the deepseek_mtp speculative proposer is not built yet",
+            label, nextn, c->num_layers, c->num_layers + nextn - 1);
   }
   return Status::Ok();
 }
