@@ -18,6 +18,8 @@ void AddClientCommand(CLI::App& app, int* exit_code);
 void AddKernelCommand(CLI::App& app, int* exit_code);
 void AddGgufInfoCommand(CLI::App& app, int* exit_code);
 void AddSimulateCommand(CLI::App& app, int* exit_code);
+// receipt-keygen and verify (cmd_receipt.cc).
+void AddReceiptCommands(CLI::App& app, int* exit_code);
 
 // Logs `s` as an error; returns the exit code of a subcommand that failed (1).
 int Fail(const Status& s);

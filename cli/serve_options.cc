@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/default_model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "scheduler/block_hash.h"
 #include "server/kv_events/kv_events_config.h"
@@ -155,6 +156,8 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.serving.max_in_flight = f.max_pending_requests;
   o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
   o.serving.cache_isolation = *ParseCacheIsolation(f.cache_isolation);  // validated
+  o.serving.receipt_key_file = f.receipt_key;
+  if (StatusOr<std::string> home = TesseraHome(); home.ok()) o.serving.weights_digest_cache_dir = *home + "/weights-digests";
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {

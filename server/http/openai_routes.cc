@@ -1,4 +1,5 @@
 #include "server/http/openai_routes.h"
+#include "server/http/receipt_routes.h"
 
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
@@ -205,6 +206,7 @@ void RegisterOpenAiRoutes(ServeContext* ctx) {
   s->Handle(
       http::verb::post, "/detokenize",
       [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleDetokenize); }, json);
+  RegisterReceiptRoutes(ctx);
 }
 
 }  // namespace tessera
