@@ -73,9 +73,12 @@ StatusOr<nlohmann::json> FileKey(const std::vector<std::string>& paths) {
 }
 
 std::string ReadCache(const std::string& path, const nlohmann::json& key) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "";
   std::ifstream in(path);
-  if (!in) return "";
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || j.value("version", 0) != kCacheVersion || j.value("files", nlohmann::json()) != key) return "";
   const std::string hex = j.value("sha256", std::string());
   return hex.size() == 64 ? hex : "";
@@ -92,8 +95,9 @@ bool WriteCache(const std::string& path, const nlohmann::json& key, const std::s
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
-  return !ec;
+  if (!ec) return true;
+  fs::remove(tmp, ec);
+  return false;
 }
 
 Status Hex32(const std::string& hex, Sha256Digest* out) {

@@ -261,7 +261,8 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
     ASSIGN_OR_RETURN(receipt::ReceiptSigner signer, receipt::ReceiptSigner::Load(options.receipt_key_file));
     engine->receipts_.signer = std::move(signer);
   }
-  options.loop.weights_digest = WeightsDigestOptions{.fallback_cache_dir = options.weights_digest_cache_dir};
+  options.loop.weights_digest.emplace();
+  options.loop.weights_digest->fallback_cache_dir = options.weights_digest_cache_dir;
   const nlohmann::json flags = NumericsFlags(options.loop);
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;

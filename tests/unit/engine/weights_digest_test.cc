@@ -29,20 +29,32 @@ void Write(const std::string& path, const std::vector<std::pair<std::string, flo
   ASSERT_TRUE(WriteSafetensors(path, w, {}).ok());
 }
 
+WeightsDigestOptions NoCache() {
+  WeightsDigestOptions o;
+  o.use_cache = false;
+  return o;
+}
+
+WeightsDigestOptions FallbackTo(const std::string& dir) {
+  WeightsDigestOptions o;
+  o.fallback_cache_dir = dir;
+  return o;
+}
+
 TEST(WeightsDigest, TensorBytesInNameOrderWhateverTheFileOrder) {
   testing::TempDir a, b;
   Write(a.path() + "/model.safetensors", {{"x", 1.0f}, {"y", 2.0f}});
   Write(b.path() + "/model.safetensors", {{"y", 2.0f}, {"x", 1.0f}});
-  auto da = ComputeWeightsDigest(a.path(), {.use_cache = false});
-  auto db = ComputeWeightsDigest(b.path(), {.use_cache = false});
+  auto da = ComputeWeightsDigest(a.path(), NoCache());
+  auto db = ComputeWeightsDigest(b.path(), NoCache());
   ASSERT_TRUE(da.ok() && db.ok()) << da.status().ToString();
   EXPECT_EQ(da->digest, db->digest);
   Write(b.path() + "/model.safetensors", {{"y", 2.0f}, {"x", 1.5f}});  // one value changed
-  auto dc = ComputeWeightsDigest(b.path(), {.use_cache = false});
+  auto dc = ComputeWeightsDigest(b.path(), NoCache());
   ASSERT_TRUE(dc.ok());
   EXPECT_NE(da->digest, dc->digest);
   Write(b.path() + "/model.safetensors", {{"y", 2.0f}, {"z", 1.0f}});  // one name changed
-  auto dd = ComputeWeightsDigest(b.path(), {.use_cache = false});
+  auto dd = ComputeWeightsDigest(b.path(), NoCache());
   ASSERT_TRUE(dd.ok());
   EXPECT_NE(da->digest, dd->digest);
 }
@@ -73,10 +85,10 @@ TEST(WeightsDigest, UnwritableBesideUsesTheFallback) {
   Write(a.path() + "/model.safetensors", {{"x", 1.0f}});
   // A directory where the cache file would go: nobody (root included) can rename a file onto it.
   fs::create_directory(a.path() + "/.tessera-weights.sha256.json");
-  auto first = ComputeWeightsDigest(a.path(), {.fallback_cache_dir = cache.path() + "/d"});
+  auto first = ComputeWeightsDigest(a.path(), FallbackTo(cache.path() + "/d"));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->cache_path.rfind(cache.path() + "/d/", 0), 0u) << first->cache_path;
-  auto second = ComputeWeightsDigest(a.path(), {.fallback_cache_dir = cache.path() + "/d"});
+  auto second = ComputeWeightsDigest(a.path(), FallbackTo(cache.path() + "/d"));
   ASSERT_TRUE(second.ok());
   EXPECT_TRUE(second->from_cache);
   EXPECT_EQ(second->digest, first->digest);
