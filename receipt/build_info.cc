@@ -1,5 +1,9 @@
 #include "receipt/build_info.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "receipt/receipt.h"
 
 // Set by CMake for this file only (CMakeLists.txt), so a new commit rebuilds one object.
@@ -42,7 +46,8 @@ nlohmann::json EngineBuildInfo() {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) cpu.push_back("avx2");
   if (__builtin_cpu_supports("fma")) cpu.push_back("fma");
-  if (__builtin_cpu_supports("f16c")) cpu.push_back("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // clang 14 lacks "f16c" in __builtin_cpu_supports
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0) cpu.push_back("f16c");
   if (__builtin_cpu_supports("avx512f")) cpu.push_back("avx512f");
 #endif
   return nlohmann::json{{"version", TESSERA_VERSION},
