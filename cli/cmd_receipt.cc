@@ -11,16 +11,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <fstream>
 #include <iostream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "common/read_file.h"
 #include "receipt/signing.h"
 
 namespace tessera {
@@ -30,14 +29,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using json = nlohmann::json;
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct VerifyArgs {
   std::string receipt, request, url = "http://127.0.0.1:8000", api_key;
@@ -77,8 +68,8 @@ StatusOr<std::pair<int, std::string>> Post(const std::string& url, const std::st
 }
 
 int RunVerify(const VerifyArgs& a) {
-  StatusOr<std::string> receipt_text = ReadFile(a.receipt);
-  StatusOr<std::string> request_text = ReadFile(a.request);
+  StatusOr<std::string> receipt_text = ReadFileToString(a.receipt);
+  StatusOr<std::string> request_text = ReadFileToString(a.request);
   if (!receipt_text.ok()) return Fail(receipt_text.status()) + 1;
   if (!request_text.ok()) return Fail(request_text.status()) + 1;
   json receipt = json::parse(*receipt_text, nullptr, false);
