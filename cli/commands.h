@@ -22,6 +22,8 @@ void AddCalibrateCommand(CLI::App& app, int* exit_code);
 
 // `tessera --version`, and the binary's version in files it writes.
 inline constexpr char kTesseraVersion[] = "0.1.0";
+// receipt-keygen and verify (cmd_receipt.cc).
+void AddReceiptCommands(CLI::App& app, int* exit_code);
 
 // Logs `s` as an error; returns the exit code of a subcommand that failed (1).
 int Fail(const Status& s);

@@ -135,6 +135,9 @@ void AddKvSecurityFlags(CLI::App* cmd, ServeFlags* f) {
                   "are authenticated (HMAC-SHA256); records without a valid MAC are refused and recomputed. "
                   "Use the same file on every instance sharing the tier");
   cmd->add_option("--cache-isolation", f->cache_isolation, kCacheIsolationHelp)->capture_default_str();
+  cmd->add_option("--receipt-key", f->receipt_key,
+                  "Ed25519 key file (64 hex digits; make one with `tessera receipt-keygen FILE`, mode 0600) that "
+                  "signs every response's receipt; POST /v1/receipts/verify then checks signatures with it");
 }
 
 StatusOr<std::string> ReadKvOffloadSecret(const std::string& path) {

@@ -73,6 +73,7 @@ struct ServeFlags {
   std::string prefix_caching_hash_algo = "sha256";  // vLLM's names: sha256 | sha256_cbor
   std::string kv_offload_secret_file;               // HMAC key of disk/Redis tier records
   std::string cache_isolation = "none";             // none | api-key | salt
+  std::string receipt_key;                          // Ed25519 key file that signs receipts ("" : unsigned)
   std::string tool_call_parser;    // "" : from the chat template
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/default_model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "scheduler/block_hash.h"
 #include "server/kv_events/kv_events_config.h"
@@ -161,6 +162,8 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
     ASSIGN_OR_RETURN(sim::LinearCostModel cost, sim::LinearCostModel::FromFile(f.cost_model));
     o.serving.step_cost_model = std::make_shared<sim::LinearCostModel>(cost);
   }
+  o.serving.receipt_key_file = f.receipt_key;
+  if (StatusOr<std::string> home = TesseraHome(); home.ok()) o.serving.weights_digest_cache_dir = *home + "/weights-digests";
   if (!f.kv_events_config.empty()) {
     const kv_events::KvEventsConfig kc = *kv_events::ParseKvEventsConfig(f.kv_events_config);  // validated
     if (kc.enabled()) {

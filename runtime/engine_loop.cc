@@ -192,6 +192,15 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Create(EngineLoopOptions optio
   ASSIGN_OR_RETURN(loop->scheduler_, Scheduler::Create(std::move(so)));
   RETURN_IF_ERROR(loop->InitSpeculation(options));
   loop->next_seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (options.weights_digest) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSIGN_OR_RETURN(WeightsDigestResult wd, ComputeWeightsDigest(options.model_dir, *options.weights_digest));
+    loop->weights_digest_ = ToHex(wd.digest);
+    LogInfo("weights digest {} ({}, {:.0f} ms; cache {})", loop->weights_digest_,
+            wd.from_cache ? "cached" : "computed",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+            wd.cache_path.empty() ? std::string("none: no writable place") : wd.cache_path);
+  }
   loop->metrics_ = loop->scheduler_->metrics();
   loop->on_finished_ = std::move(options.on_finished);
   loop->step_budget_ = StepBudget(options.max_step_ms);
@@ -218,6 +227,8 @@ StatusOr<RequestStreamPtr> EngineLoop::Submit(Request request, std::function<voi
   }
   const uint64_t seed = request.params.seed ? *request.params.seed : Mix(next_seed_++);
   auto stream = std::make_shared<RequestStream>(request.id, request.params.n, std::move(notify));
+  stream->seed_ = seed;
+  stream->seed_drawn_ = !request.params.seed.has_value();
   SamplerConfig sampler = ToSamplerConfig(request.params, seed);
   inbox_.push_back({std::move(request), stream, std::move(sampler)});
   cv_.notify_all();

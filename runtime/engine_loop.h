@@ -31,6 +31,7 @@
 #include "engine/model.h"
 #include "engine/parallel/shard/rank_group.h"
 #include "engine/sampling.h"
+#include "engine/weights_digest.h"
 #include "runtime/kv_connectors/tier_connector.h"
 #include "runtime/kv_connectors/transfer_connector.h"
 #include "runtime/mask_worker.h"
@@ -98,6 +99,10 @@ struct EngineLoopOptions {
   // back before their prefill. The loop fills in fingerprint, layout,
   // block_bytes and notify. Needs prefix caching and a single rank.
   std::optional<KvTierOptions> kv_tiers;
+  // Receipts (docs/architecture.md, "Receipts"): when set, Create computes the
+  // checkpoint's weights digest (engine/weights_digest.h: cached beside the
+  // model, so only the first load reads every byte).
+  std::optional<WeightsDigestOptions> weights_digest;
 };
 
 
@@ -130,6 +135,11 @@ class RequestStream {
   // post a wake-up to an executor. Consumers then drain with TryNext.
   RequestStream(std::string request_id, int32_t num_choices, std::function<void()> notify = {});
   const std::string& request_id() const { return request_id_; }
+  // The RNG seed the request's choices sample with: its own, or the one the
+  // loop drew for it (seed_drawn) — what a receipt records so a replay with
+  // that seed gives the same tokens. Set before Submit returns the stream; any thread.
+  uint64_t seed() const { return seed_; }
+  bool seed_drawn() const { return seed_drawn_; }
 
   // Blocks until an output is available (true) or every choice has ended and
   // everything was read (false).
@@ -144,8 +154,11 @@ class RequestStream {
   void Fail(const Status& status);  // ends every choice with `status`
 
  private:
+  friend class EngineLoop;
   const std::string request_id_;
   const std::function<void()> notify_;
+  uint64_t seed_ = 0;
+  bool seed_drawn_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
@@ -196,6 +209,8 @@ class EngineLoop {
   // (empty for dense models). Any thread.
   ExpertLoad expert_load() const;
   int64_t num_steps() const;
+  // Lower-case hex SHA-256 of the weights; "" unless options.weights_digest was set.
+  const std::string& weights_digest() const { return weights_digest_; }
   // Parallel groups: OK while every rank is alive; after a rank failed, the
   // error (steps and new requests fail with it). Any thread.
   Status group_error() const { return group_ ? group_->error() : Status::Ok(); }
@@ -312,6 +327,7 @@ class EngineLoop {
   ExpertLoad expert_load_;
   int64_t steps_ = 0;
   uint64_t next_seed_ = 0;
+  std::string weights_digest_;
   StepBudget step_budget_{0};  // time-bounded steps
   std::function<void(const SchedulerOutput&, const sim::StepShape&, int64_t)> on_step_;
   int64_t shaped_steps_ = 0;  // non-empty steps seen by on_step_ (StepShape::ordinal)

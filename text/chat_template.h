@@ -59,6 +59,8 @@ class ChatTemplate {
   // Whether any of the template sources contains `needle` verbatim (e.g.
   // "<tool_call>": how the server guesses the model's tool-call format).
   bool SourceMentions(std::string_view needle) const;
+  // Every template's source text (receipts digest them).
+  const std::vector<std::string>& sources() const { return sources_; }
 
   const std::string& bos_token() const;
   const std::string& eos_token() const;

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "common/read_file.h"
 #include "text/bpe_model.h"
 #include "text/decoders.h"
 #include "text/normalizers.h"
@@ -23,13 +24,7 @@ class TokenizerLoader {
 
 namespace {
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+StatusOr<std::string> ReadFile(const std::string& path) { return ReadFileToString(path); }
 
 // A token field of tokenizer_config.json: a string or {"content": ...}.
 std::string TokenContent(const Json& cj, const char* key) {

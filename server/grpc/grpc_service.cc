@@ -52,12 +52,20 @@ class GenerateCall
     return [link] { link->Fire(); };
   }
 
+  // Before Submit: the input the receipt records.
+  void Record(grpc::CallbackServerContext* ctx, const ReceiptContext* receipts, const GenerateInput& input) {
+    ctx_ = ctx;
+    receipts_ = receipts;
+    recorder_.Begin(0, input);
+  }
+
   // The submitted generation: start delivering its updates.
   void Begin(std::shared_ptr<Generation> generation, int32_t n) {
     bool cancel = false;
     std::shared_ptr<Generation> cancelled_gen;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      recorder_.SetSeed(0, generation->seed(), generation->seed_drawn());
       gen_ = std::move(generation);
       if constexpr (!kStream) {
         for (int32_t i = 0; i < n; ++i) unary_response_->add_choices()->set_index(i);
@@ -113,6 +121,7 @@ class GenerateCall
     if constexpr (kStream) {
       if (!gen_->Poll(&update)) return;
       if (!update.status.ok()) return FinishLocked(ToGrpc(update.status));
+      recorder_.Add(0, update);
       response_.Clear();
       response_.set_request_id(request_id_);
       for (const ChoiceDelta& d : update.choices) grpc_api::AppendDelta(d, response_.add_choices());
@@ -121,6 +130,7 @@ class GenerateCall
       writing_ = true;
       if (update.finished) {
         finish_called_ = true;
+        AddReceiptTrailer();
         this->StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
       } else {
         this->StartWrite(&response_);
@@ -128,6 +138,7 @@ class GenerateCall
     } else {
       while (gen_->Poll(&update)) {
         if (!update.status.ok()) return FinishLocked(ToGrpc(update.status));
+        recorder_.Add(0, update);
         for (const ChoiceDelta& d : update.choices) {
           if (d.index < 0 || d.index >= unary_response_->choices_size()) continue;
           grpc_api::AppendDelta(d, unary_response_->mutable_choices(d.index));
@@ -135,14 +146,25 @@ class GenerateCall
         grpc_api::FillUsage(update, unary_response_->mutable_usage());
         if (update.finished) {
           unary_response_->set_finished(true);
+          AddReceiptTrailer();
           return FinishLocked(grpc::Status::OK);
         }
       }
     }
   }
 
+  // The finished generation's receipt as trailing metadata (docs/architecture.md, "Receipts").
+  void AddReceiptTrailer() {
+    if (ctx_ != nullptr && receipts_ != nullptr) {
+      ctx_->AddTrailingMetadata("tessera-receipt", receipt::Encode(recorder_.Finish(*receipts_)));
+    }
+  }
+
   std::shared_ptr<NotifyLink> link_ = std::make_shared<NotifyLink>();
   v1::GenerateResponse* unary_response_;
+  grpc::CallbackServerContext* ctx_ = nullptr;  // gRPC's; outlives the reactor's Finish
+  const ReceiptContext* receipts_ = nullptr;    // the engine's
+  ReceiptRecorder recorder_;
   std::mutex mu_;  // guards everything below
   std::shared_ptr<Generation> gen_;
   std::string request_id_;
@@ -176,7 +198,7 @@ class StreamCall final : public GenerateCall<true> {
 
 // Submits `request` on a fresh GenerateCall; returns it already finished on error.
 template <typename Call>
-Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admitted,
+Call* StartGenerate(Call* call, grpc::CallbackServerContext* ctx, ServingEngine* engine, const grpc::Status& admitted,
                     const v1::GenerateRequest& request, const std::string& tenant) {
   if (!admitted.ok()) {
     call->Fail(admitted);
@@ -189,6 +211,7 @@ Call* StartGenerate(Call* call, ServingEngine* engine, const grpc::Status& admit
   }
   input->tenant = tenant;  // --cache-isolation api-key
   const int32_t n = input->request.params.n;
+  call->Record(ctx, &engine->receipts(), *input);
   StatusOr<std::shared_ptr<Generation>> gen = engine->Submit(std::move(input).value(), call->MakeNotify());
   if (!gen.ok()) {
     call->Fail(ToGrpc(gen.status()));
@@ -257,7 +280,7 @@ grpc::ServerUnaryReactor* GrpcService::Generate(grpc::CallbackServerContext* ctx
   ServingEngine* engine = nullptr;
   std::string tenant;
   grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
-  return StartGenerate(new UnaryCall(response), engine, admitted, *request, tenant);
+  return StartGenerate(new UnaryCall(response), ctx, engine, admitted, *request, tenant);
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc::CallbackServerContext* ctx,
@@ -265,7 +288,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc
   ServingEngine* engine = nullptr;
   std::string tenant;
   grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
-  return StartGenerate(new StreamCall(), engine, admitted, *request, tenant);
+  return StartGenerate(new StreamCall(), ctx, engine, admitted, *request, tenant);
 }
 
 grpc::ServerUnaryReactor* GrpcService::Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,

@@ -41,11 +41,13 @@ bool GenerationJob::Submit(std::vector<GenerateInput> inputs) {
         if (auto job = weak.lock()) job->Pump();
       });
     };
+    recorder_.Begin(i, inputs[i]);
     StatusOr<std::shared_ptr<Generation>> g = engine_->Submit(std::move(inputs[i]), std::move(notify));
     if (!g.ok()) {
       Fail(g.status());
       return false;
     }
+    recorder_.SetSeed(i, (*g)->seed(), (*g)->seed_drawn());
     gens_.push_back(*g);
   }
   completion_tokens_.assign(gens_.size(), 0);
@@ -85,6 +87,7 @@ void GenerationJob::Pump() {
 
 void GenerationJob::Apply(int prompt_index, const GenerationUpdate& u) {
   completion_tokens_[static_cast<size_t>(prompt_index)] = u.completion_tokens;
+  recorder_.Add(static_cast<size_t>(prompt_index), u);
   if (!stream_) return output_->Add(prompt_index, u);
   StartStream();
   ex_->WriteChunk(output_->OnUpdate(prompt_index, u));
@@ -102,12 +105,17 @@ void GenerationJob::Finish() {
   if (timer_) timer_->cancel();
   int64_t completion_tokens = 0;
   for (int64_t n : completion_tokens_) completion_tokens += n;
+  const receipt::Receipt r = recorder_.Finish(engine_->receipts());
+  output_->SetReceipt(receipt::ToJson(r));
+  const std::string receipt_header = output_->ReceiptHeader() ? receipt::Encode(r) : std::string();
   if (stream_) {
     StartStream();
     ex_->WriteChunk(output_->StreamEnd());
     ex_->EndStream();
   } else {
-    ex_->Send(JsonResponse(HttpStatus::ok, output_->Body()));
+    HttpResponse res = JsonResponse(HttpStatus::ok, output_->Body());
+    if (!receipt_header.empty()) res.set(kReceiptHeader, receipt_header);
+    ex_->Send(std::move(res));
   }
   LogInfo("{} done: request {} prompt {} tokens, completion {} tokens, {:.1f} ms", id_, ex_->request_id(),
           prompt_tokens_, completion_tokens,

@@ -21,6 +21,7 @@
 
 #include "server/http/openai_routes.h"
 #include "server/openai/kv_transfer_params.h"
+#include "server/serving/receipts.h"
 
 namespace tessera {
 
@@ -42,7 +43,17 @@ class JobOutput {
   // A failure before anything was sent, and one mid-stream (the stream ends after it).
   virtual HttpResponse ErrorAnswer(const ApiError& error) const;
   virtual std::string StreamError(const ApiError& error) const;
+  // The finished response's receipt (docs/architecture.md, "Receipts"), given
+  // before Body() / StreamEnd(): an output may put it in the body or the final
+  // chunk. Every non-streamed answer also carries it in the tessera-receipt
+  // header. The default ignores it.
+  virtual void SetReceipt(const nlohmann::json& receipt) { (void)receipt; }
+  // false: no tessera-receipt header (receipt verification's answer is not a generation).
+  virtual bool ReceiptHeader() const { return true; }
 };
+
+// The HTTP header (and gRPC trailer) that carries a receipt, base64url.
+inline constexpr char kReceiptHeader[] = "tessera-receipt";
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
@@ -77,6 +88,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool done_ = false;
   int64_t prompt_tokens_ = 0;
   std::vector<int64_t> completion_tokens_;  // per generation, running totals
+  ReceiptRecorder recorder_;
 };
 
 // The caller presented the internal key (the router, or another deployment role).

@@ -2,6 +2,8 @@
 // Generation per prompt (a GenerationJob, generation_job.h), then answer as
 // JSON or as an SSE stream in OpenAI's shapes.
 #include <ctime>
+#include <optional>
+#include <utility>
 
 #include "server/http/generation_job.h"
 #include "server/http/openai_routes.h"
@@ -20,25 +22,54 @@ using json = nlohmann::json;
 
 // What the OpenAI outputs share: the object's id, created and model, the
 // chunks as SSE, and the tail (the usage chunk when asked, then [DONE]).
+// Receipts: in the body when the request set return_receipt; when streamed,
+// in the final chunk (the usage chunk when asked, else the last chunk of the
+// last generation to finish, which is held back until the stream ends).
 class OpenAiOutput : public JobOutput {
  public:
-  OpenAiOutput(std::string id, int64_t created, std::string model, bool include_usage)
-      : id_(std::move(id)), created_(created), model_(std::move(model)), include_usage_(include_usage) {}
+  OpenAiOutput(std::string id, int64_t created, std::string model, bool include_usage, bool return_receipt)
+      : id_(std::move(id)), created_(created), model_(std::move(model)), include_usage_(include_usage),
+        return_receipt_(return_receipt) {}
+
+  void SetReceipt(const json& receipt) override { receipt_ = receipt; }
 
  protected:
-  static std::string Sse(const std::vector<json>& chunks) {
+  // `finished`: the update ends its generation; its last chunk is held back.
+  std::string Sse(std::vector<json> chunks, bool finished) {
     std::string data;
+    if (!chunks.empty() && held_) data += openai::SseData(*std::exchange(held_, std::nullopt));
+    if (finished && !chunks.empty()) {
+      held_ = std::move(chunks.back());
+      chunks.pop_back();
+    }
     for (const json& c : chunks) data += openai::SseData(c);
     return data;
   }
-  std::string Tail(const json& usage_chunk) const {
-    return (include_usage_ ? openai::SseData(usage_chunk) : std::string()) + openai::SseDone();
+  std::string Tail(json usage_chunk) {
+    std::string data;
+    if (held_) {
+      if (!include_usage_) (*held_)["receipt"] = receipt_;
+      data += openai::SseData(*held_);
+      held_.reset();
+    }
+    if (include_usage_) {
+      usage_chunk["receipt"] = receipt_;
+      data += openai::SseData(usage_chunk);
+    }
+    return data + openai::SseDone();
+  }
+  json WithReceipt(json body) const {
+    if (return_receipt_) body["receipt"] = receipt_;
+    return body;
   }
 
   std::string id_;
   int64_t created_;
   std::string model_;
   bool include_usage_;
+  bool return_receipt_;
+  json receipt_;
+  std::optional<json> held_;
 };
 
 class CompletionOutput : public OpenAiOutput {
@@ -48,8 +79,8 @@ class CompletionOutput : public OpenAiOutput {
   std::optional<openai::CompletionStream> stream;
 
   void Add(int i, const GenerationUpdate& u) override { acc->Add(i, u); }
-  json Body() override { return acc->Build(id_, created_, model_); }
-  std::string OnUpdate(int i, const GenerationUpdate& u) override { return Sse(stream->OnUpdate(i, u)); }
+  json Body() override { return WithReceipt(acc->Build(id_, created_, model_)); }
+  std::string OnUpdate(int i, const GenerationUpdate& u) override { return Sse(stream->OnUpdate(i, u), u.finished); }
   std::string StreamEnd() override { return Tail(stream->UsageChunk()); }
 };
 
@@ -60,9 +91,9 @@ class ChatOutput : public OpenAiOutput {
   std::optional<openai::ChatStream> stream;
 
   void Add(int, const GenerationUpdate& u) override { acc->Add(u); }
-  json Body() override { return acc->Build(id_, created_, model_); }
-  std::string StreamStart() override { return Sse(stream->Start()); }
-  std::string OnUpdate(int, const GenerationUpdate& u) override { return Sse(stream->OnUpdate(u)); }
+  json Body() override { return WithReceipt(acc->Build(id_, created_, model_)); }
+  std::string StreamStart() override { return Sse(stream->Start(), false); }
+  std::string OnUpdate(int, const GenerationUpdate& u) override { return Sse(stream->OnUpdate(u), u.finished); }
   std::string StreamEnd() override { return Tail(stream->UsageChunk()); }
 };
 
@@ -93,7 +124,8 @@ void HandleCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange>& e
   }
   const std::string id = "cmpl-" + RandomHex(32);
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  auto out = std::make_unique<CompletionOutput>(id, created, engine->served_model_name(), req.include_usage);
+  auto out = std::make_unique<CompletionOutput>(id, created, engine->served_model_name(), req.include_usage,
+                                                req.return_receipt);
   const int num_prompts = static_cast<int>(inputs.size());
   openai::CompletionOptions opts{req.echo, req.logprobs, req.prompt_logprobs.has_value(), req.return_token_ids};
   if (req.stream) {
@@ -121,7 +153,8 @@ void HandleChatCompletions(ServeContext* ctx, const std::shared_ptr<HttpExchange
   const openai::ChatRequest& req = prepared.request;
   const std::string id = "chatcmpl-" + RandomHex(32);
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  auto out = std::make_unique<ChatOutput>(id, created, engine->served_model_name(), req.include_usage);
+  auto out = std::make_unique<ChatOutput>(id, created, engine->served_model_name(), req.include_usage,
+                                          req.return_receipt);
   openai::ChatOptions opts;
   opts.logprobs = req.logprobs;
   opts.top_logprobs = req.top_logprobs;

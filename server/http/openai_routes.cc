@@ -1,5 +1,6 @@
 #include "server/http/openai_routes.h"
 #include "common/log.h"
+#include "server/http/receipt_routes.h"
 
 #include <boost/asio/post.hpp>
 
@@ -205,6 +206,7 @@ void RegisterOpenAiRoutes(ServeContext* ctx) {
   s->Handle(
       http::verb::post, "/detokenize",
       [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleDetokenize); }, json);
+  RegisterReceiptRoutes(ctx);
 }
 
 }  // namespace tessera

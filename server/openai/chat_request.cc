@@ -54,6 +54,7 @@ std::optional<ApiError> ParseChatRequest(std::string_view body_text, const Reque
   if (auto e = RefuseUnenforced(body)) return e;
   if (auto e = ParseKvTransferParams(body, &r.kv_transfer)) return e;
   if (auto e = ReadBool(body, "return_token_ids", "return_token_ids", &r.return_token_ids)) return e;
+  if (auto e = ReadBool(body, "return_receipt", "return_receipt", &r.return_receipt)) return e;
   if (auto e = ParseStructuredOutput(body, &r.structured)) return e;
   if (auto e = ReadBool(body, "parallel_tool_calls", "parallel_tool_calls", &r.parallel_tool_calls)) return e;
 

@@ -42,6 +42,7 @@ struct ChatRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool return_token_ids = false;   // vLLM: each choice also carries its new "token_ids"
+  bool return_receipt = false;    // the receipt object in the body too (docs/architecture.md, "Receipts")
   KvTransferRequest kv_transfer;   // vLLM's kv_transfer_params (disaggregation), as on /v1/completions
 };
 

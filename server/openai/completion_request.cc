@@ -86,6 +86,7 @@ std::optional<ApiError> ParseCompletionRequest(std::string_view body_text, const
   if (auto e = ReadBool(body, "echo", "echo", &r.echo)) return e;
   if (auto e = ReadBool(body, "add_special_tokens", "add_special_tokens", &r.add_special_tokens)) return e;
   if (auto e = ReadBool(body, "return_token_ids", "return_token_ids", &r.return_token_ids)) return e;
+  if (auto e = ReadBool(body, "return_receipt", "return_receipt", &r.return_receipt)) return e;
   if (auto e = ParseKvTransferParams(body, &r.kv_transfer)) return e;
   if (r.kv_transfer.do_remote_decode || r.kv_transfer.remote) {
     if (r.prompts.size() != 1) return BadRequest("'kv_transfer_params' needs exactly one prompt", "prompt");

@@ -45,6 +45,7 @@ struct CompletionRequest {
   std::optional<int32_t> logprobs;         // completions style: alternatives per token
   std::optional<int32_t> prompt_logprobs;  // as asked (vLLM); reported per choice
   bool return_token_ids = false;           // vLLM: each choice also carries its new "token_ids"
+  bool return_receipt = false;    // the receipt object in the body too (docs/architecture.md, "Receipts")
   KvTransferRequest kv_transfer;           // vLLM's kv_transfer_params (disaggregation)
 };
 

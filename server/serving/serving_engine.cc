@@ -6,6 +6,7 @@
 #include <filesystem>
 
 
+#include "receipt/build_info.h"
 #include "server/serving/metrics.h"
 #include "text/gguf_tokenizer.h"
 
@@ -17,6 +18,23 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The serve flags a sequence's tokens depend on (receipts' "flags" digest);
+// the block size and max model length are added once the loop resolved them.
+nlohmann::json NumericsFlags(const EngineLoopOptions& o) {
+  nlohmann::json spec = nullptr;
+  if (o.speculative) {
+    spec = {{"method", static_cast<int>(o.speculative->method)},
+            {"num_speculative_tokens", o.speculative->num_speculative_tokens},
+            {"model", o.speculative->model}};
+  }
+  return {{"device", o.device},
+          {"deterministic", o.device == "cuda" && o.cuda.deterministic},
+          {"tensor_parallel_size", o.parallel.tensor_parallel_size},
+          {"data_parallel_size", o.parallel.data_parallel_size},
+          {"enable_expert_parallel", o.parallel.enable_expert_parallel},
+          {"speculative", spec}};
+}
 
 }  // namespace
 
@@ -156,6 +174,8 @@ Generation::~Generation() {
 const std::string& Generation::request_id() const { return state_->request_id; }
 int64_t Generation::num_prompt_tokens() const { return static_cast<int64_t>(state_->prompt.size()); }
 bool Generation::finished() const { return state_->done; }
+uint64_t Generation::seed() const { return state_->stream ? state_->stream->seed() : 0; }
+bool Generation::seed_drawn() const { return state_->stream ? state_->stream->seed_drawn() : false; }
 
 void Generation::Cancel() {
   State& s = *state_;
@@ -241,8 +261,28 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
       };
     }
   }
+  if (!options.receipt_key_file.empty()) {
+    ASSIGN_OR_RETURN(receipt::ReceiptSigner signer, receipt::ReceiptSigner::Load(options.receipt_key_file));
+    engine->receipts_.signer = std::move(signer);
+  }
+  options.loop.weights_digest.emplace();
+  options.loop.weights_digest->fallback_cache_dir = options.weights_digest_cache_dir;
+  const nlohmann::json flags = NumericsFlags(options.loop);
   ASSIGN_OR_RETURN(engine->loop_, EngineLoop::Create(std::move(options.loop)));
   engine->limits_ = engine->loop_->scheduler_options().limits;
+  engine->receipts_.flags = flags;
+  engine->receipts_.flags["block_size"] = engine->loop_->scheduler_options().kv.block_size;
+  engine->receipts_.flags["max_model_len"] = engine->limits_.max_model_len;
+  engine->receipts_.digests = {
+      .weights = engine->loop_->weights_digest(),
+      .tokenizer = TokenizerDigest(dir, *engine->tokenizer_, engine->chat_template_ ? &*engine->chat_template_ : nullptr),
+      .engine = receipt::EngineDigest(),
+      .flags = receipt::DigestHex(receipt::CanonicalDump(engine->receipts_.flags)),
+  };
+  LogInfo("receipts: tokenizer {}, engine {}, flags {} {}{}", engine->receipts_.digests.tokenizer,
+          engine->receipts_.digests.engine, engine->receipts_.digests.flags,
+          receipt::CanonicalDump(engine->receipts_.flags),
+          engine->receipts_.signer ? ", signed by " + engine->receipts_.signer->public_key() : std::string());
   engine->structured_ = std::make_unique<structured::StructuredOutputs>(engine->tokenizer_.get(), engine->limits_.vocab_size);
   if (engine->tokenizer_->vocab_size() > engine->limits_.vocab_size) {
     LogWarn("serve: the tokenizer knows {} ids but the model only {}; ids beyond are rejected",

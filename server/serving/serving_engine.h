@@ -29,6 +29,7 @@
 #include "scheduler/sampling_params.h"
 #include "server/serving/cache_isolation.h"
 #include "server/serving/input_processor.h"
+#include "server/serving/receipts.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
 #include "structured/structured.h"
@@ -61,6 +62,11 @@ struct ServingOptions {
   bool chat_content_special_tokens = false;
   // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
   CacheIsolation cache_isolation = CacheIsolation::kNone;
+  // Receipts (receipts.h): --receipt-key (an Ed25519 key file; "" : unsigned
+  // receipts), and where the weights digest is cached when the checkpoint's
+  // directory is read-only ("" : recomputed at each start then).
+  std::string receipt_key_file;
+  std::string weights_digest_cache_dir;
 };
 
 // One token with its log-probability, as both APIs report it.
@@ -110,6 +116,10 @@ class Generation {
   // Aborts the request (client gone, cancelled, timed out): choices end with
   // kAbort and the KV blocks are freed at the next step. Idempotent; any thread.
   void Cancel();
+  // The RNG seed the choices sample with (the request's, or one the engine
+  // drew: seed_drawn); receipts record it. Any thread.
+  uint64_t seed() const;
+  bool seed_drawn() const;
 
  private:
   friend class ServingEngine;
@@ -161,6 +171,8 @@ class ServingEngine {
   const std::string& served_model_name() const { return served_model_name_; }
   bool chat_content_special_tokens() const { return chat_content_special_tokens_; }
   int64_t created_unix() const { return created_unix_; }
+  // What every receipt of this engine names (digests, signing key); immutable.
+  const ReceiptContext& receipts() const { return receipts_; }
   // Text of one token for logprob reports (see LogprobEntry).
   LogprobEntry MakeLogprobEntry(int32_t token_id, float logprob) const;
 
@@ -199,6 +211,7 @@ class ServingEngine {
   std::unique_ptr<structured::StructuredOutputs> structured_;
   std::optional<text::ChatTemplate> chat_template_;
   ModelLimits limits_;
+  ReceiptContext receipts_;
   std::string served_model_name_;
   int64_t created_unix_ = 0;
   int64_t max_in_flight_ = 0;

@@ -11,7 +11,7 @@
 // KV transfer control plane, methods OpenTransfer | ReleaseTransfer)}, ...],
 // run in turn.
 // Each output line: {"code": gRPC status code (0 OK), "details", "response"
-// (unary) or "messages" (stream); with "timed": true in the call, "ms": its
+// (unary) or "messages" (stream), "trailers" (the trailing metadata, on success); with "timed": true in the call, "ms": its
 // duration}. Bounded: 60 s per call.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -47,22 +47,34 @@ function metadata(c) {
   return md;
 }
 
+// The call's trailing metadata (e.g. tessera-receipt), once its status arrived.
+function trailersOf(call) {
+  return new Promise((resolve) => {
+    call.on('status', (s) => resolve(s.metadata ? s.metadata.getMap() : {}));
+    setTimeout(() => resolve({}), 5_000).unref();
+  });
+}
+
 function run(c) {
   return new Promise((resolve) => {
     if (c.method === 'GenerateStream') {
       const messages = [];
       const call = client(c.target).GenerateStream(c.request, metadata(c), opts());
+      const trailers = trailersOf(call);
       call.on('data', (m) => {
         messages.push(plain(m));
         if (c.cancel_after && messages.length >= c.cancel_after) call.cancel();
       });
-      call.on('error', (err) => resolve({ code: err.code, details: err.details, messages }));
-      call.on('end', () => resolve({ code: 0, details: '', messages }));
+      call.on('error', async (err) => resolve({ code: err.code, details: err.details, messages, trailers: await trailers }));
+      call.on('end', async () => resolve({ code: 0, details: '', messages, trailers: await trailers }));
       return;
     }
     const health = c.method === 'Health';
-    client(c.target, health, c.service === 'kv')[health ? 'Check' : c.method](c.request, metadata(c), opts(), (err, resp) =>
-      resolve(err ? { code: err.code, details: err.details } : { code: 0, details: '', response: plain(resp) }));
+    let trailers = null;
+    const call = client(c.target, health, c.service === 'kv')[health ? 'Check' : c.method](c.request, metadata(c), opts(), async (err, resp) =>
+      resolve(err ? { code: err.code, details: err.details }
+                  : { code: 0, details: '', response: plain(resp), trailers: await trailers }));
+    trailers = trailersOf(call);
   });
 }
 
