@@ -38,6 +38,18 @@ Comparison CompareOutputs(const Receipt& claimed, const Receipt& replayed) {
     }
     for (size_t c = 0; c < a.size(); ++c) {
       const auto ci = static_cast<int32_t>(c);
+      if (!a[c].has_token_ids) {  // the compact form: digests only
+        if (a[c].output != b[c].output) {
+          return Differ("output_digest", gi, ci,
+                        Where(gi, ci) + ": the output differs from the re-execution's (this receipt carries "
+                                        "digests only; the full form, from the response body, names the first "
+                                        "differing token)");
+        }
+        if (a[c].logprobs != b[c].logprobs) {
+          return Differ("logprobs", gi, ci, Where(gi, ci) + ": same output, different logprobs digest");
+        }
+        continue;
+      }
       const std::vector<int32_t>& x = a[c].token_ids;
       const std::vector<int32_t>& y = b[c].token_ids;
       const auto [ix, iy] = std::mismatch(x.begin(), x.end(), y.begin(), y.end());

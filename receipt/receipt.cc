@@ -52,8 +52,9 @@ StatusOr<ChoiceRecord> ReadChoice(const json& c, size_t i, const std::string& pa
   }
   rec.index = static_cast<int32_t>(i);
   auto ids = c.find("token_ids");
-  if (ids == c.end() || !ids->is_array()) return FieldError(path + "token_ids", "must be an array of token ids");
-  for (const json& t : *ids) {
+  rec.has_token_ids = ids != c.end();
+  if (rec.has_token_ids && !ids->is_array()) return FieldError(path + "token_ids", "must be an array of token ids");
+  for (const json& t : rec.has_token_ids ? *ids : json::array()) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX) {
       return FieldError(path + "token_ids", "must hold non-negative 32-bit integers");
     }
@@ -153,15 +154,16 @@ ChoiceRecord MakeChoice(int32_t index, std::vector<int32_t> token_ids, const jso
 
 namespace {
 
-json Unsigned(const Receipt& r) {
+json Unsigned(const Receipt& r, bool with_token_ids) {
   json gens = json::array();
   for (const GenerationRecord& g : r.generations) {
     json choices = json::array();
     for (const ChoiceRecord& c : g.choices) {
-      choices.push_back({{"index", c.index},
-                         {"token_ids", c.token_ids},
-                         {"output", c.output},
-                         {"logprobs", c.logprobs.empty() ? json(nullptr) : json(c.logprobs)}});
+      json choice = {{"index", c.index},
+                     {"output", c.output},
+                     {"logprobs", c.logprobs.empty() ? json(nullptr) : json(c.logprobs)}};
+      if (with_token_ids && c.has_token_ids) choice["token_ids"] = c.token_ids;
+      choices.push_back(std::move(choice));
     }
     gens.push_back({{"request", g.request}, {"seed", SeedText(g.seed)}, {"seed_drawn", g.seed_drawn}, {"choices", choices}});
   }
@@ -175,10 +177,20 @@ json Unsigned(const Receipt& r) {
 
 }  // namespace
 
-std::string SignedBytes(const Receipt& r) { return CanonicalDump(Unsigned(r)); }
+std::string SignedBytes(const Receipt& r) { return CanonicalDump(Unsigned(r, /*with_token_ids=*/false)); }
+
+Receipt Compact(Receipt r) {
+  for (GenerationRecord& g : r.generations) {
+    for (ChoiceRecord& c : g.choices) {
+      c.has_token_ids = false;
+      c.token_ids.clear();
+    }
+  }
+  return r;
+}
 
 json ToJson(const Receipt& r) {
-  json j = Unsigned(r);
+  json j = Unsigned(r, /*with_token_ids=*/true);
   if (r.signature) {
     j["signature"] = {{"alg", "ed25519"}, {"public_key", r.signature->public_key}, {"value", r.signature->value}};
   }

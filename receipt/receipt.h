@@ -38,9 +38,15 @@ struct ServerDigests {
   bool operator==(const ServerDigests&) const = default;
 };
 
-// One choice's output.
+// One choice's output. The token ids travel in the full form (a response
+// body, a stream's final chunk) and are left out of the compact form (the
+// `tessera-receipt` header and gRPC trailer, whose size must not grow with
+// the output: proxies and clients cap headers at 8-16 KB); the digest binds
+// them in both, and the signature covers the digest, not the ids, so either
+// form verifies.
 struct ChoiceRecord {
   int32_t index = 0;
+  bool has_token_ids = true;  // false: the compact form
   std::vector<int32_t> token_ids;
   std::string output;    // hex SHA-256 of the canonical token id array
   std::string logprobs;  // hex SHA-256 of the canonical logprobs, "" when none were returned
@@ -92,11 +98,15 @@ nlohmann::json ToJson(const Receipt& r);
 // INVALID_ARGUMENT naming the field. The digests are not checked against the
 // token ids here: verification re-executes and compares both.
 StatusOr<Receipt> FromJson(const nlohmann::json& j);
-// What a signature covers: the canonical JSON of the receipt without "signature".
+// What a signature covers: the canonical JSON of the compact receipt (no
+// token ids) without "signature".
 std::string SignedBytes(const Receipt& r);
 
-// base64url (RFC 4648 section 5, no padding) of the canonical JSON: the
-// `tessera-receipt` header and trailer value.
+// The same receipt without its token ids (see ChoiceRecord).
+Receipt Compact(Receipt r);
+
+// base64url (RFC 4648 section 5, no padding) of the canonical JSON. The
+// `tessera-receipt` header and trailer carry Encode(Compact(r)).
 std::string Encode(const Receipt& r);
 StatusOr<Receipt> Decode(std::string_view base64url);
 

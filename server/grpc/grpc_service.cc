@@ -156,7 +156,8 @@ class GenerateCall
   // The finished generation's receipt as trailing metadata (docs/architecture.md, "Receipts").
   void AddReceiptTrailer() {
     if (ctx_ != nullptr && receipts_ != nullptr) {
-      ctx_->AddTrailingMetadata("tessera-receipt", receipt::Encode(recorder_.Finish(*receipts_)));
+      ctx_->AddTrailingMetadata("tessera-receipt",
+                                receipt::Encode(receipt::Compact(recorder_.Finish(*receipts_))));
     }
   }
 

@@ -107,7 +107,7 @@ void GenerationJob::Finish() {
   for (int64_t n : completion_tokens_) completion_tokens += n;
   const receipt::Receipt r = recorder_.Finish(engine_->receipts());
   output_->SetReceipt(receipt::ToJson(r));
-  const std::string receipt_header = output_->ReceiptHeader() ? receipt::Encode(r) : std::string();
+  const std::string receipt_header = output_->ReceiptHeader() ? receipt::Encode(receipt::Compact(r)) : std::string();
   if (stream_) {
     StartStream();
     ex_->WriteChunk(output_->StreamEnd());

@@ -97,7 +97,6 @@ TEST(Receipt, SignedBytesChangeWithEachField) {
       [](Receipt& r) { r.generations[0].request[0] = 'e'; },
       [](Receipt& r) { r.generations[0].seed = 43; },
       [](Receipt& r) { r.generations[0].seed_drawn = true; },
-      [](Receipt& r) { r.generations[0].choices[0].token_ids[1] = 0; },
       [](Receipt& r) { r.generations[0].choices[0].output[0] = 'e'; },
       [](Receipt& r) { r.generations[0].choices[1].logprobs[0] = 'e'; },
   };
@@ -106,6 +105,25 @@ TEST(Receipt, SignedBytesChangeWithEachField) {
     edits[i](r);
     EXPECT_NE(SignedBytes(r), base) << "edit " << i;
   }
+}
+
+TEST(Receipt, TheCompactFormDropsTokenIdsAndKeepsTheSignedBytes) {
+  const Receipt r = SampleReceipt();
+  const Receipt c = Compact(r);
+  EXPECT_EQ(SignedBytes(c), SignedBytes(r));  // the output digest binds the ids
+  EXPECT_EQ(ToJson(c)["generations"][0]["choices"][0].count("token_ids"), 0u);
+  StatusOr<Receipt> back = Decode(Encode(c));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->generations[0].choices[0].has_token_ids);
+  EXPECT_EQ(Encode(*back), Encode(c));
+  // Digests only: equal when the re-execution's digests are, else the digest is named.
+  EXPECT_TRUE(CompareOutputs(c, r).equal);
+  Receipt other = r;
+  other.generations[0].choices[0] = MakeChoice(0, {7, 7}, nullptr);
+  const Comparison diff = CompareOutputs(c, other);
+  EXPECT_FALSE(diff.equal);
+  EXPECT_EQ(diff.what, "output_digest");
+  EXPECT_EQ(diff.token_index, -1);
 }
 
 TEST(Receipt, EncodeDecodeRoundTripsAndRefusesBadInput) {
@@ -143,7 +161,7 @@ TEST(Receipt, SignAndVerifyAndTamper) {
   EXPECT_TRUE(VerifySignature(*back, s->public_key()).ok());
 
   Receipt tampered = *back;
-  tampered.generations[0].choices[0].token_ids[0] = 99;
+  tampered.generations[0].choices[0].output[0] = tampered.generations[0].choices[0].output[0] == 'a' ? 'b' : 'a';
   Status st = VerifySignature(tampered, s->public_key());
   EXPECT_NE(st.message().find("does not verify"), std::string::npos) << st.ToString();
 
