@@ -218,6 +218,7 @@ StatusOr<sim::ClusterOptions> LayoutFromFlags(const SimulateFlags& f, const Rout
   }
   co.unified = co.prefill = co.decode = instance;
   co.instances = f.instances;
+  co.poll_interval_ms = rf.poll_interval_s * 1000;
   ASSIGN_OR_RETURN(const int32_t prefill, PoolSize(rf.prefill_instances, "--prefill-instances"));
   ASSIGN_OR_RETURN(const int32_t decode, PoolSize(rf.decode_instances, "--decode-instances"));
   if (prefill == 0) {
@@ -266,7 +267,9 @@ nlohmann::json TwinJson(const sim::ClusterOptions& co, const sim::ClusterResult&
     if (s.role == "decode") j["kv_pulls"] = s.pulls;
     instances.push_back(std::move(j));
   }
-  nlohmann::json layout = {{"layout", pd ? "pd" : "unified"}, {"routing_logic", RoutingLogicName(co.routing_logic)}};
+  nlohmann::json layout = {{"layout", pd ? "pd" : "unified"},
+                           {"routing_logic", RoutingLogicName(co.routing_logic)},
+                           {"router_poll_interval_s", co.poll_interval_ms / 1000}};
   if (pd) {
     layout["prefill_instances"] = co.prefill_instances;
     layout["decode_instances"] = co.decode_instances;

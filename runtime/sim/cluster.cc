@@ -18,6 +18,13 @@ namespace {
 // most this long after its last dispatch (KvRouterOptions::routed_ttl).
 constexpr int64_t kRoutedTtlNs = 10'000'000'000;
 
+// What the router's last poll of an instance's /metrics said.
+struct Polled {
+  int64_t queue = 0;  // running + waiting
+  int64_t waiting = 0;
+  double kv_usage = 0;
+};
+
 struct Node {
   std::string role;
   int32_t index = 0;  // within its pool
@@ -25,6 +32,13 @@ struct Node {
   std::unique_ptr<TwinInstance> twin;
   int64_t outstanding = 0;  // the registry's: tokens of calls in flight here
   int64_t requests = 0;
+  Polled polled;
+
+  void Poll() {
+    polled.queue = twin->unfinished();
+    polled.waiting = twin->scheduler().num_waiting();
+    polled.kv_usage = twin->scheduler().kv_cache().Usage();
+  }
 };
 
 // One call the router made to an instance, until it ends.
@@ -56,7 +70,7 @@ class Router {
     if (logic_ == RoutingLogic::kLoad) {
       int64_t best = 0;
       for (Node* n : pool) {
-        const int64_t load = LoadScore(n->outstanding, n->twin->unfinished());
+        const int64_t load = LoadScore(n->outstanding, n->polled.queue);
         if (leg.node == nullptr || load < best) {
           leg.node = n;
           best = load;
@@ -78,8 +92,8 @@ class Router {
       KvAwareCandidate c;
       c.hit_tokens = std::min(std::max(held, RoutedBlocks(chain, n, now)), usable) * kv.block_size();
       c.pending_tokens = pending_[n];
-      c.waiting = s.num_waiting();
-      c.kv_usage = kv.Usage();
+      c.waiting = n->polled.waiting;
+      c.kv_usage = n->polled.kv_usage;
       c.pool_known = true;
       c.held_blocks = kv.pool().num_cached_blocks();
       c.num_blocks = kv.num_blocks();
@@ -160,7 +174,10 @@ Status CheckClusterOptions(const ClusterOptions& o) {
 
 class Cluster {
  public:
-  explicit Cluster(const ClusterOptions& o) : o_(o), router_(o.routing_logic, o.routed_grace_ms) {}
+  explicit Cluster(const ClusterOptions& o)
+      : o_(o),
+        router_(o.routing_logic, o.routed_grace_ms),
+        poll_ns_(std::max<int64_t>(0, static_cast<int64_t>(o.poll_interval_ms * 1e6))) {}
 
   Status Build() {
     auto add = [&](const char* role, int32_t count, const TwinOptions& to, std::vector<Node*>* pool) -> Status {
@@ -197,8 +214,9 @@ class Cluster {
       }
     }
     size_t next = 0;
+    int64_t next_poll = 0;
     for (;;) {
-      // The next event in time; at one time: step ends, then arrivals, then step begins.
+      // The next event in time (the header's order at one time).
       Node* best = nullptr;
       int64_t best_t = kNever;
       int best_rank = 3;
@@ -211,8 +229,16 @@ class Cluster {
           best_rank = rank;
         }
       }
-      if (next < requests.size() &&
-          (best == nullptr || requests[next].arrival_ns < best_t || (requests[next].arrival_ns == best_t && best_rank > 1))) {
+      const int64_t arrival = next < requests.size() ? requests[next].arrival_ns : kNever;
+      if (poll_ns_ > 0 && (best != nullptr || arrival != kNever) &&
+          (next_poll < best_t || (next_poll == best_t && best_rank > 0)) && next_poll <= arrival) {
+        for (auto& n : nodes_) n->Poll();
+        next_poll += poll_ns_;
+        // Idle until the arrival: the polls between would read the same.
+        if (best == nullptr && next_poll < arrival) next_poll += (arrival - next_poll) / poll_ns_ * poll_ns_;
+        continue;
+      }
+      if (arrival != kNever && (arrival < best_t || (arrival == best_t && best_rank > 1))) {
         Arrive(next++);
         continue;
       }
@@ -255,6 +281,13 @@ class Cluster {
   }
 
  private:
+  // Without polling the router reads every instance as of now.
+  void PollIfLive() {
+    if (poll_ns_ == 0) {
+      for (auto& n : nodes_) n->Poll();
+    }
+  }
+
   // The router receives request i at its arrival.
   void Arrive(size_t i) {
     const TwinRequest& t = (*requests_)[i];
@@ -265,6 +298,7 @@ class Cluster {
       return;
     }
     // The prefill role runs it with max_tokens 1 and holds its blocks for the decode.
+    PollIfLive();
     Leg leg = router_.Choose(prefill_, t.prompt_token_ids, 1, t.arrival_ns);
     leg.outstanding = static_cast<int64_t>(t.prompt_token_ids.size());
     TwinSubmission sub;
@@ -281,6 +315,7 @@ class Cluster {
   // The decode (or unified) call of request i at `now`, pulling from `source` if any.
   void Decode(size_t i, int64_t now, std::optional<RemoteKvSource> source) {
     const TwinRequest& t = (*requests_)[i];
+    PollIfLive();
     Leg leg = router_.Choose(decode_, t.prompt_token_ids, t.max_tokens, now);
     leg.outstanding = static_cast<int64_t>(t.prompt_token_ids.size()) + t.max_tokens;
     ClusterRoute& route = result_.routes[i];
@@ -328,6 +363,7 @@ class Cluster {
 
   const ClusterOptions& o_;
   Router router_;
+  int64_t poll_ns_;  // 0: live
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Node*> prefill_, decode_;
   const std::vector<TwinRequest>* requests_ = nullptr;

@@ -2,12 +2,16 @@
 // several twin instances — each its own real Scheduler and KvCacheManager —
 // behind the router's policy, on one virtual clock.
 //
-// Discrete events: a request is routed at its arrival time (the router's
-// decision sees every instance's state at that moment: the polled figures are
-// read live, KV events arrive at once) and joins the chosen instance's inbox;
-// of the instances with work, the one whose next step starts first steps next
-// (ties: arrivals first, then the lower instance), each in EngineLoop::Step's
-// order (twin_instance.h). So a 1-instance cluster is RunTwin, step for step.
+// Discrete events: a request is routed at its arrival time and joins the
+// chosen instance's inbox; of the instances with work, the one whose next
+// event comes first runs it (a step's begin or end, in EngineLoop::Step's
+// order: twin_instance.h); the router polls every instance every
+// `poll_interval_ms` (its --router-poll-interval). At one time: step ends,
+// then the poll, then arrivals, then step begins, the lower instance first.
+// So a 1-instance cluster is RunTwin, step for step. The router's decision
+// sees what the router would: its own outstanding and pending work live, each
+// instance's queue depth, waiting sequences and KV usage as of the last poll,
+// and (kv-aware) the instance's prefix cache as of now (KV events arrive at once).
 //
 // Routing: `--routing-logic` with the router's own formulas
 // (scheduler/routing_cost.h): load (outstanding tokens + 256 x queued
@@ -31,9 +35,8 @@
 // Held blocks count in the prefill's pool until released: a prefill whose
 // pool is full of holds waits for the decodes' pulls.
 //
-// Not modelled: the router's poll interval and KV-event delay (both read
-// live), staleness fallback, peer fetch, failures and migration, the
-// transfer's pin timeout. Single-threaded; no wall clock is read.
+// Not modelled: the KV events' delay, staleness fallback, peer fetch, failures
+// and migration, the transfer's pin timeout. Single-threaded; no wall clock is read.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +75,7 @@ struct ClusterOptions {
   RoutingLogic routing_logic = RoutingLogic::kLoad;  // for both pools, as the router's
   int64_t prefill_threshold = 128;  // pd: shorter prompts skip the prefill pool (--prefill-threshold)
   double routed_grace_ms = 1000;    // kv-aware: see the header comment (KvRouterOptions::routed_grace)
+  double poll_interval_ms = 500;    // the router's --router-poll-interval; 0: every decision reads live figures
   KvTransferModel transfer;
 };
 

@@ -159,7 +159,8 @@ def main():
             run = result("instances")[0]["runs"][0]
             assert run["completed"] == 300 and run["failed"] == 0, run
             twin = run["twin"]
-            assert twin["layout"] == {"layout": "unified", "instances": 3, "routing_logic": "kv-aware"}, twin["layout"]
+            assert twin["layout"] == {"layout": "unified", "instances": 3, "routing_logic": "kv-aware",
+                                      "router_poll_interval_s": 0.5}, twin["layout"]
             per = [i["requests"] for i in twin["instances"]]
             assert sum(per) == 300 and min(per) > 0, per  # every instance served some
             assert twin["router_hit_tokens"] > 0 and twin["prefix_cache_hits"] > 0, twin

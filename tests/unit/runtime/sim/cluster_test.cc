@@ -88,6 +88,26 @@ TEST(ClusterTest, RoundRobinAndLoadSpread) {
   EXPECT_EQ(load->routes[2].instance, 0);  // instance 1 still decodes b
 }
 
+TEST(ClusterTest, LoadSeesQueueDepthsAsOfTheLastPoll) {
+  // a (1010 tokens of work) on instance 0, then six of 50 tokens 20 ms apart
+  // (each reaches its instance's scheduler before the next is routed). Read
+  // live, instance 1's queue (256 each) outgrows instance 0's load after four:
+  // 4 x 306 < 1010 + 256 < 5 x 306, so the sixth goes to instance 0. Polled
+  // at 0 and 500 ms, all six see both queues empty and go to instance 1.
+  ConstantCostModel cost(10 * kMs);
+  std::vector<TwinRequest> reqs = {Req("a", 10, 1000, 0)};
+  for (int i = 1; i <= 6; ++i) reqs.push_back(Req("s" + std::to_string(i), 10, 40, (1 + 20 * (i - 1)) * kMs));
+  ClusterOptions o = Unified(2, RoutingLogic::kLoad, &cost);
+  o.poll_interval_ms = 0;
+  auto live = RunCluster(o, reqs);
+  o.poll_interval_ms = 500;
+  auto polled = RunCluster(o, reqs);
+  ASSERT_TRUE(live.ok() && polled.ok());
+  for (int i = 1; i <= 5; ++i) EXPECT_EQ(live->routes[i].instance, 1) << i;
+  EXPECT_EQ(live->routes[6].instance, 0);
+  for (int i = 1; i <= 6; ++i) EXPECT_EQ(polled->routes[i].instance, 1) << i;
+}
+
 TEST(ClusterTest, KvAwareSendsASharedPrefixToItsHolder) {
   ConstantCostModel cost(10 * kMs);
   // a (prefix 1) and b (prefix 2) land on different instances; 2 s later c,
