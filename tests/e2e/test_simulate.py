@@ -8,7 +8,9 @@ names, every request completed with its output length (ignore_eos), the twin's
 figures (preemptions under a small KV pool, prefix-cache hits on shared
 prefixes), the same JSON for the same seed, a BurstGPT CSV's arrivals, a cost
 model file's times, the SVG chart, serve's --config file, the KV pool sized from a model's
-config as serve sizes it, and refusals naming the flag. The runs go in
+config as serve sizes it, the multi-instance layout behind the router's kv-aware
+policy, the PD layout's transfer times (from a router's address lists), and
+refusals naming the flag. The runs go in
 parallel (each is mostly process start-up).
 """
 import argparse
@@ -85,6 +87,16 @@ def main():
                        "--cost-model", cost, "--svg", os.path.join(work, "trace.svg")], 0),
             "config": (["--config", toml, "--num-prompts", "20"], 0),
             "model": (["--model", model, "--kv-cache-mb", "8", "--num-prompts", "10"], 0),
+            "instances": (["--num-kv-blocks", "64", "--max-num-seqs", "16", "--max-num-batched-tokens", "256",
+                           "--dataset", "shared-prefix", "--num-prompts", "300", "--input-len", "64",
+                           "--output-len", "16", "--prefix-len", "64", "--num-prefix-groups", "4",
+                           "--request-rate", "8", "--seed", "3", "--instances", "3", "--routing-logic", "kv-aware"], 0),
+            "pd": (["--model", model, "--kv-cache-mb", "8", "--dataset", "random", "--num-prompts", "5",
+                    "--input-len", "200", "--range-ratio", "0.2", "--output-len", "4", "--request-rate", "1",
+                    "--burstiness", "1e9", "--cost-model", cost, "--per-request",
+                    "--prefill-instances", "127.0.0.1:8001", "--decode-instances", "127.0.0.1:8002,127.0.0.1:8003",
+                    "--kv-transfer-bandwidth", "0.5", "--kv-transfer-latency-ms", "3"], 0),
+            "pd without model": (["--num-kv-blocks", "64", "--prefill-instances", "1", "--decode-instances", "1"], 1),
             "speculative": (["--num-kv-blocks", "8", "--speculative-config",
                              '{"method": "ngram", "num_speculative_tokens": 2}'], 1),
             "no pool": (["--num-prompts", "4"], 1),
@@ -143,8 +155,34 @@ def main():
             assert c["num_kv_blocks"] == (8 << 20) // (per_token * 16), (c, per_token)
             assert c["max_model_len"] == 4096, c
 
+        def instances_behind_the_router():
+            run = result("instances")[0]["runs"][0]
+            assert run["completed"] == 300 and run["failed"] == 0, run
+            twin = run["twin"]
+            assert twin["layout"] == {"layout": "unified", "instances": 3, "routing_logic": "kv-aware",
+                                      "router_poll_interval_s": 0.5}, twin["layout"]
+            per = [i["requests"] for i in twin["instances"]]
+            assert sum(per) == 300 and min(per) > 0, per  # every instance served some
+            assert twin["router_hit_tokens"] > 0 and twin["prefix_cache_hits"] > 0, twin
+
+        def pd_transfer_times():
+            run = result("pd")[0]["runs"][0]
+            twin = run["twin"]
+            per_token = 2 * layers * kv_heads * head_dim * 4
+            assert twin["layout"]["prefill_instances"] == 1 and twin["layout"]["decode_instances"] == 2, twin
+            assert twin["layout"]["kv_transfer"]["transfers"] == 5, twin["layout"]
+            for r in run["requests"]:
+                # Alone, 10 ms a step: the prefill's step, the pull of every full block but the
+                # last token's, then the decode's step for the rest of the prompt and its first token.
+                pulled = (r["prompt_tokens"] - 1) // 16 * 16 * per_token
+                assert r["kv_transfer"]["bytes"] == pulled, (r, pulled)
+                want = 10 + 3 + pulled / 0.5e6 + 10
+                assert abs(r["ttft_ms"] - want) < 1e-3, (r["ttft_ms"], want)
+                assert r["prefill_instance"] == 0 and r["output_tokens"] == r["max_tokens"], r
+
         def refusals_name_the_flag():
             for name, want in (("speculative", "--speculative-config"), ("no pool", "--num-kv-blocks"),
+                               ("pd without model", "--model"),
                                ("typo", "max-num-sqs")):
                 err = result(name)[1]
                 assert want in err, (name, err[-500:])
@@ -153,6 +191,8 @@ def main():
                          ("BurstGPT trace, cost model file", burstgpt_trace_and_cost_model),
                          ("serve's --config file", serve_config_file),
                          ("model config sizes the KV pool", model_config_sizes_the_pool),
+                         ("instances behind the kv-aware router", instances_behind_the_router),
+                         ("PD: transfer times", pd_transfer_times),
                          ("refusals name the flag", refusals_name_the_flag)):
             res.run(name, fn)
     return res.summary(start)
