@@ -161,8 +161,10 @@ class Layout:
                 self.entry = self.engines[0]
                 return
             kv = ["--kv-transfer-port", "0", "--kv-ucx-tls", "tcp,self"]
-            self.engines = [self.start(a, work, role, engine + ["--role", role] + kv + a.serve_args)
+            self.engines = [self.spawn(a, work, role, engine + ["--role", role] + kv + a.serve_args)
                             for role in ("prefill", "decode")]
+            for s in self.engines:  # both load their model at once
+                s.wait_ready(a.ready_timeout)
             self.entry = self.start(a, work, "router", [
                 "--role", "router", "--prefill-instances", f"127.0.0.1:{self.engines[0].port}",
                 "--decode-instances", f"127.0.0.1:{self.engines[1].port}"] + router_flags(a))
@@ -170,9 +172,13 @@ class Layout:
             self.stop()
             raise
 
-    def start(self, a, work, name, args):
+    def spawn(self, a, work, name, args):
         s = Server(a, work, name, args)
         self.servers.append(s)
+        return s
+
+    def start(self, a, work, name, args):
+        s = self.spawn(a, work, name, args)
         s.wait_ready(a.ready_timeout)
         return s
 
