@@ -1,0 +1,102 @@
+// The deployment planner's search (`tessera plan`; docs/architecture.md,
+// "Twin"): candidates — TP degree, data-parallel instances, the scheduler's
+// batch limits and time-bounded steps — each simulated by the twin on the
+// same trace, ranked by goodput (requests/s meeting the SLOs), and the best
+// ones' goodput over scaled arrival rates. Every evaluation goes through
+// SimulateCandidate, the one place a layout is simulated.
+//
+// The search is exhaustive over the grid (it is small: a few dozen
+// candidates, each a twin run). Single-threaded; no wall clock.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sim/cost_model.h"
+#include "runtime/sim/twin.h"
+#include "scheduler/scheduler.h"
+
+namespace tessera::sim {
+
+struct PlanCandidate {
+  int tensor_parallel_size = 1;
+  int data_parallel_size = 1;  // instances, each of tensor_parallel_size devices
+  int32_t max_num_seqs = 0;
+  int64_t max_num_batched_tokens = 0;
+  double max_step_ms = 0;  // 0: steps bounded by tokens only
+};
+
+// What an instance of one TP degree is: its step times and KV pool.
+struct TpSetup {
+  std::shared_ptr<const CostModel> cost;
+  int64_t num_kv_blocks = 0;
+};
+
+struct PlanScore {
+  double goodput_rps = 0;  // requests/s meeting every SLO
+  double attainment = 0;   // fraction of the trace's requests meeting every SLO
+};
+
+// Scores a simulated run: its requests' results in trace order and the
+// virtual time the last one ended. The CLI passes tessera-bench's goodput.
+using PlanScorer = std::function<PlanScore(const std::vector<TwinRequestResult>&, int64_t end_ns)>;
+
+struct PlanInputs {
+  SchedulerOptions scheduler;  // as serve builds it; the candidate's fields replace their own
+  int64_t max_in_flight = 0;   // per instance, as TwinOptions
+  std::map<int, TpSetup> tp;   // every TP degree the space names
+  PlanScorer score;
+};
+
+struct PlanEval {
+  PlanCandidate candidate;
+  PlanScore score;
+  int64_t preemptions = 0;
+  int64_t end_ns = 0;
+};
+
+// One candidate on `trace`. Data parallelism: the trace split round-robin
+// over the instances (request i to instance i mod dp: the router's
+// `round-robin` policy), each instance its own twin run.
+StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& candidate, const PlanInputs& inputs,
+                                     const std::vector<TwinRequest>& trace);
+
+struct PlanSpace {
+  int budget = 1;                        // devices; every candidate uses all of them
+  std::vector<int> tensor_parallel_sizes;  // degrees the model allows; those dividing budget are used
+  std::vector<int32_t> max_num_seqs;
+  std::vector<int64_t> max_num_batched_tokens;
+  std::vector<double> max_step_ms;
+};
+
+// The grid's candidates in a fixed order (TP, then the listed values).
+std::vector<PlanCandidate> EnumerateCandidates(const PlanSpace& space);
+
+// Every candidate simulated, best first: goodput descending, then attainment,
+// then enumeration order (deterministic). INVALID_ARGUMENT for an empty grid.
+StatusOr<std::vector<PlanEval>> SearchPlans(const PlanSpace& space, const PlanInputs& inputs,
+                                            const std::vector<TwinRequest>& trace);
+
+// `trace` with arrival times divided by `factor` (factor 2: twice the rate).
+std::vector<TwinRequest> ScaleArrivals(const std::vector<TwinRequest>& trace, double factor);
+
+struct CurvePoint {
+  double rate_rps = 0;  // the scaled trace's mean arrival rate
+  PlanScore score;
+};
+
+// The candidate at each factor of the trace's rate; INVALID_ARGUMENT when the
+// trace's arrivals all fall at one instant (it has no rate to scale).
+StatusOr<std::vector<CurvePoint>> GoodputCurve(const PlanCandidate& candidate, const PlanInputs& inputs,
+                                               const std::vector<TwinRequest>& trace,
+                                               const std::vector<double>& factors);
+
+// The highest rate on `curve` whose attainment is >= `threshold`; 0 if none.
+double MaxRateMeeting(const std::vector<CurvePoint>& curve, double threshold);
+
+}  // namespace tessera::sim
