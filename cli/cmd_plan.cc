@@ -266,7 +266,7 @@ int Plan(ServeFlags sf, PlanFlags f) {
       "Planned by `tessera plan` (plan.json): a PREDICTION of the twin for {} devices, not a measurement.\n"
       "Predicted goodput {:.2f} req/s under the SLO on the planned trace.",
       f.budget, ranked->front().score.goodput_rps);
-  const std::string toml = PlannedServeToml(base_toml, best, header);
+  const std::string toml = PlannedServeToml(base_toml, best, sf.max_pending_requests, header);
   const std::string overlay_dir = f.output_dir + "/k8s";
   OverlayOptions oo;
   oo.base_relative =

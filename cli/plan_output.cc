@@ -29,13 +29,15 @@ std::string Comment(const std::string& text) {
 
 }  // namespace
 
-std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandidate& plan, const std::string& header) {
+std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandidate& plan,
+                             int64_t max_pending_requests, const std::string& header) {
   // Values as TOML: integers, and the step bound as a float.
   std::vector<std::pair<std::string, std::string>> values = {
       {"max-num-seqs", std::to_string(plan.max_num_seqs)},
       {"max-num-batched-tokens", std::to_string(plan.max_num_batched_tokens)},
       {"max-step-ms", fmt::format("{:.1f}", plan.max_step_ms)},
       {"tensor-parallel-size", std::to_string(plan.tensor_parallel_size)},
+      {"max-pending-requests", std::to_string(max_pending_requests)},
   };
   std::map<std::string, bool> written;
   std::string out = Comment(header);
@@ -45,14 +47,14 @@ std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandid
     bool replaced = false;
     for (const auto& [k, v] : values) {
       if (key == k) {
-        out += k + " = " + v + "                       # planned\n";
+        out += k + " = " + v + "  # planned\n";
         written[k] = replaced = true;
       }
     }
     if (!replaced) out += line + "\n";
   }
   for (const auto& [k, v] : values) {
-    if (!written[k]) out += k + " = " + v + "                       # planned\n";
+    if (!written[k]) out += k + " = " + v + "  # planned\n";
   }
   return out;
 }

@@ -13,10 +13,11 @@ namespace tessera {
 
 // `base_toml` (deploy/k8s/config/serve.toml's text; "" for none) with the
 // plan's settings — max-num-seqs, max-num-batched-tokens, max-step-ms,
-// tensor-parallel-size — set: a line assigning one of them is replaced, the
-// others appended; every other line is kept. `header` becomes leading
-// comment lines.
-std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandidate& plan, const std::string& header);
+// tensor-parallel-size, and the max-pending-requests the plan was simulated
+// with — set: a line assigning one of them is replaced, the others appended;
+// every other line is kept. `header` becomes leading comment lines.
+std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandidate& plan,
+                             int64_t max_pending_requests, const std::string& header);
 
 struct OverlayOptions {
   // The overlay it builds on (deploy/k8s/overlays/gpu or cpu), as a path

@@ -19,7 +19,7 @@ TEST(PlanOutputTest, ServeTomlRoundTripsThroughServesReader) {
   const std::string base =
       "# a comment\nmodel = \"/models/model\"\nport = 8123\nmax-num-seqs = 64   # base\nmax-step-ms = 250\n";
   const sim::PlanCandidate plan{2, 4, 128, 8192, 50};
-  const std::string toml = PlannedServeToml(base, plan, "planned\nsecond line");
+  const std::string toml = PlannedServeToml(base, plan, 300, "planned\nsecond line");
   EXPECT_EQ(toml.rfind("# planned\n# second line\n", 0), 0u) << toml;
   const std::string dir = ::testing::TempDir() + "/plan_output_test_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
@@ -35,6 +35,7 @@ TEST(PlanOutputTest, ServeTomlRoundTripsThroughServesReader) {
   EXPECT_EQ(f.max_num_batched_tokens, 8192);
   EXPECT_EQ(f.max_step_ms, 50);
   EXPECT_EQ(f.tensor_parallel_size, 2);
+  EXPECT_EQ(f.max_pending_requests, 300);
 
   OverlayOptions o;
   o.base_relative = "../../deploy/k8s/overlays/gpu";
