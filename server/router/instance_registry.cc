@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/routing_cost.h"
 #include "server/router/http_client.h"
 
 namespace tessera {
@@ -196,7 +197,7 @@ std::optional<InstanceRef> InstanceRegistry::Pick(InstanceRole role, const std::
   for (const auto& [k, in] : instances_) {
     if (in.role != role || !in.healthy) continue;
     if (std::find(exclude.begin(), exclude.end(), in.ref.address) != exclude.end()) continue;
-    const int64_t load = in.outstanding + 256 * in.queue;
+    const int64_t load = LoadScore(in.outstanding, in.queue);
     if (best == nullptr || load < best_load) {
       best = &in;
       best_load = load;

@@ -44,13 +44,6 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
-StatusOr<RoutingLogic> ParseRoutingLogic(std::string_view name) {
-  if (name == "load") return RoutingLogic::kLoad;
-  if (name == "round-robin") return RoutingLogic::kRoundRobin;
-  if (name == "kv-aware") return RoutingLogic::kKvAware;
-  return InvalidArgument(fmt::format("serve: --routing-logic {}: expected kv-aware, load or round-robin", name));
-}
-
 StatusOr<std::unique_ptr<KvRouter>> KvRouter::Create(const KvRouterOptions& options, InstanceRegistry* registry) {
   auto r = std::unique_ptr<KvRouter>(new KvRouter());
   r->options_ = options;
@@ -266,17 +259,15 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
     }
     return n;
   };
-  const int64_t decode_work = max_tokens >= 0 ? max_tokens : 256;
+  const int64_t decode_work = RoutingDecodeWork(max_tokens);
   const auto now = Clock::now();
   std::map<Scheme, std::vector<kv_events::InstanceMatch>> matches;  // chain -> index answer
   auto hit_blocks = [&](const std::string& address, const Info& info, const kv_events::InstanceMatch** out,
                         bool with_routed = true) -> int64_t {
-    const int64_t bs = info.block_size;
     const Scheme key{info.block_size, info.hash_algo};
     auto it = matches.find(key);
     if (it == matches.end()) it = matches.emplace(key, index_->Match(std::span<const BlockHash>(chain(info)))).first;
-    // The instance computes at least the last prompt token itself.
-    const int64_t usable = d.prompt_tokens > 0 ? (d.prompt_tokens - 1) / bs : 0;
+    const int64_t usable = UsableHitBlocks(d.prompt_tokens, info.block_size);
     if (out) *out = nullptr;
     int64_t held = 0;
     for (const kv_events::InstanceMatch& m : it->second) {
@@ -300,19 +291,22 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       fallback = true;
       break;
     }
-    int64_t evict = 0;  // tokens of cached blocks this request would push out
-    if (m != nullptr && info.num_blocks > 0) {
-      const int64_t bs = info.block_size;
-      const int64_t adds = (d.prompt_tokens - hit + decode_work + bs - 1) / bs;
-      evict = std::max<int64_t>(0, m->held_blocks + adds - info.num_blocks) * bs;
-    }
-    const double cost = static_cast<double>(d.prompt_tokens - hit) + static_cast<double>(pending[s.ref.address]) +
-                        256.0 * static_cast<double>(s.waiting) + 256.0 * s.kv_usage + static_cast<double>(evict);
+    KvAwareCandidate c;
+    c.hit_tokens = hit;
+    c.pending_tokens = pending[s.ref.address];
+    c.waiting = s.waiting;
+    c.kv_usage = s.kv_usage;
+    c.pool_known = m != nullptr;  // the eviction term needs the index's count of its blocks
+    c.held_blocks = m != nullptr ? m->held_blocks : 0;
+    c.num_blocks = info.num_blocks;
+    c.block_size = info.block_size;
+    const double cost = KvAwareCost(c, d.prompt_tokens, decode_work);
     if (LogEnabled(LogLevel::kDebug)) {
       why += fmt::format(" {}[hit {} pending {} waiting {} kv {:.2f} evict {} cost {:.0f}]", s.ref.address, hit,
-                         pending[s.ref.address], s.waiting, s.kv_usage, evict, cost);
+                         c.pending_tokens, s.waiting, s.kv_usage, KvAwareEvictTokens(c, d.prompt_tokens, decode_work),
+                         cost);
     }
-    if (best == nullptr || cost < best_cost || (cost == best_cost && hit > best_hit)) {
+    if (best == nullptr || KvAwareBetter(cost, hit, best_cost, best_hit)) {
       best = &s;
       best_cost = cost;
       best_hit = hit;

@@ -68,15 +68,12 @@
 
 #include "common/status.h"
 #include "scheduler/block_hash.h"
+#include "scheduler/routing_cost.h"
 #include "server/kv_events/kv_event_subscriber.h"
 #include "server/kv_events/kv_prefix_index.h"
 #include "server/router/instance_registry.h"
 
 namespace tessera {
-
-enum class RoutingLogic { kLoad, kRoundRobin, kKvAware };
-// "load" | "round-robin" | "kv-aware"; INVALID_ARGUMENT naming the flag otherwise.
-StatusOr<RoutingLogic> ParseRoutingLogic(std::string_view name);
 
 struct KvRouterOptions {
   RoutingLogic logic = RoutingLogic::kLoad;
