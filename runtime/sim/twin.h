@@ -11,9 +11,11 @@
 // to run the clock jumps to the next arrival. Outputs follow ignore_eos
 // semantics: a request ends at its max_tokens (or the context length).
 //
-// Not modelled (refused by the callers, `tessera simulate`): speculative
-// decoding, KV connectors (PD transfer, tiers), multi-rank layouts, stop strings,
-// aborts and request timeouts. Single-threaded; no wall clock is read.
+// One instance, stepped by twin_instance.h; several behind the router's
+// policy, and the PD layout, are cluster.h. Not modelled (refused by the
+// callers, `tessera simulate`): speculative decoding, KV tiers, multi-rank
+// layouts, stop strings, aborts and request timeouts. Single-threaded; no
+// wall clock is read.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +85,9 @@ struct TwinOptions {
   // are still known to `scheduler`): its plan, shape and time.
   std::function<void(const SchedulerOutput&, const StepShape&, int64_t step_ns, const Scheduler& scheduler)> on_step;
 };
+
+// INVALID_ARGUMENT unless arrivals are non-decreasing along `requests`.
+Status CheckArrivalOrder(const std::vector<TwinRequest>& requests);
 
 // Runs `requests` (sorted by arrival) to completion. INVALID_ARGUMENT for
 // options the twin does not model or unsorted arrivals; INTERNAL if the
