@@ -5,20 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/runtime/sim/sim_test_util.h"
+
 namespace tessera::sim {
 namespace {
 
 constexpr int64_t kMs = 1'000'000;
 
 SchedulerOptions Options(int32_t num_blocks = 64, int64_t budget = 64) {
-  SchedulerOptions so;
-  so.max_num_seqs = 8;
-  so.max_num_batched_tokens = budget;
-  so.kv.num_blocks = num_blocks;
-  so.kv.block_size = 16;
-  so.limits.max_model_len = 1024;
-  so.limits.vocab_size = 1000;
-  return so;
+  return SmallSchedulerOptions(num_blocks, budget);
 }
 
 // `prompt` tokens: `shared` of them from the prefix numbered `prefix`, the rest unique to `id`.

@@ -4,18 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/runtime/sim/sim_test_util.h"
+
 namespace tessera::sim {
 namespace {
 
 SchedulerOptions Options(int32_t num_blocks = 64, int64_t budget = 32) {
-  SchedulerOptions so;
-  so.max_num_seqs = 8;
-  so.max_num_batched_tokens = budget;
-  so.kv.num_blocks = num_blocks;
-  so.kv.block_size = 16;
-  so.limits.max_model_len = 1024;
-  so.limits.vocab_size = 1000;
-  return so;
+  return SmallSchedulerOptions(num_blocks, budget);
 }
 
 TwinRequest Req(const std::string& id, int64_t prompt, int64_t max_tokens, int64_t arrival_ns, int32_t first = 1) {
