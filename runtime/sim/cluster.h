@@ -26,7 +26,10 @@
 // latency + bytes / bandwidth of virtual time), computes the last prompt
 // block and decodes. The client's tokens all come from the decode instance,
 // as in serving (the prefill's one token is not relayed). Shorter prompts go
-// to the decode pool directly, as the router sends them.
+// to the decode pool directly, as the router sends them; so does a request a
+// prefill instance refused (429), without the router's retry on another.
+// Held blocks count in the prefill's pool until released: a prefill whose
+// pool is full of holds waits for the decodes' pulls.
 //
 // Not modelled: the router's poll interval and KV-event delay (both read
 // live), staleness fallback, peer fetch, failures and migration, the

@@ -40,10 +40,15 @@ StatusOr<std::unique_ptr<TwinInstance>> TwinInstance::Create(TwinOptions options
 
 void TwinInstance::Submit(TwinSubmission submission) { inbox_.push_back(std::move(submission)); }
 
+bool TwinInstance::AwaitsKvEvent() const {
+  return worker_ != nullptr &&
+         (worker_->LoadsInFlight() || worker_->NextDoneNs() != kNever || scheduler_->num_kv_holds() > 0);
+}
+
 bool TwinInstance::Runnable() const {
   if (!scheduler_->HasUnfinished() || scheduler_->WaitingOnLoadsOnly()) return false;
-  // After a step that planned nothing while loads are in flight, only an event changes that.
-  return !(last_plan_empty_ && worker_ != nullptr && worker_->LoadsInFlight());
+  // After a step that planned nothing while a load or a release is owed, only an event changes that.
+  return !(last_plan_empty_ && AwaitsKvEvent());
 }
 
 int64_t TwinInstance::NextEventNs() const {
@@ -107,7 +112,8 @@ Status TwinInstance::Begin() {
   plan_ = scheduler_->Schedule();
   last_plan_empty_ = plan_.empty();
   if (plan_.empty()) {
-    if (worker_ != nullptr && worker_->LoadsInFlight()) return Status::Ok();  // waits for a load
+    // Waits for a load, or (prefill) for a decode to release held blocks.
+    if (AwaitsKvEvent()) return Status::Ok();
     return Internal("twin: the scheduler planned nothing with " + std::to_string(scheduler_->num_waiting()) +
                     " sequences waiting");
   }

@@ -86,6 +86,9 @@ class TwinInstance {
   Status Begin();
   Status End();
   bool Runnable() const;
+  // A KV load is in flight, a release is due, or blocks are held for a peer:
+  // an empty plan then waits for that event instead of being a bug.
+  bool AwaitsKvEvent() const;
 
   TwinOptions options_;
   std::unique_ptr<Scheduler> scheduler_;

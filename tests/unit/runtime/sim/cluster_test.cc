@@ -155,5 +155,27 @@ TEST(ClusterTest, PdByHand) {
   EXPECT_FALSE(RunCluster(Unified(0, RoutingLogic::kLoad, &cost), reqs).ok());
 }
 
+TEST(ClusterTest, PdPrefillWaitsForItsHeldBlocksToBeReleased) {
+  // A 6-block prefill pool: each 40-token prompt takes 3 blocks and holds 2
+  // until its pull ends (100 ms each, one at a time), so the third prefill
+  // waits for the first release.
+  ConstantCostModel cost(10 * kMs);
+  ClusterOptions o;
+  o.layout = ClusterLayout::kPd;
+  o.prefill.scheduler = Options(6);
+  o.decode.scheduler = Options();
+  o.prefill.cost = o.decode.cost = &cost;
+  o.prefill_threshold = 16;
+  o.transfer.kv_bytes_per_token = 1;
+  o.transfer.latency_ms = 100;
+  std::vector<TwinRequest> reqs = {Req("a", 40, 2, 0), Req("b", 40, 2, 0), Req("c", 40, 2, 0)};
+  auto pd = RunCluster(o, reqs);
+  ASSERT_TRUE(pd.ok()) << pd.status().ToString();
+  for (const TwinRequestResult& r : pd->requests) EXPECT_TRUE(r.ok) << r.id << ": " << r.error;
+  EXPECT_EQ(pd->stats.transfers, 3);
+  const int64_t first_release = pd->routes[0].transfer_end_ns;
+  EXPECT_GT(pd->routes[2].transfer_start_ns, first_release);  // c was prefilled after a's blocks were freed
+}
+
 }  // namespace
 }  // namespace tessera::sim
