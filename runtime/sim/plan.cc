@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/sim/cluster.h"
+
 namespace tessera::sim {
 
 StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& c, const PlanInputs& in,
@@ -26,22 +28,20 @@ StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& c, const PlanInputs& i
   to.max_step_ms = c.max_step_ms;
   to.max_in_flight = in.max_in_flight;
   to.cost = setup->second.cost.get();
-  // Round-robin over the instances: what the router's `round-robin` policy
-  // does; each instance is independent, so each is one twin run.
-  const size_t dp = static_cast<size_t>(c.data_parallel_size);
-  std::vector<std::vector<TwinRequest>> parts(dp);
-  for (size_t i = 0; i < trace.size(); ++i) parts[i % dp].push_back(trace[i]);
-  std::vector<TwinRequestResult> merged(trace.size());
+  // The instances behind the router's `round-robin` policy (request i to
+  // instance i mod dp), what a Kubernetes Service in front of the deployed
+  // replicas approximates; on the cluster twin's one virtual clock.
+  ClusterOptions co;
+  co.layout = ClusterLayout::kUnified;
+  co.instances = c.data_parallel_size;
+  co.unified = to;
+  co.routing_logic = RoutingLogic::kRoundRobin;
+  ASSIGN_OR_RETURN(ClusterResult run, RunCluster(co, trace));
   PlanEval eval;
   eval.candidate = c;
-  for (size_t r = 0; r < dp; ++r) {
-    if (parts[r].empty()) continue;
-    ASSIGN_OR_RETURN(TwinResult run, RunTwin(to, parts[r]));
-    for (size_t k = 0; k < run.requests.size(); ++k) merged[k * dp + r] = std::move(run.requests[k]);
-    eval.preemptions += run.stats.counters.preemptions;
-    eval.end_ns = std::max(eval.end_ns, run.stats.end_ns);
-  }
-  eval.score = in.score(merged, eval.end_ns);
+  eval.preemptions = run.stats.preemptions;
+  eval.end_ns = run.stats.end_ns;
+  eval.score = in.score(run.requests, eval.end_ns);
   return eval;
 }
 

@@ -60,9 +60,9 @@ struct PlanEval {
   int64_t end_ns = 0;
 };
 
-// One candidate on `trace`. Data parallelism: the trace split round-robin
-// over the instances (request i to instance i mod dp: the router's
-// `round-robin` policy), each instance its own twin run.
+// One candidate on `trace`: its dp instances behind the router's
+// `round-robin` policy on the cluster twin (cluster.h; request i to instance
+// i mod dp). The one place a candidate is simulated: PD layouts join here.
 StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& candidate, const PlanInputs& inputs,
                                      const std::vector<TwinRequest>& trace);
 
