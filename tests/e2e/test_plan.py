@@ -139,6 +139,18 @@ def main():
             patch = open(os.path.join(cpu_out, "k8s", "plan.yaml")).read()
             assert "replicas: 2" in patch and "nvidia.com/gpu" not in patch, patch
             assert "overlays/cpu" in open(os.path.join(cpu_out, "k8s", "kustomization.yaml")).read()
+            # --trace: a BurstGPT CSV, its 40 rows one every 0.5 s (2 req/s), as the trace's arrivals.
+            csv = os.path.join(work, "trace.csv")
+            with open(csv, "w") as f:
+                f.write("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n")
+                for i in range(40):
+                    f.write(f"{i * 0.5},ChatGPT,{20 + i},{5 + i % 7},{25 + i + i % 7},Conversation log\n")
+            p = tessera_run(tessera, env, "plan", "--cost-model", cost, "--num-kv-blocks", "64", "--budget", "2",
+                            "--slo", "ttft:2000", "--trace", csv, "--search-max-num-seqs", "4",
+                            "--rate-factors", "1,2")
+            plan = json.loads(p.stdout)
+            assert plan["trace"]["dataset"] == "burstgpt" and plan["trace"]["num_prompts"] == 40, plan["trace"]
+            assert abs(plan["best"]["predicted_curve"][0]["request_rate_rps"] - 2.0) < 1e-9, plan["best"]
 
         res.run("plan with a calibrated file: CPU instances", plan_cpu)
 
