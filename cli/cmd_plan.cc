@@ -45,6 +45,8 @@ struct PlanFlags {
   std::vector<int32_t> max_num_seqs = {64, 128, 256};
   std::vector<int64_t> max_num_batched_tokens = {2048, 8192};
   std::vector<double> max_step_ms = {0, 100};
+  bool pd = false;
+  sim::KvTransferModel transfer;  // bandwidth and latency from the flags
   std::vector<double> rate_factors = {0.25, 0.5, 1, 1.5, 2, 3, 4};
   double attainment = 0.9;
   int top = 3;
@@ -70,7 +72,9 @@ nlohmann::ordered_json CandidateJson(const sim::PlanCandidate& c) {
           {"data_parallel_size", c.data_parallel_size},
           {"max_num_seqs", c.max_num_seqs},
           {"max_num_batched_tokens", c.max_num_batched_tokens},
-          {"max_step_ms", c.max_step_ms}};
+          {"max_step_ms", c.max_step_ms},
+          {"prefill_instances", c.prefill_instances},
+          {"decode_instances", c.prefill_instances > 0 ? c.data_parallel_size - c.prefill_instances : 0}};
 }
 
 nlohmann::ordered_json EvalJson(const sim::PlanEval& e) {
@@ -184,8 +188,19 @@ int Plan(ServeFlags sf, PlanFlags f) {
     return sim::PlanScore{s.goodput.value_or(0.0),
                           s.num_requests > 0 ? static_cast<double>(s.good_requests) / s.num_requests : 0.0};
   };
+  if (f.pd) {
+    // The pulled KV's size: the model's, in the pool's dtype (f32 on CPU, BF16 on a GPU).
+    StatusOr<std::string> model = ModelPathForTwin(sf);
+    if (!model.ok()) return Fail(model.status());
+    if (model->empty()) return Fail(InvalidArgument("plan: --search-pd needs --model (the KV bytes per token)"));
+    StatusOr<ModelConfig> config = ReadModelConfig(*model);
+    if (!config.ok()) return Fail(config.status());
+    inputs.transfer = f.transfer;
+    inputs.transfer.kv_bytes_per_token = config->KvBytesPerToken(derived || sf.device != "cpu" ? 2 : 4);
+  }
   sim::PlanSpace space;
   space.budget = f.budget;
+  space.pd = f.pd;
   for (const auto& [t, unused] : setup.tp) space.tensor_parallel_sizes.push_back(t);
   space.max_num_seqs = f.max_num_seqs;
   space.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -209,9 +224,11 @@ int Plan(ServeFlags sf, PlanFlags f) {
     j["predicted_curve"] = std::move(points);
     j["predicted_max_rate_rps"] = sim::MaxRateMeeting(*curve, f.attainment);
     top.push_back(std::move(j));
-    std::fprintf(stderr, "plan #%zu: tp %d x dp %d, max-num-seqs %d, max-num-batched-tokens %lld, max-step-ms %g: "
-                 "goodput %.2f req/s (%.0f%% meet the SLO); %.0f%% attainment up to %.2f req/s (predicted)\n",
-                 i + 1, e.candidate.tensor_parallel_size, e.candidate.data_parallel_size, e.candidate.max_num_seqs,
+    std::fprintf(stderr, "plan #%zu: tp %d x %d instances (%d prefill), max-num-seqs %d, max-num-batched-tokens "
+                 "%lld, max-step-ms %g: goodput %.2f req/s (%.0f%% meet the SLO); %.0f%% attainment up to %.2f req/s "
+                 "(predicted)\n",
+                 i + 1, e.candidate.tensor_parallel_size, e.candidate.data_parallel_size, e.candidate.prefill_instances,
+                 e.candidate.max_num_seqs,
                  static_cast<long long>(e.candidate.max_num_batched_tokens), e.candidate.max_step_ms,
                  e.score.goodput_rps, 100 * e.score.attainment, 100 * f.attainment,
                  sim::MaxRateMeeting(*curve, f.attainment));
@@ -237,7 +254,11 @@ int Plan(ServeFlags sf, PlanFlags f) {
       {"slo", slo_json},
       {"attainment_threshold", f.attainment},
       {"budget_devices", f.budget},
-      {"routing", "round-robin over the instances"},
+      {"routing", "round-robin over the instances (of each pool, for PD)"},
+      {"kv_transfer", f.pd ? nlohmann::ordered_json{{"bandwidth_gb_s", inputs.transfer.bandwidth_gb_s},
+                                                    {"latency_ms", inputs.transfer.latency_ms},
+                                                    {"kv_bytes_per_token", inputs.transfer.kv_bytes_per_token}}
+                           : nlohmann::ordered_json()},
       {"best", top.empty() ? nlohmann::ordered_json() : top[0]},
       {"runner_ups", top.size() > 1 ? nlohmann::ordered_json(std::vector<nlohmann::ordered_json>(top.begin() + 1, top.end()))
                                     : nlohmann::ordered_json::array()},
@@ -251,9 +272,10 @@ int Plan(ServeFlags sf, PlanFlags f) {
   std::error_code ec;
   std::filesystem::create_directories(f.output_dir, ec);
   if (ec) return Fail(Status(StatusCode::kUnavailable, "plan: cannot create --output-dir " + f.output_dir));
-  const std::string overlay_src = !f.k8s_overlay.empty() ? f.k8s_overlay
-                                  : derived              ? "deploy/k8s/overlays/gpu"
-                                                         : "deploy/k8s/overlays/cpu";
+  const std::string overlay_src = !f.k8s_overlay.empty()    ? f.k8s_overlay
+                                  : best.prefill_instances > 0 ? "deploy/k8s/overlays/disaggregated"
+                                  : derived                    ? "deploy/k8s/overlays/gpu"
+                                                               : "deploy/k8s/overlays/cpu";
   const std::filesystem::path overlay_abs = std::filesystem::absolute(overlay_src).lexically_normal();
   std::string base_toml;
   std::ifstream base_in(overlay_abs / "../../config/serve.toml", std::ios::binary);
@@ -325,6 +347,18 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       ->group("Plan");
   cmd->add_option("--search-max-step-ms", f->max_step_ms, "max-step-ms values to try (0: token-bounded steps)")
       ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->group("Plan");
+  cmd->add_flag("--search-pd", f->pd,
+                "also every prefill:decode split of the instances (the router's PD layout, KV pulled between them)")
+      ->group("Plan");
+  cmd->add_option("--kv-transfer-bandwidth", f->transfer.bandwidth_gb_s,
+                  "PD: GB/s of a KV pull (default: UCX tcp,self measured on this project's CPU machine)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->group("Plan");
+  cmd->add_option("--kv-transfer-latency-ms", f->transfer.latency_ms, "PD: fixed time of each KV pull")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->group("Plan");

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -84,27 +86,39 @@ Status WriteKustomizeOverlay(const std::string& dir, const sim::PlanCandidate& p
       "patchesStrategicMerge:\n"
       "  - plan.yaml\n",
       o.base_relative);
-  std::string patch = fmt::format(
-      "# {} instances (pods) of tensor parallel degree {}; the Service spreads requests over them.\n"
-      "apiVersion: apps/v1\n"
-      "kind: Deployment\n"
-      "metadata:\n"
-      "  name: tessera\n"
-      "spec:\n"
-      "  replicas: {}\n",
-      plan.data_parallel_size, plan.tensor_parallel_size, plan.data_parallel_size);
-  if (o.gpus) {
+  // One Deployment (unified) or the disaggregated overlay's two pools.
+  std::vector<std::pair<std::string, int>> pools = {{"tessera", plan.data_parallel_size}};
+  if (plan.prefill_instances > 0) {
+    pools = {{"tessera-prefill", plan.prefill_instances},
+             {"tessera-decode", plan.data_parallel_size - plan.prefill_instances}};
+  }
+  std::string patch = fmt::format("# {} instances (pods) of tensor parallel degree {}{}.\n", plan.data_parallel_size,
+                                  plan.tensor_parallel_size,
+                                  plan.prefill_instances > 0 ? ", prefill and decode pools behind the router"
+                                                             : "; the Service spreads requests over them");
+  for (const auto& [name, replicas] : pools) {
+    if (name != pools.front().first) patch += "---\n";
     patch += fmt::format(
-        "  template:\n"
-        "    spec:\n"
-        "      containers:\n"
-        "        - name: tessera\n"
-        "          resources:\n"
-        "            requests:\n"
-        "              nvidia.com/gpu: {0}\n"
-        "            limits:\n"
-        "              nvidia.com/gpu: {0}\n",
-        plan.tensor_parallel_size);
+        "apiVersion: apps/v1\n"
+        "kind: Deployment\n"
+        "metadata:\n"
+        "  name: {}\n"
+        "spec:\n"
+        "  replicas: {}\n",
+        name, replicas);
+    if (o.gpus) {
+      patch += fmt::format(
+          "  template:\n"
+          "    spec:\n"
+          "      containers:\n"
+          "        - name: tessera\n"
+          "          resources:\n"
+          "            requests:\n"
+          "              nvidia.com/gpu: {0}\n"
+          "            limits:\n"
+          "              nvidia.com/gpu: {0}\n",
+          plan.tensor_parallel_size);
+    }
   }
   RETURN_IF_ERROR(WriteTextFile(dir + "/kustomization.yaml", kustomization));
   RETURN_IF_ERROR(WriteTextFile(dir + "/plan.yaml", patch));

@@ -20,15 +20,17 @@ std::string PlannedServeToml(const std::string& base_toml, const sim::PlanCandid
                              int64_t max_pending_requests, const std::string& header);
 
 struct OverlayOptions {
-  // The overlay it builds on (deploy/k8s/overlays/gpu or cpu), as a path
+  // The overlay it builds on (deploy/k8s/overlays/gpu, cpu or disaggregated), as a path
   // relative to the generated overlay's directory.
   std::string base_relative;
   bool gpus = true;  // set nvidia.com/gpu = the TP degree per pod
   std::string header;
 };
 
-// Writes kustomization.yaml, plan.yaml (replicas, devices) and serve.toml
-// (replacing the ConfigMap tessera-config) into `dir`, created if missing.
+// Writes kustomization.yaml, plan.yaml (replicas and devices of the
+// Deployment `tessera`, or of a PD plan's `tessera-prefill` and
+// `tessera-decode`, overlays/disaggregated's pools) and serve.toml (replacing
+// the ConfigMap tessera-config) into `dir`, created if missing.
 Status WriteKustomizeOverlay(const std::string& dir, const sim::PlanCandidate& plan, const std::string& serve_toml,
                              const OverlayOptions& options);
 

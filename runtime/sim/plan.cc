@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/sim/cluster.h"
-
 namespace tessera::sim {
 
 StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& c, const PlanInputs& in,
@@ -32,10 +30,23 @@ StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& c, const PlanInputs& i
   // instance i mod dp), what a Kubernetes Service in front of the deployed
   // replicas approximates; on the cluster twin's one virtual clock.
   ClusterOptions co;
-  co.layout = ClusterLayout::kUnified;
-  co.instances = c.data_parallel_size;
-  co.unified = to;
   co.routing_logic = RoutingLogic::kRoundRobin;
+  if (c.prefill_instances > 0) {
+    if (c.prefill_instances >= c.data_parallel_size) {
+      return InvalidArgument("plan: a PD candidate needs at least one decode instance");
+    }
+    co.layout = ClusterLayout::kPd;
+    co.prefill_instances = c.prefill_instances;
+    co.decode_instances = c.data_parallel_size - c.prefill_instances;
+    co.prefill = to;
+    co.decode = to;
+    co.transfer = in.transfer;
+    co.prefill_threshold = in.prefill_threshold;
+  } else {
+    co.layout = ClusterLayout::kUnified;
+    co.instances = c.data_parallel_size;
+    co.unified = to;
+  }
   ASSIGN_OR_RETURN(ClusterResult run, RunCluster(co, trace));
   PlanEval eval;
   eval.candidate = c;
@@ -49,9 +60,13 @@ std::vector<PlanCandidate> EnumerateCandidates(const PlanSpace& s) {
   std::vector<PlanCandidate> out;
   for (int tp : s.tensor_parallel_sizes) {
     if (tp < 1 || s.budget % tp != 0) continue;
-    for (int32_t seqs : s.max_num_seqs) {
-      for (int64_t tokens : s.max_num_batched_tokens) {
-        for (double step_ms : s.max_step_ms) out.push_back({tp, s.budget / tp, seqs, tokens, step_ms});
+    const int instances = s.budget / tp;
+    const int max_prefill = s.pd ? instances - 1 : 0;
+    for (int prefill = 0; prefill <= max_prefill; ++prefill) {
+      for (int32_t seqs : s.max_num_seqs) {
+        for (int64_t tokens : s.max_num_batched_tokens) {
+          for (double step_ms : s.max_step_ms) out.push_back({tp, instances, seqs, tokens, step_ms, prefill});
+        }
       }
     }
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/sim/cluster.h"
 #include "runtime/sim/cost_model.h"
 #include "runtime/sim/twin.h"
 #include "scheduler/scheduler.h"
@@ -29,6 +30,9 @@ struct PlanCandidate {
   int32_t max_num_seqs = 0;
   int64_t max_num_batched_tokens = 0;
   double max_step_ms = 0;  // 0: steps bounded by tokens only
+  // 0: unified instances. Else PD: this many of the data_parallel_size
+  // instances prefill and the rest decode, behind the router.
+  int prefill_instances = 0;
 };
 
 // What an instance of one TP degree is: its step times and KV pool.
@@ -51,6 +55,8 @@ struct PlanInputs {
   int64_t max_in_flight = 0;   // per instance, as TwinOptions
   std::map<int, TpSetup> tp;   // every TP degree the space names
   PlanScorer score;
+  KvTransferModel transfer;    // PD candidates: the KV pull between instances
+  int64_t prefill_threshold = 128;  // PD: shorter prompts skip the prefill pool (the router's)
 };
 
 struct PlanEval {
@@ -60,9 +66,10 @@ struct PlanEval {
   int64_t end_ns = 0;
 };
 
-// One candidate on `trace`: its dp instances behind the router's
-// `round-robin` policy on the cluster twin (cluster.h; request i to instance
-// i mod dp). The one place a candidate is simulated: PD layouts join here.
+// One candidate on `trace`, on the cluster twin (cluster.h) behind the
+// router's `round-robin` policy: dp unified instances (request i to instance
+// i mod dp), or prefill and decode pools with the KV pulled on the transfer
+// model. The one place a candidate is simulated.
 StatusOr<PlanEval> SimulateCandidate(const PlanCandidate& candidate, const PlanInputs& inputs,
                                      const std::vector<TwinRequest>& trace);
 
@@ -72,9 +79,11 @@ struct PlanSpace {
   std::vector<int32_t> max_num_seqs;
   std::vector<int64_t> max_num_batched_tokens;
   std::vector<double> max_step_ms;
+  bool pd = false;  // also every prefill:decode split of the instances (at least 2)
 };
 
-// The grid's candidates in a fixed order (TP, then the listed values).
+// The grid's candidates in a fixed order (TP, then unified before each PD
+// split by prefill instances, then the listed values).
 std::vector<PlanCandidate> EnumerateCandidates(const PlanSpace& space);
 
 // Every candidate simulated, best first: goodput descending, then attainment,

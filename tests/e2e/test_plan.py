@@ -154,6 +154,29 @@ def main():
 
         res.run("plan with a calibrated file: CPU instances", plan_cpu)
 
+        def plan_pd():
+            cost = os.path.join(work, "cpu.json")
+            pd_out = os.path.join(work, "plan-pd")
+            tessera_run(tessera, env, "plan", "--cost-model", cost, "--model", model, "--num-kv-blocks", "256",
+                        "--budget", "3", "--search-pd", "--slo", "ttft:3000", "--num-prompts", "40",
+                        "--input-len", "200", "--output-len", "8", "--request-rate", "2",
+                        "--search-max-num-seqs", "8", "--output-dir", pd_out)
+            plan = json.load(open(os.path.join(pd_out, "plan.json")))
+            splits = sorted({(c["plan"]["prefill_instances"], c["plan"]["decode_instances"])
+                             for c in plan["candidates"]})
+            assert splits == [(0, 0), (1, 2), (2, 1)], splits
+            # Llama-3-8B's f32 KV (the CPU pool): 2 * 32 layers * 8 heads * 128 * 4 bytes per token.
+            assert plan["kv_transfer"]["kv_bytes_per_token"] == 262144, plan["kv_transfer"]
+            best = plan["best"]["plan"]
+            base = "overlays/disaggregated" if best["prefill_instances"] else "overlays/cpu"
+            assert base in open(os.path.join(pd_out, "k8s", "kustomization.yaml")).read()
+            if shutil.which("kubectl"):
+                p = subprocess.run(["kubectl", "kustomize", os.path.join(pd_out, "k8s")], capture_output=True,
+                                   text=True, timeout=60)
+                assert p.returncode == 0, p.stderr[-2000:]
+
+        res.run("plan --search-pd: prefill:decode splits on the cluster twin", plan_pd)
+
         def refusals():
             base = ["plan", "--model", model, "--budget", "2", *workload]
             for flags, words in [

@@ -18,7 +18,7 @@ namespace {
 TEST(PlanOutputTest, ServeTomlRoundTripsThroughServesReader) {
   const std::string base =
       "# a comment\nmodel = \"/models/model\"\nport = 8123\nmax-num-seqs = 64   # base\nmax-step-ms = 250\n";
-  const sim::PlanCandidate plan{2, 4, 128, 8192, 50};
+  const sim::PlanCandidate plan{2, 4, 128, 8192, 50, 0};
   const std::string toml = PlannedServeToml(base, plan, 300, "planned\nsecond line");
   EXPECT_EQ(toml.rfind("# planned\n# second line\n", 0), 0u) << toml;
   const std::string dir = ::testing::TempDir() + "/plan_output_test_" + std::to_string(getpid());
@@ -44,6 +44,14 @@ TEST(PlanOutputTest, ServeTomlRoundTripsThroughServesReader) {
   const std::string text((std::istreambuf_iterator<char>(patch)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("replicas: 4\n"), std::string::npos) << text;
   EXPECT_NE(text.find("nvidia.com/gpu: 2\n"), std::string::npos) << text;
+  // PD: the disaggregated overlay's two pools, 1 prefill and 3 decode.
+  o.gpus = false;
+  ASSERT_TRUE(WriteKustomizeOverlay(dir + "/pd", {1, 4, 8, 2048, 0, 1}, toml, o).ok());
+  std::ifstream pd(dir + "/pd/plan.yaml");
+  const std::string pd_text((std::istreambuf_iterator<char>(pd)), std::istreambuf_iterator<char>());
+  EXPECT_NE(pd_text.find("name: tessera-prefill\nspec:\n  replicas: 1\n"), std::string::npos) << pd_text;
+  EXPECT_NE(pd_text.find("name: tessera-decode\nspec:\n  replicas: 3\n"), std::string::npos) << pd_text;
+  EXPECT_EQ(pd_text.find("nvidia.com/gpu"), std::string::npos) << pd_text;
   std::filesystem::remove_all(dir);
 }
 

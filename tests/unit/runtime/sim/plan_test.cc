@@ -82,10 +82,54 @@ TEST(PlanTest, SearchIsTheExhaustiveBest) {
   EXPECT_FALSE(SearchPlans(space, in, trace).ok());
 }
 
+TEST(PlanTest, PdCandidatesAreTheClusterTwinsPdLayout) {
+  PlanInputs in = Inputs();
+  in.transfer.kv_bytes_per_token = 4096;
+  in.prefill_threshold = 32;
+  PlanSpace space;
+  space.budget = 4;
+  space.tensor_parallel_sizes = {1, 2};
+  space.max_num_seqs = {8};
+  space.max_num_batched_tokens = {256};
+  space.max_step_ms = {0};
+  space.pd = true;
+  // TP 1: unified, 1P+3D, 2P+2D, 3P+1D; TP 2: unified, 1P+1D.
+  const std::vector<PlanCandidate> all = EnumerateCandidates(space);
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[2].prefill_instances, 2);
+  EXPECT_EQ(all[5].prefill_instances, 1);
+  EXPECT_EQ(all[5].tensor_parallel_size, 2);
+  const std::vector<TwinRequest> trace = Trace(12, 10'000'000);
+  const PlanEval e = SimulateCandidate(all[2], in, trace).value();
+  ClusterOptions co;
+  co.layout = ClusterLayout::kPd;
+  co.prefill_instances = 2;
+  co.decode_instances = 2;
+  co.routing_logic = RoutingLogic::kRoundRobin;
+  co.prefill.scheduler = in.scheduler;
+  co.prefill.scheduler.max_num_seqs = 8;
+  co.prefill.scheduler.max_num_batched_tokens = 256;
+  co.prefill.scheduler.kv.num_blocks = 64;
+  co.prefill.cost = in.tp.at(1).cost.get();
+  co.decode = co.prefill;
+  co.transfer = in.transfer;
+  co.prefill_threshold = 32;
+  const ClusterResult want = RunCluster(co, trace).value();
+  EXPECT_GT(want.stats.transfers, 0);
+  EXPECT_EQ(e.end_ns, want.stats.end_ns);
+  const PlanScore ws = in.score(want.requests, want.stats.end_ns);
+  EXPECT_EQ(e.score.goodput_rps, ws.goodput_rps);
+  // The transfer costs time: a unified layout of the same instances ends elsewhere.
+  EXPECT_NE(SimulateCandidate(all[0], in, trace).value().end_ns, e.end_ns);
+  PlanCandidate no_decode = all[2];
+  no_decode.prefill_instances = 4;
+  EXPECT_FALSE(SimulateCandidate(no_decode, in, trace).ok());
+}
+
 TEST(PlanTest, DataParallelIsRoundRobinOverTwins) {
   const PlanInputs in = Inputs();
   const std::vector<TwinRequest> trace = Trace(9, 5'000'000);
-  const PlanCandidate c{1, 2, 4, 64, 0};
+  const PlanCandidate c{1, 2, 4, 64, 0, 0};
   const PlanEval e = SimulateCandidate(c, in, trace).value();
   // Instance 0 gets requests 0, 2, 4, 6, 8; instance 1 gets 1, 3, 5, 7.
   TwinOptions to;
@@ -104,7 +148,7 @@ TEST(PlanTest, DataParallelIsRoundRobinOverTwins) {
   EXPECT_EQ(e.score.goodput_rps, want.goodput_rps);
   EXPECT_EQ(e.score.attainment, want.attainment);
   // And not the same as one instance.
-  EXPECT_NE(SimulateCandidate({1, 1, 4, 64, 0}, in, trace).value().end_ns, e.end_ns);
+  EXPECT_NE(SimulateCandidate({1, 1, 4, 64, 0, 0}, in, trace).value().end_ns, e.end_ns);
 }
 
 TEST(PlanTest, CurveScalesTheRate) {
@@ -112,7 +156,7 @@ TEST(PlanTest, CurveScalesTheRate) {
   const std::vector<TwinRequest> trace = Trace(41, 20'000'000);  // 50 req/s
   const std::vector<TwinRequest> doubled = ScaleArrivals(trace, 2);
   EXPECT_EQ(doubled[3].arrival_ns, 30'000'000);
-  const std::vector<CurvePoint> curve = GoodputCurve({1, 1, 8, 256, 0}, in, trace, {0.5, 1, 4, 16}).value();
+  const std::vector<CurvePoint> curve = GoodputCurve({1, 1, 8, 256, 0, 0}, in, trace, {0.5, 1, 4, 16}).value();
   ASSERT_EQ(curve.size(), 4u);
   EXPECT_DOUBLE_EQ(curve[1].rate_rps, 50);
   EXPECT_DOUBLE_EQ(curve[3].rate_rps, 800);
@@ -120,7 +164,7 @@ TEST(PlanTest, CurveScalesTheRate) {
   const double max_rate = MaxRateMeeting(curve, 0.9);
   EXPECT_GE(max_rate, 25);
   EXPECT_LT(max_rate, 800);
-  EXPECT_FALSE(GoodputCurve({1, 1, 8, 256, 0}, in, Trace(5, 0), {1}).ok());  // all at once: no rate
+  EXPECT_FALSE(GoodputCurve({1, 1, 8, 256, 0, 0}, in, Trace(5, 0), {1}).ok());  // all at once: no rate
 }
 
 }  // namespace
