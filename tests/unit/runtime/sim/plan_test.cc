@@ -100,11 +100,11 @@ TEST(PlanTest, PdCandidatesAreTheClusterTwinsPdLayout) {
   EXPECT_EQ(all[5].prefill_instances, 1);
   EXPECT_EQ(all[5].tensor_parallel_size, 2);
   const std::vector<TwinRequest> trace = Trace(12, 10'000'000);
-  const PlanEval e = SimulateCandidate(all[2], in, trace).value();
+  const PlanEval e = SimulateCandidate(all[1], in, trace).value();  // 1 prefill, 3 decode
   ClusterOptions co;
   co.layout = ClusterLayout::kPd;
-  co.prefill_instances = 2;
-  co.decode_instances = 2;
+  co.prefill_instances = 1;
+  co.decode_instances = 3;
   co.routing_logic = RoutingLogic::kRoundRobin;
   co.prefill.scheduler = in.scheduler;
   co.prefill.scheduler.max_num_seqs = 8;
@@ -121,6 +121,9 @@ TEST(PlanTest, PdCandidatesAreTheClusterTwinsPdLayout) {
   EXPECT_EQ(e.score.goodput_rps, ws.goodput_rps);
   // The transfer costs time: a unified layout of the same instances ends elsewhere.
   EXPECT_NE(SimulateCandidate(all[0], in, trace).value().end_ns, e.end_ns);
+  co.prefill_instances = 3;  // the other way round ends elsewhere: the split is honoured
+  co.decode_instances = 1;
+  EXPECT_NE(RunCluster(co, trace).value().stats.end_ns, e.end_ns);
   PlanCandidate no_decode = all[2];
   no_decode.prefill_instances = 4;
   EXPECT_FALSE(SimulateCandidate(no_decode, in, trace).ok());
