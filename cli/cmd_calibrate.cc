@@ -9,7 +9,9 @@
 // on_step seam (the same numbers the server's step metrics and time-bounded
 // steps see), fits the linear model (runtime/sim/fit.h) and writes the JSON
 // that `simulate --cost-model` and `serve --cost-model` read, with where and
-// how it was measured.
+// how it was measured. With --hardware (a device not at hand) nothing is run:
+// the same file is derived from the model's shape and the device's published
+// figures (runtime/sim/hardware.h), its "calibration.source" "derived".
 //
 // Steps are bounded by --max-num-batched-tokens only (time-bounded steps
 // would cut the designed chunks). Cost: the compositions' prompt tokens, about
