@@ -9,7 +9,9 @@
 // on_step seam (the same numbers the server's step metrics and time-bounded
 // steps see), fits the linear model (runtime/sim/fit.h) and writes the JSON
 // that `simulate --cost-model` and `serve --cost-model` read, with where and
-// how it was measured.
+// how it was measured. With --hardware (a device not at hand) nothing is run:
+// the same file is derived from the model's shape and the device's published
+// figures (runtime/sim/hardware.h), its "calibration.source" "derived".
 //
 // Steps are bounded by --max-num-batched-tokens only (time-bounded steps
 // would cut the designed chunks). Cost: the compositions' prompt tokens, about
@@ -35,6 +37,7 @@
 #include "cli/commands.h"
 #include "common/log.h"
 #include "cli/default_model.h"
+#include "cli/hardware_flags.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_options.h"
 #include "runtime/engine_loop.h"
@@ -51,6 +54,7 @@ struct CalibrateFlags {
   // sampled row at temperature > 0, an argmax at 0): calibrate as the
   // workload samples. 0: tessera-bench's default.
   double temperature = 0;
+  HardwareFlags hardware;  // given: derive from published figures instead of measuring
 };
 
 // One request of a composition: submitted before the composition's step `at`.
@@ -265,7 +269,30 @@ nlohmann::ordered_json Provenance(const ServeFlags& sf, const EngineLoopOptions&
             {"points", points}}}};
 }
 
+// The cost-model file to `path` (stdout when empty).
+int Emit(const std::string& json, const std::string& path, const std::string& note) {
+  if (path.empty()) {
+    std::fputs(json.c_str(), stdout);
+    return 0;
+  }
+  std::ofstream out(path, std::ios::binary);
+  out << json;
+  out.close();
+  if (!out) return Fail(Status(StatusCode::kUnavailable, "calibrate: cannot write --out " + path));
+  LogInfo("calibrate: wrote {}{}", path, note);
+  return 0;
+}
+
+// --hardware: nothing is run; the coefficients come from the model's shape and
+// the device's published figures (runtime/sim/hardware.h), marked derived.
+int Derive(const ServeFlags& sf, const CalibrateFlags& f) {
+  StatusOr<std::string> json = DerivedCostModelJson(sf, f.hardware);
+  if (!json.ok()) return Fail(Status(json.status().code(), "calibrate: " + json.status().message()));
+  return Emit(*json, f.out, " (derived from published figures, not measured)");
+}
+
 int Calibrate(const ServeFlags& sf, const CalibrateFlags& f) {
+  if (f.hardware.given()) return Derive(sf, f);
   if (Status s = CheckCalibratable(sf); !s.ok()) return Fail(s);
   StatusOr<ServeOptions> serve = ServeOptionsFromFlags(sf);
   if (!serve.ok()) return Fail(serve.status());
@@ -325,16 +352,7 @@ int Calibrate(const ServeFlags& sf, const CalibrateFlags& f) {
   const sim::LinearCostModel model(fit->coefficients);
   const std::string json =
       model.ToJson(Provenance(sf, lo, runner.loop(), *fit, f.repeats, f.temperature, wall_s).dump());
-  if (f.out.empty()) {
-    std::fputs(json.c_str(), stdout);
-    return 0;
-  }
-  std::ofstream out(f.out, std::ios::binary);
-  out << json;
-  out.close();
-  if (!out) return Fail(Status(StatusCode::kUnavailable, "calibrate: cannot write --out " + f.out));
-  LogInfo("calibrate: wrote {}", f.out);
-  return 0;
+  return Emit(json, f.out, "");
 }
 
 }  // namespace
@@ -360,6 +378,7 @@ void AddCalibrateCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 2.0))
       ->group("Calibration");
+  AddHardwareFlags(cmd, &f->hardware);
   cmd->callback([cmd, sf, f, exit_code] {
     if (!f->config.empty()) {
       if (Status s = ApplyServeConfigFile(cmd, f->config); !s.ok()) {

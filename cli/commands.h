@@ -19,6 +19,7 @@ void AddKernelCommand(CLI::App& app, int* exit_code);
 void AddGgufInfoCommand(CLI::App& app, int* exit_code);
 void AddSimulateCommand(CLI::App& app, int* exit_code);
 void AddCalibrateCommand(CLI::App& app, int* exit_code);
+void AddPlanCommand(CLI::App& app, int* exit_code);
 
 // `tessera --version`, and the binary's version in files it writes.
 inline constexpr char kTesseraVersion[] = "0.1.0";
