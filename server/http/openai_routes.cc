@@ -145,8 +145,7 @@ void HandleModel(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, con
 
 HttpResponse ErrorResponseWithRetry(const ApiError& error) {
   HttpResponse res = ErrorResponse(error);
-  if (error.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
-  if (error.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
+  if (const int64_t retry = RetryAfterSeconds(error); retry > 0) res.set(http::field::retry_after, std::to_string(retry));
   return res;
 }
 
