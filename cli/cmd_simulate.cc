@@ -84,6 +84,7 @@ Status CheckModelled(const ServeFlags& f) {
     return refuse("--kv-offload-*");
   }
   if (f.tensor_parallel_size > 1 || f.data_parallel_size > 1) return refuse("-tp/-dp > 1");
+  if (f.ttft_slo_ms > 0) return refuse("--ttft-slo-ms (SLO-aware admission)");
   if (f.device != "cpu" && f.num_kv_blocks <= 0 && !f.kv_cache_mb_set) {
     return InvalidArgument("simulate: --device " + f.device +
                            " sizes its KV pool by profiling the device; give --num-kv-blocks or --kv-cache-mb");

@@ -40,6 +40,7 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ServingEngine* engine = ctx->ready_engine()) {
     ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
     ctx->metrics->UpdateExpertLoad(engine->expert_load());
+    if (std::optional<double> a = engine->predicted_slo_attainment()) ctx->metrics->SetPredictedSloAttainment(*a);
     if (const KvTierManager* tiers = engine->kv_tiers()) ctx->metrics->UpdateKvTiers(tiers->stats(), tiers->totals());
     if (auto times = engine->rank_times(); !times.empty()) {
       std::vector<double> step, coll;
