@@ -193,6 +193,7 @@ Status CheckCalibratable(const ServeFlags& f) {
   }
   if (f.tensor_parallel_size > 1 || f.data_parallel_size > 1) return refuse("-tp/-dp > 1", "not modelled yet");
   if (!f.cost_model.empty()) return refuse("--cost-model", "calibrate writes a cost model (--out), it reads none");
+  if (f.ttft_slo_ms > 0) return refuse("--ttft-slo-ms", "calibrate runs no admission queue");
   return Status::Ok();
 }
 

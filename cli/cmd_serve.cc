@@ -156,6 +156,14 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "\"per_decode_token_ms\", \"per_decode_context_ms\"}): serve exports its error per step "
                   "(tessera:step_time_prediction_error); simulate runs on it")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--ttft-slo-ms", f->ttft_slo_ms,
+                  "time-to-first-token SLO: each arriving request's TTFT is predicted with --cost-model from the "
+                  "prompt tokens queued ahead of it and the running decodes; one predicted to miss it gets 429 with "
+                  "Retry-After (when the queue ahead drains) instead of queueing. Exports "
+                  "tessera:predicted_ttft_seconds, tessera:slo_rejections_total and "
+                  "tessera:predicted_slo_attainment (0: off; needs --cost-model)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600000.0));
   cmd->add_option("--max-logprobs", f->max_logprobs,
                   "most alternatives a request may ask for per token (logprobs, top_logprobs, prompt_logprobs), "
                   "as vLLM's")

@@ -43,6 +43,7 @@ struct ServeFlags {
   int64_t max_num_batched_tokens = 2048;
   double max_step_ms = 250;
   std::string cost_model;  // --cost-model: the twin's step-time model (JSON, runtime/sim/cost_model.h)
+  double ttft_slo_ms = 0;  // --ttft-slo-ms: SLO-aware admission (server/serving/ttft_slo.h); 0: off
   int64_t max_pending_requests = 1024;
   int32_t max_logprobs = 20;
   int64_t max_prompt_logprobs_entries = 65536;

@@ -123,6 +123,9 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.role = f.role;
   if (f.role == "router") {
     if (!f.cost_model.empty()) return InvalidArgument("--cost-model: the router runs no engine steps to predict");
+    if (f.ttft_slo_ms > 0) {
+      return InvalidArgument("--ttft-slo-ms: the router runs no queue to predict; give it to the instances");
+    }
     o.router = RouterFromFlags(f);
     return o;
   }
@@ -161,6 +164,18 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   if (!f.cost_model.empty()) {
     ASSIGN_OR_RETURN(sim::LinearCostModel cost, sim::LinearCostModel::FromFile(f.cost_model));
     o.serving.step_cost_model = std::make_shared<sim::LinearCostModel>(cost);
+    if (f.ttft_slo_ms > 0) {
+      o.serving.ttft_slo = TtftSloOptions{.slo_ms = f.ttft_slo_ms,
+                                          .model = std::make_shared<sim::LinearCostModel>(cost)};
+    }
+  }
+  if (f.ttft_slo_ms > 0 && f.role == "decode") {
+    return InvalidArgument("--ttft-slo-ms: a decode instance pulls its prompts' KV instead of computing them, so "
+                           "the prediction does not hold there; give it to the prefill (or unified) instances");
+  }
+  if (f.ttft_slo_ms > 0 && f.cost_model.empty()) {
+    return InvalidArgument("--ttft-slo-ms: needs --cost-model (the step-time model TTFT is predicted with; "
+                           "`tessera calibrate` writes one)");
   }
   o.serving.receipt_key_file = f.receipt_key;
   if (StatusOr<std::string> home = TesseraHome(); home.ok()) o.serving.weights_digest_cache_dir = *home + "/weights-digests";

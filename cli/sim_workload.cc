@@ -144,6 +144,7 @@ Status CheckModelled(const ServeFlags& f, const std::string& who) {
     return refuse("--kv-offload-*");
   }
   if (f.tensor_parallel_size > 1 || f.data_parallel_size > 1) return refuse("-tp/-dp > 1");
+  if (f.ttft_slo_ms > 0) return refuse("--ttft-slo-ms (SLO-aware admission)");
   return Status::Ok();
 }
 

@@ -40,6 +40,7 @@ void HandleMetrics(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (ServingEngine* engine = ctx->ready_engine()) {
     ctx->metrics->UpdateFromScheduler(engine->scheduler_metrics());
     ctx->metrics->UpdateExpertLoad(engine->expert_load());
+    if (std::optional<double> a = engine->predicted_slo_attainment()) ctx->metrics->SetPredictedSloAttainment(*a);
     if (const KvTierManager* tiers = engine->kv_tiers()) ctx->metrics->UpdateKvTiers(tiers->stats(), tiers->totals());
     if (auto times = engine->rank_times(); !times.empty()) {
       std::vector<double> step, coll;
@@ -145,8 +146,7 @@ void HandleModel(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex, con
 
 HttpResponse ErrorResponseWithRetry(const ApiError& error) {
   HttpResponse res = ErrorResponse(error);
-  if (error.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
-  if (error.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
+  if (const int64_t retry = RetryAfterSeconds(error); retry > 0) res.set(http::field::retry_after, std::to_string(retry));
   return res;
 }
 

@@ -57,8 +57,7 @@ HttpResponse ErrorResponse(const ApiError& e) { return JsonResponse(ToHttpStatus
 
 HttpResponse AnthropicErrorResponse(const ApiError& e) {
   HttpResponse res = JsonResponse(ToHttpStatus(e.status), anthropic::ErrorBody(e));
-  if (e.status == ApiStatus::kTooManyRequests) res.set(http::field::retry_after, "1");
-  if (e.status == ApiStatus::kServiceUnavailable) res.set(http::field::retry_after, "5");
+  if (const int64_t retry = RetryAfterSeconds(e); retry > 0) res.set(http::field::retry_after, std::to_string(retry));
   return res;
 }
 

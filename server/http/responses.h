@@ -26,7 +26,7 @@ HttpResponse JsonResponse(HttpStatus status, const nlohmann::json& body);
 // ErrorJson(error) with ToHttpStatus(error.status).
 HttpResponse ErrorResponse(const ApiError& error);
 // The same error in Anthropic's shape (anthropic/errors.h), with Retry-After
-// on 429 (1 s) and 503 (5 s).
+// on 429 and 503 (RetryAfterSeconds).
 HttpResponse AnthropicErrorResponse(const ApiError& error);
 // The head of a server-sent-event stream: 200, text/event-stream (UTF-8).
 HttpResponse SseResponseHead();

@@ -1,5 +1,8 @@
 #include "server/openai/api_error.h"
 
+#include <algorithm>
+#include <string_view>
+
 namespace tessera {
 
 ApiError BadRequest(std::string message, std::string param, std::string code) {
@@ -22,6 +25,21 @@ std::string QuotedParam(const std::string& message) {
   if (a == std::string::npos) return "";
   const size_t b = message.find('\'', a + 1);
   return b == std::string::npos ? "" : message.substr(a + 1, b - a - 1);
+}
+
+int64_t RetryAfterSeconds(const ApiError& e) {
+  if (e.status == ApiStatus::kServiceUnavailable) return 5;
+  if (e.status != ApiStatus::kTooManyRequests) return 0;
+  static constexpr std::string_view kHead = "retry after ", kTail = " s";
+  const std::string& m = e.message;
+  if (!m.ends_with(kTail)) return 1;
+  const size_t end = m.size() - kTail.size();
+  size_t begin = end;
+  while (begin > 0 && m[begin - 1] >= '0' && m[begin - 1] <= '9') --begin;
+  if (begin == end || end - begin > 9 || begin < kHead.size() || m.compare(begin - kHead.size(), kHead.size(), kHead)) {
+    return 1;
+  }
+  return std::max<int64_t>(1, std::stoll(m.substr(begin, end - begin)));
 }
 
 ApiError ErrorFromStatus(const Status& s) {

@@ -5,6 +5,7 @@
 // (docs/architecture.md, "Server"). Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +51,11 @@ nlohmann::json ErrorJson(const ApiError& error);
 // "unsupported", NOT_FOUND 404, RESOURCE_EXHAUSTED 429 queue_full,
 // UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 500 "internal error: ...".
 ApiError ErrorFromStatus(const Status& status);
+
+// Seconds a client should wait before retrying (HTTP Retry-After): a 429
+// whose message ends in "retry after N s" (SLO-aware admission says when its
+// queue drains) N, any other 429 1, a 503 5; 0 for the rest (no header).
+int64_t RetryAfterSeconds(const ApiError& error);
 
 // The first '...'-quoted word of a validation message ("" if none): the
 // parameter it names.

@@ -182,6 +182,41 @@ void ServingMetrics::UpdateRankTimes(const std::vector<double>& step, const std:
   }
 }
 
+void ServingMetrics::EnableTtftSlo() {
+  if (predicted_ttft_ != nullptr) return;
+  const prometheus::Labels labels = {{"model_name", model_name_}};
+  auto& r = *registry_;
+  predicted_ttft_ = &BuildHistogram()
+                         .Name("tessera:predicted_ttft_seconds")
+                         .Help("--ttft-slo-ms: time to first token predicted at admission from the queue and the "
+                               "cost model, in seconds (refused requests included).")
+                         .Register(r)
+                         .Add(labels, kTtftBuckets);
+  slo_rejections_ = &BuildCounter()
+                         .Name("tessera:slo_rejections_total")
+                         .Help("--ttft-slo-ms: requests refused (429) because their predicted time to first token "
+                               "exceeded the SLO.")
+                         .Register(r)
+                         .Add(labels);
+  slo_attainment_ = &BuildGauge()
+                         .Name("tessera:predicted_slo_attainment")
+                         .Help("--ttft-slo-ms: fraction of the last minute's admission predictions within the SLO "
+                               "(1 with no arrivals); what the autoscaling overlay scales on.")
+                         .Register(r)
+                         .Add(labels);
+  slo_attainment_->Set(1.0);
+}
+
+void ServingMetrics::ObserveTtftPrediction(double predicted_seconds, bool rejected) {
+  if (predicted_ttft_ == nullptr) return;
+  predicted_ttft_->Observe(predicted_seconds);
+  if (rejected) slo_rejections_->Increment();
+}
+
+void ServingMetrics::SetPredictedSloAttainment(double fraction) {
+  if (slo_attainment_ != nullptr) slo_attainment_->Set(fraction);
+}
+
 void ServingMetrics::ObserveTimeToFirstToken(double s) { ttft_->Observe(s); }
 void ServingMetrics::ObserveInterTokenLatency(double s) { itl_->Observe(s); }
 void ServingMetrics::ObserveE2eLatency(double s) { e2e_->Observe(s); }

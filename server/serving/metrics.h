@@ -63,6 +63,13 @@ class ServingMetrics {
   // model (predicted_seconds >= 0) also tessera:step_time_prediction_error,
   // (predicted - measured) / measured.
   void ObserveStepTime(double seconds, double predicted_seconds);
+  // --ttft-slo-ms (ttft_slo.h): registers tessera:predicted_ttft_seconds,
+  // tessera:slo_rejections_total and tessera:predicted_slo_attainment (absent
+  // without it, so an autoscaler never reads an attainment nobody predicts).
+  // Call before serving; the two below are no-ops until then.
+  void EnableTtftSlo();
+  void ObserveTtftPrediction(double predicted_seconds, bool rejected);
+  void SetPredictedSloAttainment(double fraction);
   static constexpr int64_t kMaxExpertSeries = 4096;
   // Parallel groups: tessera:parallel_step_seconds_total{rank} and
   // tessera:parallel_collective_seconds_total{rank} advance to each rank's
@@ -98,6 +105,9 @@ class ServingMetrics {
   prometheus::Histogram* kv_pull_bytes_;
   prometheus::Histogram* step_seconds_;
   prometheus::Histogram* step_prediction_error_;
+  prometheus::Histogram* predicted_ttft_ = nullptr;  // set once by EnableTtftSlo
+  prometheus::Counter* slo_rejections_ = nullptr;
+  prometheus::Gauge* slo_attainment_ = nullptr;
   prometheus::Counter* kv_bytes_total_;
   prometheus::Counter* kv_blocks_pulled_;
   prometheus::Counter* kv_blocks_reused_;

@@ -69,8 +69,16 @@ struct Generation::State {
   bool done = false;                   // the finished update was returned
   std::atomic<bool> cancelled{false};
   std::atomic<bool> released{false};   // in_flight decremented
+  // --ttft-slo-ms: this request's share of the admission queue, until its first token.
+  std::shared_ptr<TtftSlo> slo;
+  TtftSloShare slo_share;
+  std::atomic<bool> slo_left{false};
 
+  void LeaveSloQueue() {
+    if (slo && !slo_left.exchange(true)) slo->Leave(slo_share);
+  }
   void Release() {
+    LeaveSloQueue();
     if (!released.exchange(true)) in_flight->fetch_sub(1);
   }
   bool AllEnded() const {
@@ -210,6 +218,7 @@ bool Generation::Poll(GenerationUpdate* update) {
     }
   }
   if (new_tokens > 0) {
+    s.LeaveSloQueue();
     s.first_token_seen = true;
     s.last_token_at = now;
   }
@@ -244,13 +253,22 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   if (!engine->chat_template_) LogWarn("serve: {} has no chat template", dir);
 
   engine->metrics_ = options.metrics;
+  if (options.ttft_slo) {
+    if (options.metrics != nullptr) options.metrics->EnableTtftSlo();
+    engine->ttft_slo_ = std::make_shared<TtftSlo>(*options.ttft_slo,
+                                                  options.loop.scheduler.max_num_batched_tokens, options.metrics);
+    options.loop.on_step = [slo = engine->ttft_slo_](const SchedulerOutput&, const sim::StepShape& shape, int64_t) {
+      slo->OnStep(shape);
+    };
+  }
   if (ServingMetrics* m = options.metrics) {
     options.loop.on_finished = [m](const FinishedSequenceStats& st) {
       if (st.index == 0) m->ObserveQueueTime(st.queue_time_s);
     };
-    options.loop.on_step = [m, cost = options.step_cost_model](const SchedulerOutput&, const sim::StepShape& shape,
-                                                               int64_t ns) {
+    options.loop.on_step = [m, cost = options.step_cost_model, slo = engine->ttft_slo_](
+                               const SchedulerOutput&, const sim::StepShape& shape, int64_t ns) {
       m->ObserveStepTime(static_cast<double>(ns) / 1e9, cost ? static_cast<double>(cost->StepNs(shape)) / 1e9 : -1);
+      if (slo) slo->OnStep(shape);
     };
     options.loop.on_kv_pull = [m](const KvPullEvent& ev) {
       if (ev.ok) m->ObserveKvPull(ev.bytes, ev.seconds);
@@ -368,12 +386,23 @@ LogprobEntry ServingEngine::MakeLogprobEntry(int32_t token_id, float logprob) co
 StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input, std::function<void()> notify) {
   if (draining_.load()) return Status(StatusCode::kUnavailable, "the server is shutting down");
   RETURN_IF_ERROR(ApplyCacheIsolation(cache_isolation_, input.tenant, &input.request));
-  if (in_flight_->fetch_add(1) >= max_in_flight_) {
+  const int64_t in_flight_before = in_flight_->fetch_add(1);
+  if (in_flight_before >= max_in_flight_) {
     in_flight_->fetch_sub(1);
     return Status(StatusCode::kResourceExhausted,
                   "the server is at its limit of " + std::to_string(max_in_flight_) + " requests in flight");
   }
   auto state = std::make_unique<Generation::State>();
+  if (ttft_slo_) {
+    StatusOr<TtftSloShare> share =
+        ttft_slo_->Admit(static_cast<int64_t>(input.request.prompt_token_ids.size()), in_flight_before == 0);
+    if (!share.ok()) {
+      in_flight_->fetch_sub(1);
+      return share.status();
+    }
+    state->slo = ttft_slo_;
+    state->slo_share = *share;
+  }
   state->engine = this;
   state->loop = loop_.get();
   state->metrics = metrics_;

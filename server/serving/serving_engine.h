@@ -30,6 +30,7 @@
 #include "server/serving/cache_isolation.h"
 #include "server/serving/input_processor.h"
 #include "server/serving/receipts.h"
+#include "server/serving/ttft_slo.h"
 #include "text/chat_template.h"
 #include "text/incremental_detokenizer.h"
 #include "structured/structured.h"
@@ -58,6 +59,9 @@ struct ServingOptions {
   // metrics, each step's prediction is compared with its measured time
   // (tessera:step_time_prediction_error). Null: no prediction.
   std::shared_ptr<const sim::CostModel> step_cost_model;
+  // --ttft-slo-ms (ttft_slo.h): Submit refuses, with RESOURCE_EXHAUSTED, a
+  // request whose predicted time to first token exceeds the SLO. Unset: off.
+  std::optional<TtftSloOptions> ttft_slo;
   // --chat-template-content-special-tokens (input_processor.h, ChatPromptInput).
   bool chat_content_special_tokens = false;
   // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
@@ -148,7 +152,8 @@ class ServingEngine {
   ~ServingEngine();  // Stop()s
 
   // Queues an input from ProcessInput (validated against limits(); its
-  // request named). RESOURCE_EXHAUSTED when max_in_flight is reached,
+  // request named). RESOURCE_EXHAUSTED when max_in_flight is reached or the
+  // request's predicted time to first token exceeds ServingOptions::ttft_slo,
   // UNAVAILABLE when draining or stopped; the loop's own refusals (a live id
   // in use, KV transfer not configured). `notify`: runs on the loop thread whenever Poll may
   // have something new; must be cheap and non-blocking.
@@ -191,6 +196,10 @@ class ServingEngine {
   int32_t kv_num_blocks() const { return loop_->scheduler_options().kv.num_blocks; }  // the device pool
   PrefixHashAlgo kv_hash_algo() const { return loop_->scheduler_options().kv.hash_scheme.algo(); }
   int64_t num_in_flight() const { return in_flight_->load(); }
+  // --ttft-slo-ms: TtftSlo::Attainment() now; unset without the SLO.
+  std::optional<double> predicted_slo_attainment() const {
+    return ttft_slo_ ? std::optional<double>(ttft_slo_->Attainment()) : std::nullopt;
+  }
 
   // New submissions fail with UNAVAILABLE; running ones continue.
   void BeginDrain() { draining_.store(true); }
@@ -218,6 +227,8 @@ class ServingEngine {
   bool chat_content_special_tokens_ = false;
   CacheIsolation cache_isolation_ = CacheIsolation::kNone;
   ServingMetrics* metrics_ = nullptr;
+  // Shared with the loop's on_step and with Generations (which Leave on their first token).
+  std::shared_ptr<TtftSlo> ttft_slo_;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> draining_{false};
 };

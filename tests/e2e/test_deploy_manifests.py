@@ -154,22 +154,29 @@ def check_policy(objs):
     return problems
 
 
-def mounted_config(objs, tmpl, container, path, workdir):
-    """The file a container sees at `path`, from the ConfigMap volume mounted above it."""
+def mounted_config(objs, tmpl, container, path, workdir, stand_in=None):
+    """The file a container sees at `path`, from the ConfigMap volume mounted above it. With
+    `stand_in`, the ConfigMap may be one the operator makes (e.g. from `tessera calibrate`),
+    absent from the render: the file then holds `stand_in`."""
     for m in container.get("volumeMounts", []):
         mp = m["mountPath"].rstrip("/") + "/"
         if path.startswith(mp):
             vol = next(v for v in tmpl["spec"]["volumes"] if v["name"] == m["name"])
             assert "configMap" in vol, f"{path}: volume {m['name']} is not a ConfigMap"
             cms = find(objs, "ConfigMap", vol["configMap"]["name"])
-            assert cms, f"{path}: ConfigMap {vol['configMap']['name']} not in the render"
+            assert cms or stand_in is not None, f"{path}: ConfigMap {vol['configMap']['name']} not in the render"
             key = m.get("subPath") or path[len(mp):]
-            data = cms[0]["data"][key]
+            data = cms[0]["data"][key] if cms else stand_in
             out = os.path.join(workdir, f"{vol['configMap']['name']}-{key}")
             with open(out, "w") as f:
                 f.write(data)
             return out, data
     raise AssertionError(f"{path} is not under any volumeMount")
+
+
+# What `tessera calibrate --out` writes, in the shape serve reads (runtime/sim/cost_model.h).
+STAND_IN_COST_MODEL = json.dumps({"model": "linear", "version": 1, "base_ms": 2, "per_prefill_token_ms": 0.05,
+                                  "per_decode_seq_ms": 0.5})
 
 
 TEST_INTERNAL_KEY = "manifest-test-internal-key-0123456789"
@@ -254,6 +261,10 @@ def check_tessera_args(objs, tessera, workdir):
                 local, text = mounted_config(objs, tmpl, c, cfg, workdir)
                 settings = tomllib.loads(text)
                 args = [local if a == cfg else a.replace("=" + cfg, "=" + local) for a in args]
+            cost = arg_value(args, "--cost-model")
+            if cost:
+                local, _ = mounted_config(objs, tmpl, c, cost, workdir, stand_in=STAND_IN_COST_MODEL)
+                args = [local if a == cost else a for a in args]
             key = arg_value(args, "--internal-api-key-file")
             if key:
                 local, _ = mounted_secret(tmpl, c, key, workdir)
@@ -519,14 +530,19 @@ def metric_names_in(text):
 
 
 def exported_metrics(tessera, workdir):
-    """Metric names a tiny MoE server with speculative decoding exports after a finished request
-    and a refused one (429: one request in flight at most, while a long one runs)."""
+    """Metric names a tiny MoE server with speculative decoding and SLO-aware admission exports
+    after a finished request and a refused one (429: one request in flight at most, while a long
+    one runs)."""
     model = os.path.join(workdir, "tiny-moe")
     p = subprocess.run([tessera, "synth", "--arch", "qwen3_moe", "--size", "tiny", "--dtype", "f32", "--out", model],
                        capture_output=True, timeout=LOAD_TIMEOUT_S)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-1500:]
+    cost = os.path.join(workdir, "metrics-cost-model.json")
+    with open(cost, "w") as f:
+        f.write(STAND_IN_COST_MODEL)
+    # --ttft-slo-ms (10 minutes: refuses nothing) exports the SLO metrics the SLO autoscaler reads.
     srv = Server(tessera, ["--model", model, "--max-model-len", "512", "--max-pending-requests", "1",
-                           "--drain-timeout", "1",
+                           "--drain-timeout", "1", "--cost-model", cost, "--ttft-slo-ms", "600000",
                            "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2, '
                            '"prompt_lookup_min": 1, "prompt_lookup_max": 2}'], workdir, "metrics")
     long_req = None
@@ -595,6 +611,7 @@ def main():
                 rendered[rel] = render(rel)
             res.run(f"{rel}: renders", do_render)
         want = {"base", "overlays/cpu", "overlays/gpu", "overlays/autoscaling", "overlays/autoscaling/keda",
+                "overlays/autoscaling-slo",
                 "overlays/monitoring", "overlays/gateway", "overlays/disaggregated", "overlays/multi-node"}
         res.run("every overlay exists", lambda: (_ for _ in ()).throw(AssertionError(sorted(want - set(rendered))))
                 if want - set(rendered) else None)
@@ -760,13 +777,22 @@ def main():
         res.run("alerts name only exported metrics", alerts)
 
         def scalers():
-            hpa = find(rendered["overlays/autoscaling"], "HorizontalPodAutoscaler")[0]
-            adapter = find(rendered["overlays/autoscaling"], "ConfigMap", "tessera-prometheus-adapter-rules")[0]
-            rule = yaml.safe_load(adapter["data"]["config.yaml"])["rules"][0]
-            series = metric_names_in(rule["seriesQuery"])
-            names_exported("adapter rule", rule["seriesQuery"])
-            renamed = {re.sub(rule["name"]["matches"], rule["name"]["as"].replace("${1}", r"\1"), s) for s in series}
-            assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] in renamed, (hpa["spec"]["metrics"], renamed)
+            renamed = set()
+            for rel in ("overlays/autoscaling", "overlays/autoscaling-slo"):
+                adapter = find(rendered[rel], "ConfigMap", "tessera-prometheus-adapter-rules")[0]
+                for rule in yaml.safe_load(adapter["data"]["config.yaml"])["rules"]:
+                    series = metric_names_in(rule["seriesQuery"])
+                    names_exported("adapter rule", rule["seriesQuery"])
+                    renamed |= {re.sub(rule["name"]["matches"], rule["name"]["as"].replace("${1}", r"\1"), s)
+                                for s in series}
+            for rel, count in (("overlays/autoscaling", 1), ("overlays/autoscaling-slo", 2)):
+                hpa = find(rendered[rel], "HorizontalPodAutoscaler")[0]
+                names = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]]
+                assert len(names) == count and set(names) <= renamed, (rel, names, renamed)
+            slo = find(rendered["overlays/autoscaling-slo"], "Deployment", "tessera")[0]
+            args = slo["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert arg_value(args, "--ttft-slo-ms") and arg_value(args, "--cost-model"), \
+                "the SLO overlay scales on a metric its pods do not export"
             so = find(rendered["overlays/autoscaling/keda"], "ScaledObject")[0]
             names_exported("ScaledObject", so["spec"]["triggers"][0]["metadata"]["query"])
         res.run("HPA metric is the adapter's name for an exported metric; KEDA query too", scalers)

@@ -408,6 +408,27 @@ TEST(ServeOptionsTest, RefusedCombinationsNameTheFlag) {
   EXPECT_EQ(Refusal({"--device", "cuda"}), "");  // whether this binary has CUDA is checked when it starts
 }
 
+TEST(ServeOptionsTest, TtftSloTakesTheCostModelsCoefficients) {
+  const std::string cost = ::testing::TempDir() + "/ttft-slo-cost.json";
+  {
+    std::ofstream out(cost);
+    out << R"({"model": "linear", "version": 1, "per_prefill_token_ms": 0.25})";
+  }
+  StatusOr<ServeOptions> o = FromArgs({"--cost-model", cost, "--ttft-slo-ms", "750"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  ASSERT_TRUE(o->serving.ttft_slo.has_value());
+  EXPECT_EQ(o->serving.ttft_slo->slo_ms, 750);
+  EXPECT_EQ(o->serving.ttft_slo->model->coefficients().per_prefill_token_ms, 0.25);
+  StatusOr<ServeOptions> off = FromArgs({"--cost-model", cost});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->serving.ttft_slo.has_value());  // a cost model alone predicts steps, refuses nothing
+  EXPECT_EQ(Refusal({"--ttft-slo-ms", "750"}),
+            "--ttft-slo-ms: needs --cost-model (the step-time model TTFT is predicted with; `tessera calibrate` "
+            "writes one)");
+  EXPECT_EQ(Refusal({"--role", "router", "--ttft-slo-ms", "750"}),
+            "--ttft-slo-ms: the router runs no queue to predict; give it to the instances");
+}
+
 TEST(ServeOptionsTest, SingleValuesAreRefusedByTheParserNamingTheFlag) {
   const std::vector<std::vector<std::string>> bad = {
       {"--port", "70000"},       {"--device", "tpu"},          {"--role", "proxy"},
