@@ -102,6 +102,18 @@ class Proc:
         self.log.close()
 
 
+def synth_bench_model(build, out):
+    """The checkpoint described above, under out/model (made once)."""
+    model = os.path.join(out, "model")
+    if not os.path.isdir(model):
+        subprocess.run([os.path.join(build, "tessera"), "--log-level", "warn", "synth", "--arch", "qwen3",
+                        "--dtype", "bf16", "--out", model, "--set", "hidden_size=384", "--set",
+                        "intermediate_size=1024", "--set", "num_hidden_layers=6", "--set",
+                        "num_attention_heads=6", "--set", "num_key_value_heads=2", "--set", "head_dim=64"],
+                       check=True, capture_output=True)
+    return model
+
+
 def run_one(a, model, workload, policy, out):
     tessera = os.path.join(a.build, "tessera")
     inst = [tessera, "serve", "--model", model, "--threads", "1", "--num-kv-blocks", str(a.num_kv_blocks),
@@ -159,15 +171,7 @@ def main():
     a = ap.parse_args()
     out = a.out or tempfile.mkdtemp(prefix="tessera-kv-router-bench-")
     os.makedirs(out, exist_ok=True)
-    model = a.model
-    if not model:
-        model = os.path.join(out, "model")
-        if not os.path.isdir(model):
-            subprocess.run([os.path.join(a.build, "tessera"), "--log-level", "warn", "synth", "--arch", "qwen3",
-                            "--dtype", "bf16", "--out", model, "--set", "hidden_size=384", "--set",
-                            "intermediate_size=1024", "--set", "num_hidden_layers=6", "--set",
-                            "num_attention_heads=6", "--set", "num_key_value_heads=2", "--set", "head_dim=64"],
-                           check=True, capture_output=True)
+    model = a.model or synth_bench_model(a.build, out)
     rows = []
     for w in a.workloads.split(","):
         for p in a.policies.split(","):

@@ -540,6 +540,7 @@ Status EngineLoop::RunPlan(const SchedulerOutput& plan) {
     out.index = o.index;
     out.finish_reason = o.finish_reason;
     out.num_cached_tokens = o.num_cached_tokens;
+    out.cache_waterfall = o.cache_waterfall;
     const SamplerConfig& c = it->second.sampler;
     if ((c.logprobs || c.top_logprobs > 0) && !o.new_token_ids.empty()) {
       std::vector<SampleResult>& rs = results.at(o.seq_id);

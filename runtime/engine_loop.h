@@ -122,6 +122,7 @@ struct RequestOutput {
   std::vector<TokenLogprobs> prompt_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the choice's last output
   int64_t num_cached_tokens = 0;  // the choice's prompt tokens served from the prefix cache
+  CacheWaterfall cache_waterfall;  // where those came from, why the rest were computed
   Status status;  // non-OK: the request failed (rejected or engine error); terminal for all choices
   // On the final output of an exported request (Request::export_kv).
   std::optional<KvExportInfo> kv_export;

@@ -28,8 +28,26 @@ KvCacheManager::KvCacheManager(const KvCacheOptions& options)
     : block_size_(options.block_size),
       hash_scheme_(options.hash_scheme),
       pool_(options.num_blocks, options.enable_prefix_caching),
-      sink_(options.event_sink) {
-  pool_.set_event_sink(sink_.get());
+      sink_(options.event_sink),
+      tap_(static_cast<size_t>(std::clamp<int64_t>(int64_t{2} * options.num_blocks, 1024, 131072))) {
+  tap_.next = sink_.get();
+  pool_.set_event_sink(&tap_);
+}
+
+void KvCacheManager::EvictionTap::OnBlocksStored(std::optional<BlockHash> parent, std::span<const BlockHash> hashes,
+                                                 std::span<const int32_t> token_ids, int32_t block_size) {
+  if (next) next->OnBlocksStored(parent, hashes, token_ids, block_size);
+}
+
+void KvCacheManager::EvictionTap::OnBlocksRemoved(std::span<const BlockHash> hashes) {
+  for (const BlockHash& h : hashes) evicted.Insert(h);
+  if (next) next->OnBlocksRemoved(hashes);
+}
+
+// The pool reports a full reset this way only when it cannot name the hashes
+// cheaply; they are forgotten, not listed as evicted.
+void KvCacheManager::EvictionTap::OnAllBlocksCleared() {
+  if (next) next->OnAllBlocksCleared();
 }
 
 PrefixHit KvCacheManager::FindCachedPrefix(std::span<const BlockHash> hashes, int64_t num_tokens) const {

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "scheduler/block_hash.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/cache_waterfall.h"
 #include "scheduler/kv_cache_events.h"
 
 namespace tessera {
@@ -115,6 +116,12 @@ class KvCacheManager {
   // `seq`'s block table; empty for an unknown seq.
   std::span<const BlockId> blocks(SeqId seq) const;
 
+  // Whether `hash` was evicted from (or reset out of) the prefix cache
+  // recently: the last max(1024, min(2 * num_blocks, 131072)) evictions are
+  // remembered (a ComputeReason::kEvicted). A hash cached again stays listed;
+  // callers ask only about blocks the pool lacks.
+  bool RecentlyEvicted(const BlockHash& hash) const { return tap_.evicted.Contains(hash); }
+
   KvCacheStats stats() const;
   const BlockPool& pool() const { return pool_; }
   BlockPool& mutable_pool() { return pool_; }
@@ -124,12 +131,23 @@ class KvCacheManager {
     std::vector<BlockId> blocks;
     int64_t num_cached = 0;  // leading blocks already registered or known cached
   };
+  // The pool's sink: notes evicted hashes, then forwards to the caller's sink.
+  struct EvictionTap final : KvCacheEventSink {
+    explicit EvictionTap(size_t capacity) : evicted(capacity) {}
+    void OnBlocksStored(std::optional<BlockHash> parent, std::span<const BlockHash> hashes,
+                        std::span<const int32_t> token_ids, int32_t block_size) override;
+    void OnBlocksRemoved(std::span<const BlockHash> hashes) override;
+    void OnAllBlocksCleared() override;
+    RecentBlockHashes evicted;
+    KvCacheEventSink* next = nullptr;
+  };
   explicit KvCacheManager(const KvCacheOptions& options);
 
   int32_t block_size_;
   BlockHashScheme hash_scheme_;
   BlockPool pool_;
   std::shared_ptr<KvCacheEventSink> sink_;
+  EvictionTap tap_;
   std::unordered_map<SeqId, SeqBlocks> seqs_;
   KvCacheStats stats_;
 };

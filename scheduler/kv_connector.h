@@ -32,12 +32,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "scheduler/block_hash.h"
+#include "scheduler/cache_waterfall.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
@@ -107,6 +109,14 @@ class KvConnector {
   virtual bool HoldsOnFinish(const Request& /*request*/) const { return false; }
   virtual void OnHeld(const std::string& /*request_id*/, std::span<const BlockId> /*blocks*/,
                       std::span<const BlockHash> /*hashes*/) {}
+
+  // The cache waterfall (scheduler/cache_waterfall.h). Where the blocks this
+  // connector loads come from, unless FinishKvLoad names each block's source.
+  virtual CacheSource source() const { return CacheSource::kPeer; }
+  // Why a prompt block the pool lacks and this source did not supply was not
+  // found here; nullopt: no opinion. Asked on a sequence's first admission,
+  // once per computed full block: must be cheap.
+  virtual std::optional<ComputeReason> MissReason(const BlockHash& /*hash*/) const { return std::nullopt; }
 
   // Adds this connector's counters to the scheduler's (metrics snapshots).
   virtual void AddCounters(SchedulerCounters* /*counters*/) const {}

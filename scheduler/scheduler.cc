@@ -370,6 +370,8 @@ SchedulerOutput Scheduler::Schedule() {
     if (seq->first_scheduled_ns < 0) {
       seq->first_scheduled_ns = options_.clock();
       seq->num_cached_tokens = hit.num_tokens;
+      seq->cache_waterfall = AccountPrompt(*seq, hit.num_tokens);
+      seq->loaded_from = {};
     }
     entry_of[seq->id] = entries.size();
     entries.push_back({seq, num_new, std::move(copies), true});
@@ -457,7 +459,8 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
       // next step overwrites.
       s->num_computed_tokens -= e.num_drafts - static_cast<int64_t>(toks.size() - 1);
       s->draft_token_ids.clear();
-      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone, s->num_cached_tokens};
+      SequenceOutput o{s->id, s->request_id(), s->index, {}, FinishReason::kNone, s->num_cached_tokens,
+                       s->cache_waterfall};
       for (int32_t t : toks) {
         s->token_ids.push_back(t);
         o.new_token_ids.push_back(t);

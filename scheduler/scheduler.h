@@ -128,8 +128,10 @@ class Scheduler {
   // Ends load `id`, exactly once, between steps. ok: the blocks written join
   // the prefix cache, so the sequence's admission finds them as a hit;
   // otherwise they are freed uncached and the prompt is computed here. A
-  // sequence that ended meanwhile has its blocks freed now.
-  void FinishKvLoad(uint64_t id, bool ok);
+  // sequence that ended meanwhile has its blocks freed now. `sources` (the
+  // cache waterfall): where each block of the plan came from, in plan order
+  // (block plan.first_block + i); empty or short: the connector's source().
+  void FinishKvLoad(uint64_t id, bool ok, std::span<const CacheSource> sources = {});
   // Frees the blocks a finished request holds for a connector (HoldsOnFinish):
   // the other side acknowledged them, or their pin timed out. Unknown ids: no-op.
   void ReleaseKvHold(const std::string& request_id);
@@ -195,12 +197,17 @@ class Scheduler {
     KvLoadPlan plan;
     KvConnector* connector = nullptr;
     int64_t end_block = 0;  // the sequence's leading blocks valid once the load succeeds
+    int64_t start_block = 0;  // the first block the load writes (earlier ones the pool held)
   };
   void OfferKv(Sequence* seq, bool after_preemption);
   // Ends the offers `seq` never got to (it finished first).
   void DropKvOffers(Sequence* seq);
   // Keeps a finished sequence's blocks for the connector that holds it; false: none does.
   bool HoldKv(Sequence* seq);
+  // The cache waterfall of `seq`'s prompt on its first admission with
+  // `hit_tokens` found cached (scheduler/cache_waterfall.h).
+  CacheWaterfall AccountPrompt(const Sequence& seq, int64_t hit_tokens) const;
+  ComputeReason MissReason(const Sequence& seq, int64_t block, int64_t full_blocks) const;
   std::unordered_map<uint64_t, KvLoadState> kv_loads_;  // loads in flight, by id
   uint64_t next_kv_load_ = 1;
   std::unordered_map<std::string, SeqId> kv_holds_;  // request id -> KV holder id (sequence gone)

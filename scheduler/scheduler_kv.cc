@@ -93,6 +93,7 @@ void Scheduler::PlanKvLoads(const KvConnector& connector) {
       }
       const auto blocks = kv_->blocks(seq->id);
       st.plan.blocks.assign(blocks.begin() + have, blocks.begin() + want);
+      st.start_block = have;
       st.end_block = want;
     }
     seq->kv_load = st.plan.id;
@@ -123,12 +124,13 @@ std::vector<BlockId> Scheduler::AllocateKvLoad(uint64_t id, int64_t num_blocks, 
   std::vector<CopyOp> copies;  // fresh blocks past the hit: nothing to copy
   if (!kv_->AllocateSlots(seq->id, hit.num_tokens, (end - have) * bs, 0, &hit, &copies)) return {};
   *first_block = have;
+  st.start_block = have;
   st.end_block = end;
   const auto blocks = kv_->blocks(seq->id);
   return std::vector<BlockId>(blocks.begin() + have, blocks.begin() + end);
 }
 
-void Scheduler::FinishKvLoad(uint64_t id, bool ok) {
+void Scheduler::FinishKvLoad(uint64_t id, bool ok, std::span<const CacheSource> sources) {
   auto load = kv_loads_.find(id);
   if (load == kv_loads_.end()) return;
   const KvLoadState st = std::move(load->second);
@@ -144,7 +146,16 @@ void Scheduler::FinishKvLoad(uint64_t id, bool ok) {
     st.connector->OnLoadFinished(st.plan, 0, false);
     return;
   }
-  if (ok) kv_->CacheComputedBlocks(seq->id, seq->block_hashes, st.end_block * kv_->block_size(), seq->token_ids);
+  if (ok) {
+    kv_->CacheComputedBlocks(seq->id, seq->block_hashes, st.end_block * kv_->block_size(), seq->token_ids);
+    const size_t plan_first = static_cast<size_t>(st.plan.first_block);
+    const size_t start = static_cast<size_t>(st.start_block), end = static_cast<size_t>(st.end_block);
+    if (seq->loaded_from.size() < end) seq->loaded_from.resize(end, CacheSource::kPool);
+    for (size_t b = start; b < end; ++b) {
+      const size_t i = b - plan_first;
+      seq->loaded_from[b] = i < sources.size() ? sources[i] : st.connector->source();
+    }
+  }
   st.connector->OnLoadFinished(st.plan, ok ? st.end_block - st.plan.first_block : 0, ok);
   // Released blocks keep their hashes (ok) and sit at the most recently used
   // end of the free queue: the admission that follows finds them as a hit.
@@ -156,6 +167,40 @@ void Scheduler::ReleaseKvHold(const std::string& request_id) {
   if (it == kv_holds_.end()) return;
   kv_->Free(it->second);
   kv_holds_.erase(it);
+}
+
+// Blocks the pool held before a load started are left as they are: a block
+// loaded earlier and still cached stays counted as its load's source.
+CacheWaterfall Scheduler::AccountPrompt(const Sequence& seq, int64_t hit_tokens) const {
+  CacheWaterfall w;
+  const int64_t bs = kv_->block_size();
+  const int64_t prompt = seq.num_prompt_tokens;
+  const int64_t hit_blocks = std::min(hit_tokens, prompt) / bs;
+  for (int64_t b = 0; b < hit_blocks; ++b) {
+    const size_t i = static_cast<size_t>(b);
+    w[i < seq.loaded_from.size() ? seq.loaded_from[i] : CacheSource::kPool] += bs;
+  }
+  const int64_t full = std::max(hit_blocks, std::min<int64_t>(prompt / bs, static_cast<int64_t>(seq.block_hashes.size())));
+  for (int64_t b = hit_blocks; b < full; ++b) w[MissReason(seq, b, full)] += bs;
+  w[ComputeReason::kTail] += prompt - full * bs;
+  return w;
+}
+
+// Order: what the pool still holds (only the capped last block), then the
+// connectors' knowledge (a tier's write-through), then the pool's memory of
+// evictions. A block cached under another cache_salt is not detectable here
+// (its hash differs from the first block on): it counts as no_prefix.
+ComputeReason Scheduler::MissReason(const Sequence& seq, int64_t block, int64_t full_blocks) const {
+  // prompt_logprobs never reads the prefix cache: every block is computed.
+  if (!kv_->caching_enabled() || seq.params().prompt_logprobs) return ComputeReason::kNoPrefix;
+  const BlockHash& h = seq.block_hashes[static_cast<size_t>(block)];
+  if (block + 1 == full_blocks && seq.num_prompt_tokens % kv_->block_size() == 0 && kv_->pool().Lookup(h)) {
+    return ComputeReason::kTail;
+  }
+  for (const KvConnector* c : options_.kv_connectors) {
+    if (auto r = c->MissReason(h)) return *r;
+  }
+  return kv_->RecentlyEvicted(h) ? ComputeReason::kEvicted : ComputeReason::kNoPrefix;
 }
 
 bool Scheduler::WaitingOnLoadsOnly() const {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/cache_waterfall.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/request.h"
 
@@ -59,6 +60,7 @@ struct SequenceOutput {
   std::vector<int32_t> new_token_ids;
   FinishReason finish_reason = FinishReason::kNone;  // kNone: still running
   int64_t num_cached_tokens = 0;  // prompt tokens found in the prefix cache on admission
+  CacheWaterfall cache_waterfall;  // where those came from, why the rest were computed
 };
 
 }  // namespace tessera

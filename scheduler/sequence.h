@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scheduler/block_hash.h"
+#include "scheduler/cache_waterfall.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/request.h"
 
@@ -44,11 +45,15 @@ struct Sequence {
   // ends the sequence is not admitted, and its blocks are not freed (even
   // when it ends): the load may still write them.
   uint64_t kv_load = 0;
+  // Per leading prompt block: where a finished KV load got it (kPool: not
+  // loaded). Read once, on the first admission (the cache waterfall).
+  std::vector<CacheSource> loaded_from;
 
   // Metrics.
   int64_t arrival_time_ns = 0;
   int64_t first_scheduled_ns = -1;
   int64_t num_cached_tokens = 0;  // prefix-cache hit on first admission
+  CacheWaterfall cache_waterfall;  // the prompt's account, on first admission
   int32_t num_preemptions = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

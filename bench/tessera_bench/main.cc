@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/tessera_bench/agentic.h"
 #include "bench/tessera_bench/arrival.h"
 #include "bench/tessera_bench/dataset.h"
 #include "bench/tessera_bench/report.h"
@@ -39,6 +40,7 @@ struct Flags {
   int64_t num_prompts = 100;
   int64_t input_len = 128, output_len = 32, prefix_len = 256, num_prefix_groups = 4, sharegpt_output_len = 0;
   int64_t turns = 4;
+  AgenticOptions agentic;
   double range_ratio = 0.0;
   std::string request_rate = "inf";
   int sweep = 0;
@@ -130,15 +132,19 @@ int Main(int argc, char** argv) {
   // Workload.
   app.add_option("--dataset", f.dataset,
                  "random | shared-prefix | multi-turn (chat replay: --turns, --input-len per user turn, "
-                 "--output-len per reply, optional shared system prompt --prefix-len) | sharegpt (JSON, "
-                 "--dataset-path) | burstgpt (CSV trace, --dataset-path)")
-      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "sharegpt", "burstgpt"}))
+                 "--output-len per reply, optional shared system prompt --prefix-len) | agentic (agent sessions: "
+                 "--conversations, --min-turns/--max-turns, --idle-gap; system prompt --prefix-len, default "
+                 "2048, and --num-tools; task --input-len, tool results --tool-result-len, calls --output-len) | "
+                 "sharegpt (JSON, --dataset-path) | burstgpt (CSV trace, --dataset-path)")
+      ->check(CLI::IsMember({"random", "shared-prefix", "multi-turn", "agentic", "sharegpt", "burstgpt"}))
       ->group("Workload");
   app.add_option("--dataset-path", f.dataset_path, "ShareGPT JSON or BurstGPT CSV file")->group("Workload");
   app.add_option("--tokenizer", f.tokenizer_dir,
                  "HF directory with tokenizer.json: exact prompt lengths in tokens (default: ~1 token per word)")
       ->group("Workload");
-  app.add_option("--num-prompts", f.num_prompts, "requests per run (trace: first N usable rows)")
+  CLI::Option* num_prompts_opt =
+      app.add_option("--num-prompts", f.num_prompts,
+                     "requests per run (trace: first N usable rows; agentic: only when given, the first N arrivals)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000000}))
       ->group("Workload");
   app.add_option("--input-len", f.input_len, "prompt tokens (random, shared-prefix: after the prefix)")
@@ -158,6 +164,25 @@ int Main(int argc, char** argv) {
   app.add_option("--turns", f.turns, "multi-turn: user turns per conversation")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000))
+      ->group("Workload");
+  app.add_option("--conversations", f.agentic.conversations, "agentic: concurrent agent sessions")
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}))
+      ->group("Workload");
+  app.add_option("--min-turns", f.agentic.min_turns, "agentic: fewest requests per session")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->group("Workload");
+  app.add_option("--max-turns", f.agentic.max_turns, "agentic: most requests per session")
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}))
+      ->group("Workload");
+  app.add_option("--idle-gap", f.agentic.idle_gap_s,
+                 "agentic: mean seconds between a session's turns (uniform in [0.5, 1.5] x this)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Workload");
+  app.add_option("--num-tools", f.agentic.num_tools, "agentic: tools described in the system prompt")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}))
+      ->group("Workload");
+  app.add_option("--tool-result-len", f.agentic.tool_result_len, "agentic: tokens of each tool result")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}))
       ->group("Workload");
   app.add_option("--num-prefix-groups", f.num_prefix_groups, "shared-prefix: distinct prefixes (requests round-robin)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000000}))
@@ -191,7 +216,7 @@ int Main(int argc, char** argv) {
                  "requests in flight at most (closed loop with rate inf; a cap with a rate); 0 = no cap (up to 1024)")
       ->check(CLI::Range(0, kMaxWorkers))
       ->group("Load");
-  app.add_option("--time-scale", f.time_scale, "burstgpt: multiply trace times (0.1 = 10x faster)")
+  app.add_option("--time-scale", f.time_scale, "burstgpt, agentic: multiply arrival times (0.1 = 10x faster)")
       ->check(CLI::PositiveNumber)
       ->group("Load");
   app.add_option("--timeout", f.timeout_s, "seconds per request before it counts as failed")
@@ -227,15 +252,19 @@ int Main(int argc, char** argv) {
   if (Status s = ValidateExtraBody(f.extra_body); !s.ok()) return Fail(s.message());
   auto rates = ParseRates(f.request_rate);
   if (!rates.ok()) return Fail(rates.status().message());
-  const bool trace = f.dataset == "burstgpt";
+  const bool agentic = f.dataset == "agentic";
+  const bool trace = f.dataset == "burstgpt" || agentic;  // the dataset sets arrival times
   if (trace && (rate_opt->count() > 0 || f.sweep)) {
-    return Fail("--request-rate/--sweep cannot be combined with --dataset burstgpt (the trace sets arrival times)");
+    return Fail("--request-rate/--sweep cannot be combined with --dataset " + f.dataset +
+                " (the dataset sets arrival times)");
   }
+  if (f.agentic.min_turns > f.agentic.max_turns) return Fail("--min-turns is larger than --max-turns");
   if (f.sweep && rate_opt->count() > 0) return Fail("give either --sweep or --request-rate, not both");
-  if ((f.dataset == "sharegpt" || trace) && f.dataset_path.empty()) {
+  const bool from_file = f.dataset == "sharegpt" || f.dataset == "burstgpt";
+  if (from_file && f.dataset_path.empty()) {
     return Fail("--dataset " + f.dataset + " needs --dataset-path FILE");
   }
-  if (!(f.dataset == "sharegpt" || trace) && !f.dataset_path.empty()) {
+  if (!from_file && !f.dataset_path.empty()) {
     return Fail("--dataset-path is only used with --dataset sharegpt or burstgpt");
   }
   auto loopback = IsLoopbackHost(base->host, base->port);
@@ -259,7 +288,14 @@ int Main(int argc, char** argv) {
   RandomOptions ro;
   const bool synthetic = f.dataset == "random" || f.dataset == "shared-prefix" || f.dataset == "multi-turn";
   MultiTurnOptions mo;
-  if (f.dataset == "multi-turn") {
+  if (agentic) {
+    f.agentic.system_len = prefix_len_opt->count() > 0 ? f.prefix_len : 2048;
+    f.agentic.input_len = f.input_len;
+    f.agentic.output_len = f.output_len;
+    f.agentic.max_requests = num_prompts_opt->count() > 0 ? f.num_prompts : 0;
+    specs = AgenticDataset(f.agentic, pb, f.seed, &trace_offsets);
+    for (double& t : trace_offsets) t *= f.time_scale;
+  } else if (f.dataset == "multi-turn") {
     mo.num = f.num_prompts;
     mo.turns = f.turns;
     mo.input_len = f.input_len;
@@ -350,6 +386,15 @@ int Main(int argc, char** argv) {
   if (f.dataset == "shared-prefix") {
     config["prefix_len"] = f.prefix_len;
     config["num_prefix_groups"] = f.num_prefix_groups;
+  }
+  if (agentic) {
+    config["conversations"] = f.agentic.conversations;
+    config["min_turns"] = f.agentic.min_turns;
+    config["max_turns"] = f.agentic.max_turns;
+    config["idle_gap_s"] = f.agentic.idle_gap_s;
+    config["prefix_len"] = f.agentic.system_len;
+    config["num_tools"] = f.agentic.num_tools;
+    config["tool_result_len"] = f.agentic.tool_result_len;
   }
   if (f.dataset == "multi-turn") {
     config["turns"] = f.turns;

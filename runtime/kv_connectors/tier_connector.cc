@@ -29,6 +29,11 @@ void TierConnector::OnBlocksComputed(const Request& request,
   for (const auto& [block, hash] : blocks) spills_.push_back({block, hash, request.cache_salt});
 }
 
+std::optional<ComputeReason> TierConnector::MissReason(const BlockHash& hash) const {
+  if (tiers_->NotWrittenThrough(hash)) return ComputeReason::kNotWritten;
+  return std::nullopt;
+}
+
 void TierConnector::BeforeStep(Scheduler& scheduler, KvCache& cache) {
   for (KvTierFetched& f : tiers_->TakeFetched()) {
     int64_t first = 0;
@@ -44,7 +49,12 @@ void TierConnector::BeforeStep(Scheduler& scheduler, KvCache& cache) {
         ok = false;
       }
     }
-    scheduler.FinishKvLoad(f.fetch.load_id, ok);
+    std::vector<CacheSource> sources;
+    sources.reserve(f.tier_of.size());
+    for (int t : f.tier_of) {
+      sources.push_back(CacheSourceOfTier(tiers_->tier_names()[static_cast<size_t>(t)]).value_or(source()));
+    }
+    scheduler.FinishKvLoad(f.fetch.load_id, ok, sources);
     if (ok) {
       const int64_t n = static_cast<int64_t>(blocks.size());
       tiers_->NoteLoaded(n, n * cache.block_size());

@@ -51,6 +51,10 @@ class TierConnector final : public KvConnector, public KvConnectorWorker {
   void OnLoadPlanned(const Request& request, const KvLoadPlan& plan) override;
   bool WantsComputedBlocks() const override { return true; }
   void OnBlocksComputed(const Request& request, std::span<const std::pair<BlockId, BlockHash>> blocks) override;
+  // The cache waterfall: loads name each block's tier (a store that is not
+  // host, disk or redis — tests' extra stores — counts as host).
+  CacheSource source() const override { return CacheSource::kHost; }
+  std::optional<ComputeReason> MissReason(const BlockHash& hash) const override;
 
   // KvConnectorWorker (executor half).
   void BeforeStep(Scheduler& scheduler, KvCache& cache) override;

@@ -93,13 +93,16 @@ kv_tiers::KvBlockKey KvTierManager::KeyOf(const BlockHash& hash, const std::stri
   return {options_.model_fingerprint, options_.layout, hash.digest, TenantTag(cache_salt)};
 }
 
-void KvTierManager::SpillTo(size_t tier, const kv_tiers::KvBlockKey& key, std::string bytes) {
+void KvTierManager::SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes) {
   const auto start = Clock::now();
-  const bool queued = tiers_[tier].spill->Put(key, std::move(bytes), [this, tier, start](Status s) {
-    if (!s.ok()) {
+  const bool queued = tiers_[tier].spill->Put(key, std::move(bytes), [this, tier, start, hash](Status s) {
+    {
       std::lock_guard lock(mu_);
-      ++extra_[tier].spill_errors;
-      return;
+      if (!s.ok()) {
+        ++extra_[tier].spill_errors;
+        return;
+      }
+      unwritten_.Erase(hash);
     }
     if (options_.on_op) options_.on_op(names_[tier], KvTierOp::kSpill, Since(start));
   });
@@ -111,8 +114,17 @@ void KvTierManager::SpillTo(size_t tier, const kv_tiers::KvBlockKey& key, std::s
 
 void KvTierManager::Spill(const BlockHash& hash, const std::string& cache_salt, std::string bytes) {
   const kv_tiers::KvBlockKey key = KeyOf(hash, cache_salt);
-  for (size_t t = 0; t + 1 < tiers_.size(); ++t) SpillTo(t, key, bytes);
-  SpillTo(tiers_.size() - 1, key, std::move(bytes));
+  {
+    std::lock_guard lock(mu_);
+    unwritten_.Insert(hash);  // until a tier stores it
+  }
+  for (size_t t = 0; t + 1 < tiers_.size(); ++t) SpillTo(t, hash, key, bytes);
+  SpillTo(tiers_.size() - 1, hash, key, std::move(bytes));
+}
+
+bool KvTierManager::NotWrittenThrough(const BlockHash& hash) const {
+  std::lock_guard lock(mu_);
+  return unwritten_.Contains(hash);
 }
 
 bool KvTierManager::Fetch(KvTierFetch fetch) {
@@ -146,7 +158,7 @@ KvTierFetched KvTierManager::RunFetch(KvTierFetch fetch) {
         continue;
       }
       if (options_.on_op) options_.on_op(names_[t], KvTierOp::kLoad, Since(start));
-      for (size_t u = 0; u < t; ++u) SpillTo(u, key, *got);  // promote into the faster tiers
+      for (size_t u = 0; u < t; ++u) SpillTo(u, h, key, *got);  // promote into the faster tiers
       out.blocks.push_back(std::move(*got));
       out.tier_of.push_back(static_cast<int>(t));
       found = true;

@@ -35,6 +35,7 @@
 #include "engine/kv_tiers/async_kv_store.h"
 #include "engine/kv_tiers/kv_block_store.h"
 #include "scheduler/block_hash.h"
+#include "scheduler/cache_waterfall.h"
 
 namespace tessera {
 
@@ -121,6 +122,11 @@ class KvTierManager {
   void Drain();
 
   void NoteLoaded(int64_t blocks, int64_t tokens);
+  // Whether `hash` was spilled recently and no tier has stored it yet (every
+  // write skipped for a full queue, failed, or still queued): the cache
+  // waterfall's not_written. Remembers the last kUnwrittenCapacity spills.
+  bool NotWrittenThrough(const BlockHash& hash) const;
+  static constexpr size_t kUnwrittenCapacity = 65536;
   std::vector<KvTierStats> stats() const;
   KvTierTotals totals() const;
   const std::vector<std::string>& tier_names() const { return names_; }
@@ -136,7 +142,7 @@ class KvTierManager {
   explicit KvTierManager(KvTierOptions options) : options_(std::move(options)) {}
   void LoaderMain();
   KvTierFetched RunFetch(KvTierFetch fetch);
-  void SpillTo(size_t tier, const kv_tiers::KvBlockKey& key, std::string bytes);
+  void SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes);
 
   KvTierOptions options_;
   std::vector<Tier> tiers_;
@@ -151,6 +157,7 @@ class KvTierManager {
   std::vector<KvTierFetched> done_;  // guarded by mu_
   std::vector<KvTierStats> extra_;   // guarded by mu_: spills_skipped, spill_errors, bad_size per tier
   KvTierTotals totals_;              // guarded by mu_
+  RecentBlockHashes unwritten_{kUnwrittenCapacity};  // guarded by mu_: spilled, in no tier yet
   std::vector<std::thread> loaders_;
 };
 

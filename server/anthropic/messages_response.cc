@@ -11,10 +11,13 @@ using nlohmann::json;
 std::string RandomToolUseId() { return openai::tools::RandomId("toolu_"); }
 
 json UsageJson(const openai::UsageCounter& u) {
-  return {{"input_tokens", u.prompt_tokens - u.cached_tokens},
-          {"output_tokens", u.completion_tokens},
-          {"cache_creation_input_tokens", 0},
-          {"cache_read_input_tokens", u.cached_tokens}};
+  json usage = {{"input_tokens", u.prompt_tokens - u.cached_tokens},
+                {"output_tokens", u.completion_tokens},
+                {"cache_creation_input_tokens", 0},
+                {"cache_read_input_tokens", u.cached_tokens}};
+  // Tessera's cache waterfall; cache_read_input_tokens is its cached sum.
+  if (!u.cache_waterfall.empty()) usage["tessera_cache_details"] = openai::CacheWaterfallJson(u.cache_waterfall);
+  return usage;
 }
 
 json StopReasonJson(FinishReason reason, bool stop_string, int num_tool_calls) {
@@ -76,7 +79,7 @@ json MessageAccumulator::Build() const {
           {"content", std::move(content)},
           {"stop_reason", StopReasonJson(finish_, stopped_by_string, parser.num_tool_calls())},
           {"stop_sequence", stopped_by_string && parser.num_tool_calls() == 0 ? json(*stop_string_) : json(nullptr)},
-          {"usage", UsageJson(usage_)}};
+          {"usage", anthropic::UsageJson(usage_)}};
 }
 
 MessageStream::MessageStream(MessageOptions options) : options_(std::move(options)) {
@@ -93,7 +96,7 @@ void MessageStream::Begin(std::string* out) {
                   {"content", json::array()},
                   {"stop_reason", nullptr},
                   {"stop_sequence", nullptr},
-                  {"usage", UsageJson(usage_)}};
+                  {"usage", anthropic::UsageJson(usage_)}};
   *out += SseEvent("message_start", {{"type", "message_start"}, {"message", std::move(message)}});
   *out += SseEvent("ping", {{"type", "ping"}});
 }
@@ -162,7 +165,7 @@ void MessageStream::End(FinishReason reason, const std::optional<std::string>& s
   const bool by_string = stop_string.has_value();
   json delta = {{"stop_reason", StopReasonJson(reason, by_string, calls)},
                 {"stop_sequence", by_string && calls == 0 ? json(*stop_string) : json(nullptr)}};
-  *out += SseEvent("message_delta", {{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", UsageJson(usage_)}});
+  *out += SseEvent("message_delta", {{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", anthropic::UsageJson(usage_)}});
   *out += SseEvent("message_stop", {{"type", "message_stop"}});
 }
 

@@ -93,7 +93,7 @@ json ChatAccumulator::Build(const std::string& id, int64_t created, const std::s
               {"created", created},
               {"model", model},
               {"choices", std::move(choices)},
-              {"usage", UsageJson(usage_.prompt_tokens, usage_.completion_tokens, usage_.cached_tokens)}};
+              {"usage", UsageJson(usage_)}};
   if (kv_export_) out["kv_transfer_params"] = KvTransferParamsJson(*kv_export_);
   return out;
 }
@@ -141,7 +141,7 @@ json ChatStream::Chunk(int index, json delta, json logprobs, json finish, json s
                                           {"finish_reason", std::move(finish)},
                                           {"stop_reason", std::move(stop)}}})}};
   if (continuous_usage_) {
-    chunk["usage"] = UsageJson(usage_.prompt_tokens, usage_.completion_tokens, usage_.cached_tokens);
+    chunk["usage"] = UsageJson(usage_);
   }
   return chunk;
 }
@@ -203,7 +203,7 @@ json ChatStream::UsageChunk() const {
           {"created", created_},
           {"model", model_},
           {"choices", json::array()},
-          {"usage", UsageJson(usage_.prompt_tokens, usage_.completion_tokens, usage_.cached_tokens)}};
+          {"usage", UsageJson(usage_)}};
 }
 
 }  // namespace tessera::openai

@@ -94,14 +94,8 @@ void CompletionAccumulator::Add(int prompt_index, const GenerationUpdate& update
 
 json CompletionAccumulator::Build(const std::string& id, int64_t created, const std::string& model) const {
   json choices = json::array();
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;
-  for (const Prompt& p : prompts_) {
-    prompt_tokens += p.usage.prompt_tokens;
-    completion_tokens += p.usage.completion_tokens;
-    cached_tokens += p.usage.cached_tokens;
-  }
+  UsageCounter usage;
+  for (const Prompt& p : prompts_) usage += p.usage;
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     const Prompt& p = prompts_[i / static_cast<size_t>(n_)];
@@ -126,7 +120,7 @@ json CompletionAccumulator::Build(const std::string& id, int64_t created, const 
               {"created", created},
               {"model", model},
               {"choices", std::move(choices)},
-              {"usage", UsageJson(prompt_tokens, completion_tokens, cached_tokens)}};
+              {"usage", UsageJson(usage)}};
   if (kv_export_) out["kv_transfer_params"] = KvTransferParamsJson(*kv_export_);
   return out;
 }
@@ -177,7 +171,7 @@ std::vector<json> CompletionStream::OnUpdate(int prompt_index, const GenerationU
     json chunk = Header();
     chunk["choices"] = json::array({std::move(choice)});
     if (continuous_usage_) {
-      chunk["usage"] = UsageJson(p.usage.prompt_tokens, p.usage.completion_tokens, p.usage.cached_tokens);
+      chunk["usage"] = UsageJson(p.usage);
     }
     chunks.push_back(std::move(chunk));
   }
@@ -185,17 +179,11 @@ std::vector<json> CompletionStream::OnUpdate(int prompt_index, const GenerationU
 }
 
 json CompletionStream::UsageChunk() const {
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;
-  for (const Prompt& p : prompts_) {
-    prompt_tokens += p.usage.prompt_tokens;
-    completion_tokens += p.usage.completion_tokens;
-    cached_tokens += p.usage.cached_tokens;
-  }
+  UsageCounter usage;
+  for (const Prompt& p : prompts_) usage += p.usage;
   json chunk = Header();
   chunk["choices"] = json::array();
-  chunk["usage"] = UsageJson(prompt_tokens, completion_tokens, cached_tokens);
+  chunk["usage"] = UsageJson(usage);
   return chunk;
 }
 

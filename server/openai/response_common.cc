@@ -5,12 +5,26 @@
 
 namespace tessera::openai {
 
-nlohmann::json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  nlohmann::json u = {{"prompt_tokens", prompt_tokens},
-                      {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens}};
-  if (cached_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+nlohmann::json UsageJson(const UsageCounter& usage) {
+  nlohmann::json u = {{"prompt_tokens", usage.prompt_tokens},
+                      {"completion_tokens", usage.completion_tokens},
+                      {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (!usage.cache_waterfall.empty()) {
+    u["prompt_tokens_details"] = CacheWaterfallJson(usage.cache_waterfall);
+    u["prompt_tokens_details"]["cached_tokens"] = usage.cached_tokens;
+  } else if (usage.cached_tokens > 0) {
+    u["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  }
   return u;
+}
+
+nlohmann::json CacheWaterfallJson(const CacheWaterfall& w) {
+  nlohmann::json cached = nlohmann::json::object(), computed = nlohmann::json::object();
+  for (size_t i = 0; i < kNumCacheSources; ++i) cached[CacheSourceName(static_cast<CacheSource>(i))] = w.cached[i];
+  for (size_t i = 0; i < kNumComputeReasons; ++i) {
+    computed[ComputeReasonName(static_cast<ComputeReason>(i))] = w.computed[i];
+  }
+  return {{"cached_tokens_details", std::move(cached)}, {"computed_tokens_details", std::move(computed)}};
 }
 
 nlohmann::json FinishReasonJson(FinishReason reason) {
@@ -38,6 +52,15 @@ void UsageCounter::Update(const GenerationUpdate& u) {
   prompt_tokens = std::max(prompt_tokens, u.prompt_tokens);
   completion_tokens = std::max(completion_tokens, u.completion_tokens);
   cached_tokens = std::max(cached_tokens, u.cached_tokens);
+  if (!u.cache_waterfall.empty()) cache_waterfall = u.cache_waterfall;
+}
+
+UsageCounter& UsageCounter::operator+=(const UsageCounter& other) {
+  prompt_tokens += other.prompt_tokens;
+  completion_tokens += other.completion_tokens;
+  cached_tokens += other.cached_tokens;
+  cache_waterfall += other.cache_waterfall;
+  return *this;
 }
 
 }  // namespace tessera::openai

@@ -8,8 +8,11 @@
 namespace tessera::responses {
 
 Json UsageJson(const openai::UsageCounter& u) {
+  Json details = Json::object();
+  if (!u.cache_waterfall.empty()) details = Json(openai::CacheWaterfallJson(u.cache_waterfall));
+  details["cached_tokens"] = u.cached_tokens;
   return {{"input_tokens", u.prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+          {"input_tokens_details", std::move(details)},
           {"output_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
@@ -35,7 +38,7 @@ Json ResponseRenderer::Object() const {
   for (auto it = options_.echo.begin(); it != options_.echo.end(); ++it) r[it.key()] = it.value();
   if (ended_) {
     r["completed_at"] = completed_at_;
-    r["usage"] = UsageJson(usage_);
+    r["usage"] = responses::UsageJson(usage_);
   } else {
     r["usage"] = nullptr;
   }

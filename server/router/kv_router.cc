@@ -283,6 +283,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   double best_cost = 0;
   const InstanceSnapshot* best = nullptr;
   int64_t best_hit = 0;
+  int64_t max_hit = 0;  // any candidate's
   for (const InstanceSnapshot& s : cands) {
     const Info& info = infos[s.ref.address];
     const kv_events::InstanceMatch* m = nullptr;
@@ -306,6 +307,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
                          c.pending_tokens, s.waiting, s.kv_usage, KvAwareEvictTokens(c, d.prompt_tokens, decode_work),
                          cost);
     }
+    max_hit = std::max(max_hit, hit);
     if (best == nullptr || KvAwareBetter(cost, hit, best_cost, best_hit)) {
       best = &s;
       best_cost = cost;
@@ -348,6 +350,7 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
       }
     }
   }
+  d.routed_elsewhere_tokens = std::max<int64_t>(0, max_hit - std::max(d.hit_tokens, d.peer_tokens));
   d.pending = d.prompt_tokens - std::max(d.hit_tokens, d.peer_tokens) + decode_work;
   d.routed_chain = chain(tinfo);
   {
@@ -361,8 +364,12 @@ std::optional<RouteDecision> KvRouter::Choose(InstanceRole role, std::span<const
   }
   Count(d);
   if (!why.empty()) {  // --log-level debug only
-    LogDebug("router: kv-aware: {} prompt tokens -> {}{};{}", d.prompt_tokens, d.target.address,
-             d.peer ? " (peer " + d.peer->address + ")" : "", why);
+    // The router's view of the cache waterfall: held at the target, pulled
+    // from a peer, held elsewhere but not used, computed.
+    const int64_t cached = std::max(d.hit_tokens, d.peer_tokens);
+    LogDebug("router: kv-aware: {} prompt tokens -> {}{} [waterfall: pool {} peer {} routed_elsewhere {} computed {}];{}",
+             d.prompt_tokens, d.target.address, d.peer ? " (peer " + d.peer->address + ")" : "", d.hit_tokens,
+             d.peer ? d.peer_tokens - d.hit_tokens : 0, d.routed_elsewhere_tokens, d.prompt_tokens - cached, why);
   }
   return d;
 }
@@ -430,6 +437,7 @@ void KvRouter::Count(const RouteDecision& d) {
   const int64_t hit = std::max(d.hit_tokens, d.peer ? d.peer_tokens : 0);
   counters_.hit_tokens[role] += hit;
   counters_.prefill_tokens[role] += d.prompt_tokens - hit;
+  counters_.routed_elsewhere_tokens[role] += d.routed_elsewhere_tokens;
   const double ratio = d.prompt_tokens > 0 ? static_cast<double>(hit) / static_cast<double>(d.prompt_tokens) : 0;
   for (size_t i = 0; i < std::size(kRatioBounds); ++i) {
     if (ratio <= kRatioBounds[i]) {
@@ -461,6 +469,12 @@ std::string KvRouter::SerializeMetrics() const {
          "the prefix index, per pool.\n# TYPE tessera:router_prompt_prefill_tokens_total counter\n";
   for (const auto& [role, n] : counters_.prefill_tokens) {
     out += fmt::format("tessera:router_prompt_prefill_tokens_total{{role=\"{}\"}} {}\n", role, n);
+  }
+  out += "# HELP tessera:router_prompt_tokens_routed_elsewhere_total Prompt tokens another instance held (per the "
+         "prefix index) beyond what the chosen one held or pulled: the cache waterfall's routed_elsewhere, per pool.\n"
+         "# TYPE tessera:router_prompt_tokens_routed_elsewhere_total counter\n";
+  for (const auto& [role, n] : counters_.routed_elsewhere_tokens) {
+    out += fmt::format("tessera:router_prompt_tokens_routed_elsewhere_total{{role=\"{}\"}} {}\n", role, n);
   }
   out += "# HELP tessera:router_prompt_hit_ratio Per decision (both pools): prompt tokens held / prompt tokens.\n"
          "# TYPE tessera:router_prompt_hit_ratio histogram\n";

@@ -98,6 +98,10 @@ struct RouteDecision {
   int64_t hit_tokens = 0;    // prompt tokens the index says the target holds
   std::optional<InstanceRef> peer;  // kv-aware: fetch the prefix from here
   int64_t peer_tokens = 0;   // prompt tokens the peer holds
+  // kv-aware: prompt tokens another candidate holds beyond what the target
+  // holds or pulls from a peer — the cache waterfall's routed_elsewhere (the
+  // router's own reason: the cost of load or staleness outweighed the hit).
+  int64_t routed_elsewhere_tokens = 0;
   int64_t pending = 0;       // work added to the target's pending tokens until Done
   std::vector<BlockHash> routed_chain;  // kv-aware: the prompt's blocks counted in flight at the target until Done
   std::chrono::steady_clock::time_point dispatched;
@@ -150,6 +154,7 @@ class KvRouter {
   struct Counters {
     std::map<std::tuple<std::string, std::string, std::string>, int64_t> decisions;  // (instance, policy, role)
     std::map<std::string, int64_t> hit_tokens, prefill_tokens;                      // by role
+    std::map<std::string, int64_t> routed_elsewhere_tokens;                         // by role
     std::map<std::string, int64_t> peer_fetches;  // outcome -> count
     int64_t peer_fetch_tokens = 0;
     // Per-decision hit ratio histogram (hit / prompt tokens), le buckets.

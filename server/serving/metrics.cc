@@ -56,6 +56,23 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
   generation_tokens_hist_ = histogram("tessera:request_generation_tokens",
                                       "Number of generation tokens processed per request.", kTokenBuckets);
   prompt_tokens_ = counter("tessera:prompt_tokens_total", "Number of prefill tokens processed.");
+  auto& cached = BuildCounter()
+                     .Name("tessera:prompt_tokens_cached_total")
+                     .Help("Prompt tokens served from a cache, by where they came from (pool, host, disk, redis, peer).")
+                     .Register(r);
+  for (size_t i = 0; i < kNumCacheSources; ++i) {
+    const std::string source(CacheSourceName(static_cast<CacheSource>(i)));
+    cached_by_source_[i] = &cached.Add({{"model_name", model_name}, {"source", source}});
+  }
+  auto& computed = BuildCounter()
+                       .Name("tessera:prompt_tokens_computed_total")
+                       .Help("Prompt tokens computed, by why no cache served them (no_prefix, evicted, not_written, "
+                             "routed_elsewhere, tail).")
+                       .Register(r);
+  for (size_t i = 0; i < kNumComputeReasons; ++i) {
+    const std::string reason(ComputeReasonName(static_cast<ComputeReason>(i)));
+    computed_by_reason_[i] = &computed.Add({{"model_name", model_name}, {"reason", reason}});
+  }
   generation_tokens_ = counter("tessera:generation_tokens_total", "Number of generation tokens processed.");
   auto& success = BuildCounter()
                       .Name("tessera:request_success_total")
@@ -227,6 +244,15 @@ void ServingMetrics::ObserveRequestTokens(int64_t prompt_tokens, int64_t generat
   generation_tokens_hist_->Observe(static_cast<double>(generation_tokens));
   prompt_tokens_->Increment(static_cast<double>(prompt_tokens));
   generation_tokens_->Increment(static_cast<double>(generation_tokens));
+}
+
+void ServingMetrics::ObserveCacheWaterfall(const CacheWaterfall& w) {
+  for (size_t i = 0; i < kNumCacheSources; ++i) {
+    if (w.cached[i] > 0) cached_by_source_[i]->Increment(static_cast<double>(w.cached[i]));
+  }
+  for (size_t i = 0; i < kNumComputeReasons; ++i) {
+    if (w.computed[i] > 0) computed_by_reason_[i]->Increment(static_cast<double>(w.computed[i]));
+  }
 }
 
 void ServingMetrics::RequestFinished(FinishReason reason) {

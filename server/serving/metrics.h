@@ -7,6 +7,7 @@
 // the scheduler snapshot delta is taken under a mutex).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 
 #include "engine/moe/expert_load.h"
 #include "runtime/kv_tiers/kv_tier_manager.h"
+#include "scheduler/cache_waterfall.h"
 #include "scheduler/request.h"
 #include "scheduler/scheduler_metrics.h"
 
@@ -41,6 +43,9 @@ class ServingMetrics {
   void ObserveE2eLatency(double seconds);
   void ObserveQueueTime(double seconds);  // arrival -> first scheduled
   void ObserveRequestTokens(int64_t prompt_tokens, int64_t generation_tokens);
+  // A finished request's prompt account: tessera:prompt_tokens_cached_total{source}
+  // and tessera:prompt_tokens_computed_total{reason} (docs/architecture.md, "Cache waterfall").
+  void ObserveCacheWaterfall(const CacheWaterfall& waterfall);
   void RequestFinished(FinishReason reason);
   // HTTP/gRPC requests refused before reaching the engine, by reason label
   // (e.g. "invalid", "queue_full", "unauthorized", "draining").
@@ -95,6 +100,8 @@ class ServingMetrics {
   prometheus::Histogram* prompt_tokens_hist_;
   prometheus::Histogram* generation_tokens_hist_;
   prometheus::Counter* prompt_tokens_;
+  std::array<prometheus::Counter*, kNumCacheSources> cached_by_source_{};
+  std::array<prometheus::Counter*, kNumComputeReasons> computed_by_reason_{};
   prometheus::Counter* generation_tokens_;
   prometheus::Counter* success_stop_;
   prometheus::Counter* success_length_;

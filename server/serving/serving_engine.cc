@@ -65,6 +65,7 @@ struct Generation::State {
   bool first_token_seen = false;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache (usage)
+  CacheWaterfall cache_waterfall;  // the first admitted choice's account (usage)
   int64_t next_prompt_position = 1;
   bool done = false;                   // the finished update was returned
   std::atomic<bool> cancelled{false};
@@ -116,6 +117,8 @@ void Generation::State::Apply(RequestOutput& out, GenerationUpdate* u) {
   }
   if (out.kv_export) u->kv_export = std::move(out.kv_export);
   cached_tokens = std::max(cached_tokens, out.num_cached_tokens);
+  // Forked choices share the leader's prompt account; the leader's comes first.
+  if (cache_waterfall.empty()) cache_waterfall = out.cache_waterfall;
   if (out.index < 0 || out.index >= static_cast<int32_t>(choices.size())) return;
   Choice& c = choices[static_cast<size_t>(out.index)];
   if (c.ended) return;  // e.g. tokens after a matched stop string
@@ -226,12 +229,14 @@ bool Generation::Poll(GenerationUpdate* update) {
   update->prompt_tokens = static_cast<int64_t>(s.prompt.size());
   update->completion_tokens = s.completion_tokens;
   update->cached_tokens = s.cached_tokens;
+  update->cache_waterfall = s.cache_waterfall;
   if (s.AllEnded()) {
     update->finished = true;
     s.done = true;
     if (s.metrics != nullptr) {
       s.metrics->ObserveE2eLatency(Seconds(now - s.arrival));
       s.metrics->ObserveRequestTokens(update->prompt_tokens, s.completion_tokens);
+      s.metrics->ObserveCacheWaterfall(update->cache_waterfall);
       s.metrics->RequestFinished(update->status.ok() ? s.choices[0].reason : FinishReason::kAbort);
     }
     s.Release();

@@ -100,6 +100,9 @@ struct GenerationUpdate {
   int64_t prompt_tokens = 0;                 // usage so far
   int64_t completion_tokens = 0;             // all choices together
   int64_t cached_tokens = 0;                 // prompt tokens served from the prefix cache
+  // Where cached_tokens came from and why the rest of the prompt was computed
+  // (scheduler/cache_waterfall.h); empty until the request was admitted.
+  CacheWaterfall cache_waterfall;
   std::optional<KvExportInfo> kv_export;  // exported request: where a decode pulls its KV
   bool finished = false;  // every choice has ended: this is the last update
   Status status;          // non-OK: the request failed; terminal (finished is true)

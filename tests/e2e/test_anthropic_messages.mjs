@@ -166,6 +166,10 @@ await run(async (workdir) => {
       const total = (u) => u.input_tokens + u.cache_read_input_tokens;
       assertEq(total(second.usage), total(first.usage), 'same prompt');
       assert(second.usage.cache_read_input_tokens >= 64, () => `usage ${JSON.stringify(second.usage)}`);
+      const d = second.usage.tessera_cache_details;  // the cache waterfall
+      const sum = (o) => Object.values(o).reduce((a, b) => a + b, 0);
+      assertEq([d.cached_tokens_details.pool, sum(d.cached_tokens_details) + sum(d.computed_tokens_details)],
+        [second.usage.cache_read_input_tokens, total(second.usage)], 'the waterfall: read from the pool, sums');
       await expectError(c.messages.create({ ...req, system: [{ ...system[0], cache_control: { type: 'ephemeral',
         ttl: '2h' } }] }), Anthropic.BadRequestError, 'invalid_request_error', 'system[0].cache_control.ttl');
     });

@@ -121,11 +121,34 @@ def metrics(port):
     return out
 
 
-def run_prompt(port, prompt):
+def run_prompt_details(port, prompt):
+    """A completion of `prompt`: (text, usage.prompt_tokens_details), the cache waterfall's sums checked."""
     status, _, body = complete(port, prompt=prompt, max_tokens=6, temperature=0, ignore_eos=True)
     assert status == 200, (status, body)
-    details = (body.get("usage") or {}).get("prompt_tokens_details") or {}
-    return body["choices"][0]["text"], details.get("cached_tokens", 0)
+    details = body["usage"]["prompt_tokens_details"]
+    cached, computed = details["cached_tokens_details"], details["computed_tokens_details"]
+    assert sorted(cached) == ["disk", "host", "peer", "pool", "redis"], details
+    assert sorted(computed) == ["evicted", "no_prefix", "not_written", "routed_elsewhere", "tail"], details
+    assert sum(cached.values()) == details["cached_tokens"], details
+    assert sum(cached.values()) + sum(computed.values()) == body["usage"]["prompt_tokens"] == len(prompt), details
+    return body["choices"][0]["text"], details
+
+
+def run_prompt(port, prompt):
+    text, details = run_prompt_details(port, prompt)
+    return text, details["cached_tokens"]
+
+
+def waterfall_counters(port):
+    """tessera:prompt_tokens_{cached,computed}_total by source / reason."""
+    out = {}
+    for line in request(port, "GET", "/metrics")[1]["_body"].splitlines():
+        for name, label in (("tessera:prompt_tokens_cached_total", "source"),
+                            ("tessera:prompt_tokens_computed_total", "reason")):
+            if line.startswith(name + "{"):
+                value = line.split(label + '="', 1)[1].split('"', 1)[0]
+                out[(label, value)] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def run_as(port, key, prompt):
@@ -209,8 +232,11 @@ def main():
         state = {}
 
         def stored_in_every_tier():
-            state["text"], cached = run_prompt(srv.port, prompt)
-            assert cached == 0, cached
+            state["text"], details = run_prompt_details(srv.port, prompt)
+            assert details["cached_tokens"] == 0, details
+            # Never seen: 3 full blocks no_prefix, the 2 tokens past them tail.
+            assert details["computed_tokens_details"]["no_prefix"] == 3 * BLOCK, details
+            assert details["computed_tokens_details"]["tail"] == 2, details
             for tier in ("host", "disk", "redis"):
                 wait_for(lambda: metrics(srv.port).get(("tessera:kv_offload_stored_blocks_total", tier, ""), 0) >= 3,
                          f"3 blocks stored in {tier}")
@@ -224,9 +250,13 @@ def main():
         srv.wait_ready()
 
         def restart_hits_disk():
-            text, cached = run_prompt(srv.port, prompt)
+            text, details = run_prompt_details(srv.port, prompt)
             assert text == state["text"], (text, state["text"])
-            assert cached == 3 * BLOCK, cached
+            assert details["cached_tokens"] == 3 * BLOCK, details
+            # The waterfall names the tier (the host tier died with the process).
+            assert details["cached_tokens_details"]["disk"] == 3 * BLOCK, details
+            c = waterfall_counters(srv.port)
+            assert c.get(("source", "disk")) == 3 * BLOCK and c.get(("source", "redis")) == 0, c
             m = metrics(srv.port)
             assert m.get(("tessera:kv_offload_hits_total", "disk", ""), 0) >= 3, m
             assert m.get("tessera:kv_offload_loaded_tokens_total", 0) >= 3 * BLOCK, m
@@ -238,9 +268,9 @@ def main():
         srv.wait_ready()
 
         def shared_redis_hits():
-            text, cached = run_prompt(srv.port, prompt)
+            text, details = run_prompt_details(srv.port, prompt)
             assert text == state["text"], (text, state["text"])
-            assert cached == 3 * BLOCK, cached
+            assert details["cached_tokens_details"]["redis"] == 3 * BLOCK, details
             m = metrics(srv.port)
             assert m.get(("tessera:kv_offload_hits_total", "redis", ""), 0) >= 3, m
         res.run("another instance loads the prefix from the shared redis", shared_redis_hits)

@@ -201,8 +201,12 @@ def main():
                 pulled0 = scalar(op, "tessera:kv_transfer_blocks_total")
                 exported0 = router_samples(r.port).get(
                     ("tessera:router_kv_peer_fetches_total", frozenset({("outcome", "exported")})), 0)
+                elsewhere = ("tessera:router_prompt_tokens_routed_elsewhere_total", frozenset({("role", "decode")}))
+                elsewhere0 = router_samples(r.port).get(elsewhere, 0)
                 inst, hit, got = routed(r.port, lambda: ids(r.port, z))
                 assert inst == other, f"went to {inst}, not the idle {other}"
+                # The cache waterfall: the holder's prefix was pulled, not left behind.
+                assert router_samples(r.port)[elsewhere] == elsewhere0, router_samples(r.port)
                 assert got == reference, (got, reference)
                 exported = router_samples(r.port)[
                     ("tessera:router_kv_peer_fetches_total", frozenset({("outcome", "exported")}))]

@@ -75,6 +75,10 @@ async function conversationChecks(c, label) {
         { role: 'user', content: 'Hello there' }, ...first.output, { role: 'user', content: 'And then?' }] });
       assertEq(next.usage.input_tokens, full.usage.input_tokens, 'same prompt');
       assertEq(next.output_text, full.output_text, 'same continuation');
+      const d = full.usage.input_tokens_details;  // the cache waterfall: by source and by reason
+      const sum = (o) => Object.values(o).reduce((a, b) => a + b, 0);
+      assertEq([sum(d.cached_tokens_details), sum(d.cached_tokens_details) + sum(d.computed_tokens_details)],
+        [d.cached_tokens, full.usage.input_tokens], 'the cache waterfall sums to cached and prompt tokens');
       assert(next.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
         'the continuation holds the first turn');
       await expectError(c.responses.retrieve(full.id), OpenAI.NotFoundError);  // store: false
