@@ -280,7 +280,7 @@ int RunInstance(const ServeOptions& o) {
     StatusOr<std::unique_ptr<record::RequestLog>> log = record::RequestLog::Open(o.record);
     if (!log.ok()) return Fail(log.status());
     request_log = std::move(*log);
-    LogInfo("serve: recording finished HTTP generations to {} (at most {:.1f} MB; gRPC calls are not recorded)",
+    LogInfo("serve: recording finished generations to {} (at most {:.1f} MB)",
             o.record.dir, static_cast<double>(o.record.max_bytes) / (1 << 20));
   }
   net::io_context ioc{kIoThreads};
@@ -311,7 +311,10 @@ int RunInstance(const ServeOptions& o) {
   const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
   std::unique_ptr<GrpcServer> grpc;
   if (o.grpc) {
-    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(*o.grpc, [&ctx] { return ctx.ready_engine(); });
+    GrpcServerOptions grpc_options = *o.grpc;
+    grpc_options.request_log = request_log.get();
+    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(std::move(grpc_options),
+                                                                [&ctx] { return ctx.ready_engine(); });
     if (!g.ok()) return Fail(g.status());
     grpc = std::move(*g);
     shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };

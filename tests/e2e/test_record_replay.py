@@ -7,7 +7,7 @@ messages and Responses. The records are 0600, the recorded serve.toml leaves the
 key out, and `tessera replay DIR` reproduces every output. A record whose token
 was changed is reported different, naming it and the token; another model is
 refused; a small --record-max-mb rotates files and deletes the oldest, and what
-is kept still replays.
+is kept still replays, gRPC calls (unary and streamed) included.
 """
 import json
 import os
@@ -19,7 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Results, Server, cleanup, e2e_args, request, stream_events, synth_model  # noqa: E402
+from serve_util import (Results, Server, cleanup, e2e_args, grpc_calls, request, stream_events,  # noqa: E402
+                        synth_model)
 
 KEY = "sk-record-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -159,7 +160,10 @@ def main():
         res.run("another model: refused", other_model)
 
         rot = os.path.join(workdir, "rot")
-        small = Server(args.tessera, ["--model", model, "--record", rot, "--record-max-mb", "0.03"], workdir, "rot")
+        npm = os.environ.get("TESSERA_NPM_DIR", os.path.join(os.getcwd(), ".deps/npm"))
+        have_grpc = shutil.which("node") and os.path.isdir(os.path.join(npm, "node_modules/@grpc/grpc-js"))
+        small = Server(args.tessera, ["--model", model, "--record", rot, "--record-max-mb", "0.03"], workdir, "rot",
+                       grpc=bool(have_grpc))
         servers.append(small)
         res.server = small
 
@@ -168,7 +172,18 @@ def main():
             for i in range(40):
                 body = {"model": model_id, "prompt": f"rotate {i}", "max_tokens": 4, "temperature": 0}
                 assert request(small.port, "POST", "/v1/completions", body)[0] == 200
+            if have_grpc:  # the last records: gRPC calls, seeded and with a drawn seed
+                with open(small.port_file) as f:
+                    target = f"127.0.0.1:{json.load(f)['grpc']}"
+                calls = [{"target": target, "method": m,
+                          "request": {"token_ids": {"ids": [1, 2, 3]}, "params": dict(p, max_tokens=5)}}
+                         for m, p in (("Generate", {"temperature": 0.8, "seed": 5}),
+                                      ("GenerateStream", {"temperature": 0.9}))]
+                assert all(o["code"] == 0 for o in grpc_calls(workdir, calls))
             assert small.terminate_and_wait() == 0
+            if have_grpc:
+                ends = [json.loads(line)["endpoint"] for _, line in record_lines(rot)[-2:]]
+                assert ends == ["/tessera.v1.Tessera/Generate", "/tessera.v1.Tessera/GenerateStream"], ends
             files = sorted(n for n in os.listdir(rot) if n.startswith("requests-"))
             total = sum(os.path.getsize(os.path.join(rot, n)) for n in files)
             assert len(files) >= 2 and files[0] != "requests-000001.jsonl", files
@@ -177,7 +192,9 @@ def main():
             assert 0 < kept < 40, kept
             p, rep = replay(args.tessera, rot, workdir=workdir)
             assert p.returncode == 0 and rep["equal"] == kept, (p.stderr[-2000:], rep)
-        res.run("--record-max-mb rotates, deletes the oldest; the rest replays", rotation)
+        res.run("--record-max-mb rotates, deletes the oldest; the rest replays (with gRPC calls)", rotation)
+        if not have_grpc:
+            res.skip("gRPC calls recorded and replayed", "node or @grpc/grpc-js (TESSERA_NPM_DIR) missing")
     finally:
         cleanup(servers, workdir, args.keep)
     return res.summary(start)
