@@ -4,7 +4,11 @@
 // (serve_run.h), which starts the role and drains it on SIGINT/SIGTERM.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,6 +51,35 @@ int CheckConfig(ServeFlags f, const std::string& scope) {
   std::printf("serve --check-config=%s: OK\n", scope.c_str());
   for (const std::string& line : facts) std::printf("  %s\n", line.c_str());
   return 0;
+}
+
+// --record's serve.toml: the settings given (command line or --config), in
+// the --config format, less secrets and what only this process's place in a
+// deployment means (addresses, ports, roles, tiers, peers), so that `tessera
+// replay DIR` starts the same engine from it.
+Status WriteRecordedSettings(const CLI::App* cmd, const std::string& dir) {
+  static const std::set<std::string> kLeftOut = {
+      "config", "check-config", "record", "record-max-mb", "api-key", "internal-api-key-file", "receipt-key",
+      "kv-offload-secret-file", "host", "port", "grpc-port", "port-file", "role", "kv-transfer-port",
+      "kv-ucx-tls", "kv-pin-timeout-s", "kv-pull-timeout-s", "kv-transfer-fault", "kv-peer-fetch",
+      "kv-events-config", "kv-offload-host-gb", "kv-offload-disk-dir", "kv-offload-disk-gb",
+      "kv-offload-remote-url", "nnodes", "node-rank", "leader-addr"};
+  std::string out = "# tessera serve --record: the settings given (tessera replay reads this as --config)\n";
+  std::istringstream in(cmd->config_to_str(/*default_also=*/false, /*write_description=*/false));
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    while (!key.empty() && key.back() == ' ') key.pop_back();
+    if (kLeftOut.count(key) > 0) continue;
+    out += line + "\n";
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path = (std::filesystem::path(dir) / "serve.toml").string();
+  std::ofstream f(path, std::ios::trunc);
+  if (!(f << out)) return InvalidArgument("--record " + dir + ": cannot write " + path);
+  return Status::Ok();
 }
 
 int Serve(ServeFlags f) {
@@ -290,6 +323,13 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                   "memory for /v1/responses' stored responses (store, previous_response_id), least recently used "
                   "out first; 0 stores nothing (default 256)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  cmd->add_option("--record", f->record,
+                  "write every finished generation (arrival time, body, the requests as executed, the receipt "
+                  "with its token ids) and the settings given (serve.toml, secrets left out) to this directory, "
+                  "for `tessera replay DIR`; files are 0600 and hold clients' prompts and outputs");
+  cmd->add_option("--record-max-mb", f->record_max_mb,
+                  "bound of --record's files together; the oldest are deleted first (default 256)")
+      ->check(CLI::Range(0.004, 1e7));
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");
@@ -324,6 +364,12 @@ void AddServeCommand(CLI::App& app, int* exit_code) {
     if (check->count() > 0) {
       *exit_code = CheckConfig(*f, check_scope->empty() ? "full" : *check_scope);
       return;
+    }
+    if (!f->record.empty()) {
+      if (Status s = WriteRecordedSettings(cmd, f->record); !s.ok()) {
+        *exit_code = Fail(s);
+        return;
+      }
     }
     *exit_code = Serve(*f);
   });

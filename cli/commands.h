@@ -25,6 +25,8 @@ void AddPlanCommand(CLI::App& app, int* exit_code);
 inline constexpr char kTesseraVersion[] = "0.1.0";
 // receipt-keygen and verify (cmd_receipt.cc).
 void AddReceiptCommands(CLI::App& app, int* exit_code);
+// `tessera replay DIR` (cmd_replay.cc): what serve --record recorded, re-run offline.
+void AddReplayCommand(CLI::App& app, int* exit_code);
 
 // Logs `s` as an error; returns the exit code of a subcommand that failed (1).
 int Fail(const Status& s);

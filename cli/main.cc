@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   tessera::AddCalibrateCommand(app, &exit_code);
   tessera::AddPlanCommand(app, &exit_code);
   tessera::AddReceiptCommands(app, &exit_code);
+  tessera::AddReplayCommand(app, &exit_code);
   app.parse_complete_callback([&] { spdlog::set_level(spdlog::level::from_str(log_level)); });
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("tessera"));

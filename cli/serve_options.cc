@@ -195,6 +195,13 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
   o.cache_control_best_effort = f.cache_control == "best-effort";
   o.responses_store_bytes = static_cast<size_t>(f.responses_store_mb) << 20;
+  if (!f.record.empty()) {
+    if (f.role != "unified" && f.role != "decode") {
+      return InvalidArgument("--record: records what a unified or decode instance answers; --role is " + f.role);
+    }
+    o.record.dir = f.record;
+    o.record.max_bytes = static_cast<uint64_t>(f.record_max_mb * 1024 * 1024);
+  }
   return o;
 }
 

@@ -14,6 +14,7 @@
 
 #include "cli/serve_flags.h"
 #include "common/status.h"
+#include "server/record/request_log.h"
 #include "server/grpc/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/kv_events/kv_event_publisher.h"
@@ -55,6 +56,8 @@ struct ServeOptions {
   openai::tools::ReasoningParserKind reasoning_parser = openai::tools::ReasoningParserKind::kNone;
   bool cache_control_best_effort = false;  // --cache-control best-effort
   size_t responses_store_bytes = 0;        // --responses-store-mb, in bytes
+  // --record (server/record/request_log.h); dir "" : off.
+  record::RequestLogOptions record;
 };
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& flags);

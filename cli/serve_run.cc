@@ -275,6 +275,14 @@ int RunInstance(const ServeOptions& o) {
 
   // Before the io contexts: a job their queues still hold at exit reaches it.
   responses::ResponseStore response_store({.max_bytes = o.responses_store_bytes});
+  std::unique_ptr<record::RequestLog> request_log;  // written out and joined after the servers stop
+  if (!o.record.dir.empty()) {
+    StatusOr<std::unique_ptr<record::RequestLog>> log = record::RequestLog::Open(o.record);
+    if (!log.ok()) return Fail(log.status());
+    request_log = std::move(*log);
+    LogInfo("serve: recording finished generations to {} (at most {:.1f} MB)",
+            o.record.dir, static_cast<double>(o.record.max_bytes) / (1 << 20));
+  }
   net::io_context ioc{kIoThreads};
   net::io_context workers{kWorkerThreads};
   auto workers_guard = net::make_work_guard(workers);
@@ -293,6 +301,7 @@ int RunInstance(const ServeOptions& o) {
   if (*kv_event_publisher) AdvertiseKvEvents(o.kv_events->config, kv_event_publisher->get(), &ctx);
   ctx.cache_control_best_effort = o.cache_control_best_effort;
   ctx.response_store = &response_store;
+  ctx.request_log = request_log.get();
   RegisterOpenAiRoutes(&ctx);
   RegisterAnthropicRoutes(&ctx);
   RegisterResponsesRoutes(&ctx);
@@ -302,7 +311,10 @@ int RunInstance(const ServeOptions& o) {
   const std::string url = "http://" + server.address() + ":" + std::to_string(server.port());
   std::unique_ptr<GrpcServer> grpc;
   if (o.grpc) {
-    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(*o.grpc, [&ctx] { return ctx.ready_engine(); });
+    GrpcServerOptions grpc_options = *o.grpc;
+    grpc_options.request_log = request_log.get();
+    StatusOr<std::unique_ptr<GrpcServer>> g = GrpcServer::Start(std::move(grpc_options),
+                                                                [&ctx] { return ctx.ready_engine(); });
     if (!g.ok()) return Fail(g.status());
     grpc = std::move(*g);
     shutdown.on_drain = [&grpc] { grpc->BeginDrain(); };
@@ -416,6 +428,17 @@ int RunServe(const ServeOptions& o) {
     return 0;
   }
   return RunInstance(o);
+}
+
+StatusOr<OfflineEngine> LoadOfflineEngine(const ServeOptions& o) {
+  if (o.serving.loop.parallel.launch.nnodes > 1) {
+    return FailedPrecondition("a multi-node rank group cannot run offline; run on one node");
+  }
+  ASSIGN_OR_RETURN(PlannedModel planned, PlanModel(o));
+  OfflineEngine out;
+  ASSIGN_OR_RETURN(out.engine, LoadEngine(o, planned, /*publisher=*/nullptr, /*metrics=*/nullptr));
+  ASSIGN_OR_RETURN(out.chat_output, ResolveChatOutput(o, out.engine->chat_template()));
+  return out;
 }
 
 }  // namespace tessera

@@ -11,12 +11,26 @@
 // is RunRouter (server/router/router.h).
 #pragma once
 
+#include <memory>
+
 #include "cli/serve_options.h"
+#include "server/openai/tool_calls/chat_output.h"
+#include "server/serving/serving_engine.h"
 
 namespace tessera {
 
 // Blocks until the role has stopped; the process exit code. Call once per
 // process (it handles the process's signals).
 int RunServe(const ServeOptions& options);
+
+// For offline tools (`tessera replay`): the engine a unified instance of
+// `options` runs (the default model made if needed), loaded and warmed up,
+// without listeners, KV events or metrics, and the chat output parsing it
+// would apply. Single-process ranks only (FAILED_PRECONDITION otherwise).
+struct OfflineEngine {
+  std::unique_ptr<ServingEngine> engine;
+  openai::tools::ChatOutputConfig chat_output;
+};
+StatusOr<OfflineEngine> LoadOfflineEngine(const ServeOptions& options);
 
 }  // namespace tessera

@@ -22,7 +22,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(GrpcServerOptions option
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   server->service_ =
       std::make_unique<GrpcService>(std::move(engine_provider), std::move(options.api_keys),
-                                    std::move(options.internal_api_key), &server->draining_);
+                                    std::move(options.internal_api_key), &server->draining_,
+                                    options.request_log);
 
   // Process-wide switch; must precede BuildAndStart.
   grpc::EnableDefaultHealthCheckService(true);

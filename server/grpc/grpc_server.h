@@ -27,6 +27,10 @@ class Server;
 }  // namespace grpc
 
 namespace tessera {
+namespace record {
+class RequestLog;
+}  // namespace record
+
 
 class ServingEngine;
 
@@ -47,6 +51,9 @@ struct GrpcServerOptions {
   int max_receive_message_bytes = 16 << 20;
   // 0: gRPC's default. Caps gRPC's callback threads (ResourceQuota).
   int max_threads = 0;
+  // serve --record (server/record/request_log.h): finished Generate and
+  // GenerateStream calls are appended; not owned, outlives the server; null: off.
+  record::RequestLog* request_log = nullptr;
 };
 
 class GrpcService;

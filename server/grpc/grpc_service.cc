@@ -1,6 +1,7 @@
 #include "server/grpc/grpc_service.h"
 #include "common/log.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include "scheduler/block_hash.h"
 #include "server/grpc/convert.h"
 #include "server/openai/kv_transfer_params.h"
+#include "server/record/request_log.h"
 #include "server/serving/cache_isolation.h"
 #include "server/serving/serving_engine.h"
 
@@ -57,6 +59,12 @@ class GenerateCall
     ctx_ = ctx;
     receipts_ = receipts;
     recorder_.Begin(0, input);
+  }
+  // serve --record: append this call to `log` when it finishes (`method`: the RPC's path).
+  void RecordTo(record::RequestLog* log, std::string method) {
+    log_ = log;
+    log_method_ = std::move(method);
+    arrival_ = std::chrono::steady_clock::now();
   }
 
   // The submitted generation: start delivering its updates.
@@ -154,10 +162,20 @@ class GenerateCall
   }
 
   // The finished generation's receipt as trailing metadata (docs/architecture.md, "Receipts").
+  // With serve --record, also the call's record (docs/architecture.md, "Record
+  // and replay"; replay re-runs the requests as executed).
   void AddReceiptTrailer() {
     if (ctx_ != nullptr && receipts_ != nullptr) {
-      ctx_->AddTrailingMetadata("tessera-receipt",
-                                receipt::Encode(receipt::Compact(recorder_.Finish(*receipts_))));
+      const receipt::Receipt r = recorder_.Finish(*receipts_);
+      ctx_->AddTrailingMetadata("tessera-receipt", receipt::Encode(receipt::Compact(r)));
+      if (log_ != nullptr) {
+        nlohmann::json line = {{"t_ns", log_->SinceOpenNs(arrival_)},
+                               {"endpoint", log_method_},
+                               {"body", ""},
+                               {"requests", recorder_.CanonicalRequests()},
+                               {"receipt", receipt::ToJson(r)}};
+        log_->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      }
     }
   }
 
@@ -166,6 +184,9 @@ class GenerateCall
   grpc::CallbackServerContext* ctx_ = nullptr;  // gRPC's; outlives the reactor's Finish
   const ReceiptContext* receipts_ = nullptr;    // the engine's
   ReceiptRecorder recorder_;
+  record::RequestLog* log_ = nullptr;  // serve --record; not owned
+  std::string log_method_;
+  std::chrono::steady_clock::time_point arrival_;
   std::mutex mu_;  // guards everything below
   std::shared_ptr<Generation> gen_;
   std::string request_id_;
@@ -200,7 +221,8 @@ class StreamCall final : public GenerateCall<true> {
 // Submits `request` on a fresh GenerateCall; returns it already finished on error.
 template <typename Call>
 Call* StartGenerate(Call* call, grpc::CallbackServerContext* ctx, ServingEngine* engine, const grpc::Status& admitted,
-                    const v1::GenerateRequest& request, const std::string& tenant) {
+                    const v1::GenerateRequest& request, const std::string& tenant, record::RequestLog* log,
+                    const char* method) {
   if (!admitted.ok()) {
     call->Fail(admitted);
     return call;
@@ -213,6 +235,7 @@ Call* StartGenerate(Call* call, grpc::CallbackServerContext* ctx, ServingEngine*
   input->tenant = tenant;  // --cache-isolation api-key
   const int32_t n = input->request.params.n;
   call->Record(ctx, &engine->receipts(), *input);
+  if (log != nullptr) call->RecordTo(log, method);
   StatusOr<std::shared_ptr<Generation>> gen = engine->Submit(std::move(input).value(), call->MakeNotify());
   if (!gen.ok()) {
     call->Fail(ToGrpc(gen.status()));
@@ -281,7 +304,8 @@ grpc::ServerUnaryReactor* GrpcService::Generate(grpc::CallbackServerContext* ctx
   ServingEngine* engine = nullptr;
   std::string tenant;
   grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
-  return StartGenerate(new UnaryCall(response), ctx, engine, admitted, *request, tenant);
+  return StartGenerate(new UnaryCall(response), ctx, engine, admitted, *request, tenant, request_log_,
+                       "/tessera.v1.Tessera/Generate");
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc::CallbackServerContext* ctx,
@@ -289,7 +313,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GrpcService::GenerateStream(grpc
   ServingEngine* engine = nullptr;
   std::string tenant;
   grpc::Status admitted = AdmitGenerate(ctx, *request, &engine, &tenant);
-  return StartGenerate(new StreamCall(), ctx, engine, admitted, *request, tenant);
+  return StartGenerate(new StreamCall(), ctx, engine, admitted, *request, tenant, request_log_,
+                       "/tessera.v1.Tessera/GenerateStream");
 }
 
 grpc::ServerUnaryReactor* GrpcService::Tokenize(grpc::CallbackServerContext* ctx, const v1::TokenizeRequest* request,

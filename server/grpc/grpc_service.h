@@ -20,8 +20,9 @@ namespace tessera {
 class GrpcService final : public v1::Tessera::CallbackService {
  public:
   GrpcService(ServingEngineProvider provider, std::vector<std::string> api_keys, std::string internal_api_key,
-              const std::atomic<bool>* draining)
-      : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining) {
+              const std::atomic<bool>* draining, record::RequestLog* request_log = nullptr)
+      : provider_(std::move(provider)), api_keys_(std::move(api_keys)), draining_(draining),
+        request_log_(request_log) {
     if (!internal_api_key.empty()) internal_keys_.push_back(std::move(internal_api_key));
     for (const std::string& key : api_keys_) api_key_tenants_.push_back(ApiKeyTenantId(key));
   }
@@ -58,6 +59,7 @@ class GrpcService final : public v1::Tessera::CallbackService {
   std::vector<std::string> api_key_tenants_;  // ApiKeyTenantId of each key, computed once
   std::vector<std::string> internal_keys_;  // zero or one
   const std::atomic<bool>* draining_;  // owned by GrpcServer
+  record::RequestLog* request_log_;    // serve --record; not owned; may be null
 };
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 
 
 #include "server/openai/sse.h"
+#include "server/record/request_log.h"
 #include "server/serving/cache_isolation.h"
 
 namespace tessera {
@@ -108,6 +109,7 @@ void GenerationJob::Finish() {
   const receipt::Receipt r = recorder_.Finish(engine_->receipts());
   output_->SetReceipt(receipt::ToJson(r));
   const std::string receipt_header = output_->ReceiptHeader() ? receipt::Encode(receipt::Compact(r)) : std::string();
+  if (ctx_->request_log != nullptr && output_->ReceiptHeader()) Record(r);
   if (stream_) {
     StartStream();
     ex_->WriteChunk(output_->StreamEnd());
@@ -121,6 +123,21 @@ void GenerationJob::Finish() {
           prompt_tokens_, completion_tokens,
           std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
   self_.reset();
+}
+
+// One line of serve --record: when it arrived, where, the body as sent, the
+// requests as executed and the full receipt (token ids included). Costs one
+// JSON dump of the body and the output on this thread; the write is the log's.
+void GenerationJob::Record(const receipt::Receipt& r) {
+  const auto& req = ex_->request();
+  std::string_view target(req.target().data(), req.target().size());
+  target = target.substr(0, target.find('?'));
+  nlohmann::json line = {{"t_ns", ctx_->request_log->SinceOpenNs(start_)},
+                         {"endpoint", std::string(target)},
+                         {"body", req.body()},
+                         {"requests", recorder_.CanonicalRequests()},
+                         {"receipt", receipt::ToJson(r)}};
+  ctx_->request_log->Append(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 void GenerationJob::Fail(const Status& status) {

@@ -70,6 +70,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void Apply(int prompt_index, const GenerationUpdate& u);
   void StartStream();
   void Finish();
+  void Record(const receipt::Receipt& r);
   void Fail(const Status& status);
   void Abandon();
   void TimedOut();

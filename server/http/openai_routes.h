@@ -25,6 +25,9 @@
 #include "server/serving/serving_engine.h"
 
 namespace tessera {
+namespace record {
+class RequestLog;
+}  // namespace record
 
 namespace responses {
 class ResponseStore;
@@ -61,6 +64,9 @@ struct ServeContext {
   // /v1/responses' stored responses (server/responses/response_store.h); not
   // owned; null: the Responses API is not registered.
   responses::ResponseStore* response_store = nullptr;
+  // serve --record (server/record/request_log.h): every finished generation
+  // is appended; not owned; null: nothing is recorded.
+  record::RequestLog* request_log = nullptr;
   // Set once by the loader thread (release) before state turns kReady; the
   // engine outlives the io threads.
   std::atomic<ServingEngine*> engine{nullptr};

@@ -84,6 +84,12 @@ void ReceiptRecorder::Add(size_t prompt_index, const GenerationUpdate& update) {
   }
 }
 
+nlohmann::json ReceiptRecorder::CanonicalRequests() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Gen& g : gens_) out.push_back(g.request);
+  return out;
+}
+
 receipt::Receipt ReceiptRecorder::Finish(const ReceiptContext& context) const {
   receipt::Receipt r;
   r.server = context.digests;

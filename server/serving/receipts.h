@@ -57,6 +57,8 @@ class ReceiptRecorder {
   void Add(size_t prompt_index, const GenerationUpdate& update);
   // The receipt of everything recorded, signed when the context has a key.
   receipt::Receipt Finish(const ReceiptContext& context) const;
+  // The requests as executed (receipt::CanonicalRequest, seeds set), by prompt.
+  nlohmann::json CanonicalRequests() const;
 
  private:
   struct Gen {
