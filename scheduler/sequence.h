@@ -44,6 +44,15 @@ struct Sequence {
   // ends the sequence is not admitted, and its blocks are not freed (even
   // when it ends): the load may still write them.
   uint64_t kv_load = 0;
+  // Retention (docs/architecture.md, "Retention"), index 0 only: hold the
+  // first `blocks` prompt blocks until `until_ns`, each as soon as it is
+  // cached; `retain_pending` until every one has been held.
+  struct Hold {
+    int64_t blocks = 0;
+    int64_t until_ns = 0;
+  };
+  std::vector<Hold> retain;
+  bool retain_pending = false;
 
   // Metrics.
   int64_t arrival_time_ns = 0;
