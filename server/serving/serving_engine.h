@@ -62,6 +62,8 @@ struct ServingOptions {
   bool chat_content_special_tokens = false;
   // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
   CacheIsolation cache_isolation = CacheIsolation::kNone;
+  // --retention-ttl-scale (testing only): multiplies each retained prefix's TTL.
+  double retention_ttl_scale = 1.0;
   // Receipts (receipts.h): --receipt-key (an Ed25519 key file; "" : unsigned
   // receipts), and where the weights digest is cached when the checkpoint's
   // directory is read-only ("" : recomputed at each start then).
@@ -217,6 +219,7 @@ class ServingEngine {
   int64_t max_in_flight_ = 0;
   bool chat_content_special_tokens_ = false;
   CacheIsolation cache_isolation_ = CacheIsolation::kNone;
+  double retention_ttl_scale_ = 1.0;
   ServingMetrics* metrics_ = nullptr;
   std::shared_ptr<std::atomic<int64_t>> in_flight_ = std::make_shared<std::atomic<int64_t>>(0);
   std::atomic<bool> draining_{false};
