@@ -88,9 +88,9 @@ void ResolveRetentionMarks(const RequestModel& model, const ChatRequest& req, st
     m.tokens = 0;
     if (!part.ok()) continue;  // e.g. a template that needs a user message: nothing of it is held
     const size_t n = std::min(part->ids.size(), full.size());
-    while (m.tokens < static_cast<int64_t>(n) && part->ids[static_cast<size_t>(m.tokens)] == full[static_cast<size_t>(m.tokens)]) {
-      ++m.tokens;
-    }
+    size_t shared = 0;
+    while (shared < n && part->ids[shared] == full[shared]) ++shared;
+    m.tokens = static_cast<int64_t>(shared);
   }
 }
 

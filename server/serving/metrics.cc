@@ -224,7 +224,8 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   waiting_->Set(static_cast<double>(m.gauges.num_waiting));
   kv_usage_->Set(m.gauges.kv_usage);
   kv_exported_->Set(static_cast<double>(m.gauges.num_exported));
-  retained_blocks_->Add({{"model_name", model_name_}, {"tier", "pool"}}).Set(static_cast<double>(m.gauges.retained_blocks));
+  retained_blocks_->Add({{"model_name", model_name_}, {"tier", "pool"}})
+      .Set(static_cast<double>(m.gauges.retained_blocks));
   prefix_hit_rate_->Set(m.prefix_cache_hit_rate());
   std::lock_guard lock(mu_);
   const SchedulerCounters& c = m.counters;
