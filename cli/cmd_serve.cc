@@ -316,9 +316,20 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
                 "chat: special-token text in message content, tool results and tool calls becomes the model's "
                 "control tokens, as HF's apply_chat_template + encode does (default: plain text, as OpenAI)");
   cmd->add_option("--cache-control", f->cache_control,
-                  "Anthropic cache_control markers on /v1/messages: refuse (a 400 naming the field; default) or "
-                  "best-effort (accepted as hints the ordinary prefix cache serves, with no retention promise)")
-      ->check(CLI::IsMember({"refuse", "best-effort"}));
+                  "Anthropic cache_control markers on /v1/messages: retain (the marked prefix is held for its ttl, "
+                  "within the retention budgets; default), refuse (a 400 naming the field); best-effort is an old "
+                  "name of retain")
+      ->check(CLI::IsMember({"retain", "refuse", "best-effort"}));
+  cmd->add_option("--retention-max-tokens", f->retention_max_tokens,
+                  "prompt tokens all API keys together may hold retained (cache_control, prompt_cache_retention); "
+                  "0 turns retention off (marked requests get a 400); default: half the KV pool's tokens")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
+  cmd->add_option("--retention-per-key-tokens", f->retention_per_key_tokens,
+                  "prompt tokens one API key may hold retained (default: as --retention-max-tokens)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
+  cmd->add_option("--retention-ttl-scale", f->retention_ttl_scale,
+                  "testing only: multiplies every retention TTL (5m, 1h, 24h), so tests can watch a hold expire")
+      ->check(CLI::Range(1e-6, 1.0));
   cmd->add_option("--responses-store-mb", f->responses_store_mb,
                   "memory for /v1/responses' stored responses (store, previous_response_id), least recently used "
                   "out first; 0 stores nothing (default 256)")

@@ -79,7 +79,12 @@ struct ServeFlags {
   std::string reasoning_parser;    // "" : none
   bool enable_auto_tool_choice = false;  // vLLM's flag; "auto" works without it here
   bool chat_template_content_special_tokens = false;  // special-token text in chat content: control tokens
-  std::string cache_control = "refuse";  // Anthropic cache_control: refuse | best-effort
+  std::string cache_control = "retain";  // Anthropic cache_control: retain | refuse | best-effort (= retain)
+  // Retention budgets (docs/architecture.md, "Retention"); -1: the default
+  // (max: half the device pool's tokens; per key: as max).
+  int64_t retention_max_tokens = -1;
+  int64_t retention_per_key_tokens = -1;
+  double retention_ttl_scale = 1.0;  // testing only: multiplies every retention TTL
   int64_t responses_store_mb = 256;       // /v1/responses' in-memory store cap (0: store nothing)
   std::string record;                     // --record DIR: the request log replay reads ("" : off)
   double record_max_mb = 256;             // its bound, all files together

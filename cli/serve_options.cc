@@ -61,6 +61,7 @@ EngineLoopOptions LoopFromFlags(const ServeFlags& f, std::optional<SpeculativeCo
   l.scheduler.max_num_batched_tokens = std::max<int64_t>(f.max_num_batched_tokens, f.max_num_seqs);
   l.max_step_ms = f.max_step_ms;
   l.scheduler.max_waiting_seqs = f.max_pending_requests * 16;  // admission is bounded by max_in_flight
+  l.scheduler.retention = {.per_key_tokens = f.retention_per_key_tokens, .max_tokens = f.retention_max_tokens};
   l.scheduler.limits.max_model_len = f.max_model_len;  // 0: the model's max_position_embeddings
   l.scheduler.limits.max_logprobs = f.max_logprobs;
   l.scheduler.limits.max_prompt_logprobs_entries = f.max_prompt_logprobs_entries;
@@ -161,6 +162,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.serving.max_in_flight = f.max_pending_requests;
   o.serving.chat_content_special_tokens = f.chat_template_content_special_tokens;
   o.serving.cache_isolation = *ParseCacheIsolation(f.cache_isolation);  // validated
+  o.serving.retention_ttl_scale = f.retention_ttl_scale;
   if (!f.cost_model.empty()) {
     ASSIGN_OR_RETURN(sim::LinearCostModel cost, sim::LinearCostModel::FromFile(f.cost_model));
     o.serving.step_cost_model = std::make_shared<sim::LinearCostModel>(cost);
@@ -193,7 +195,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   // Both names were checked by ValidateServeFlags.
   if (!f.tool_call_parser.empty()) o.tool_parser = *openai::tools::ToolParserFromName(f.tool_call_parser);
   if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
-  o.cache_control_best_effort = f.cache_control == "best-effort";
+  o.cache_control_retain = f.cache_control != "refuse";
   o.responses_store_bytes = static_cast<size_t>(f.responses_store_mb) << 20;
   if (!f.record.empty()) {
     if (f.role != "unified" && f.role != "decode") {

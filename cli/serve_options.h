@@ -54,7 +54,7 @@ struct ServeOptions {
   // template teaches (known once the model is loaded).
   std::optional<openai::tools::ToolParserKind> tool_parser;
   openai::tools::ReasoningParserKind reasoning_parser = openai::tools::ReasoningParserKind::kNone;
-  bool cache_control_best_effort = false;  // --cache-control best-effort
+  bool cache_control_retain = true;  // --cache-control retain (or best-effort); false: refuse
   size_t responses_store_bytes = 0;        // --responses-store-mb, in bytes
   // --record (server/record/request_log.h); dir "" : off.
   record::RequestLogOptions record;

@@ -299,7 +299,7 @@ int RunInstance(const ServeOptions& o) {
   ctx.role = o.role;
   if (!o.internal_api_key.empty()) ctx.internal_api_keys = {o.internal_api_key};
   if (*kv_event_publisher) AdvertiseKvEvents(o.kv_events->config, kv_event_publisher->get(), &ctx);
-  ctx.cache_control_best_effort = o.cache_control_best_effort;
+  ctx.cache_control_retain = o.cache_control_retain;
   ctx.response_store = &response_store;
   ctx.request_log = request_log.get();
   RegisterOpenAiRoutes(&ctx);

@@ -82,6 +82,7 @@ Status EngineLoop::InitKvConnectors(EngineLoopOptions& options, SchedulerOptions
   if (tiers_) {
     so.kv_connectors.push_back(tiers_.get());
     kv_workers_.push_back(tiers_.get());
+    so.retention_demoter = tiers_.get();  // retained blocks the pool needs go to the host/disk tier, pinned
   }
   return Status::Ok();
 }

@@ -84,7 +84,7 @@ bool KvCacheManager::AllocateSlots(SeqId seq, int64_t num_computed, int64_t num_
   if (hit) {
     for (BlockId b : hit->blocks) hit_free += pool_.ref_count(b) == 0;
   }
-  if (need + hit_free > pool_.num_free_blocks()) return false;
+  if (!pool_.EnsureFree(static_cast<int32_t>(need + hit_free))) return false;
 
   SeqBlocks& s = seqs_[seq];
   if (hit) {
@@ -143,6 +143,16 @@ void KvCacheManager::CacheComputedBlocks(SeqId seq, std::span<const BlockHash> h
   }
   if (report) flush(full);
   s.num_cached = std::max(s.num_cached, full);
+}
+
+void KvCacheManager::RetainPrefix(SeqId seq, int64_t num_blocks, int64_t until_ns) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return;
+  const SeqBlocks& s = it->second;
+  const int64_t n = std::min<int64_t>(num_blocks, s.num_cached);
+  for (int64_t i = 0; i < n; ++i) {
+    if (pool_.is_cached(s.blocks[i])) pool_.Retain(s.blocks[i], until_ns);
+  }
 }
 
 void KvCacheManager::Fork(SeqId parent, SeqId child, int64_t num_computed) {

@@ -104,6 +104,10 @@ class KvCacheManager {
                            std::span<const int32_t> token_ids = {},
                            std::vector<std::pair<BlockId, BlockHash>>* newly_cached = nullptr);
 
+  // Holds `seq`'s first `num_blocks` blocks (those already cached) until
+  // `until_ns` (BlockPool::Retain; docs/architecture.md, "Retention").
+  void RetainPrefix(SeqId seq, int64_t num_blocks, int64_t until_ns);
+
   // `child` (new) shares `parent`'s blocks covering its first `num_computed`
   // tokens; a later write into the shared partial block copies it first.
   void Fork(SeqId parent, SeqId child, int64_t num_computed);

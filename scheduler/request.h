@@ -52,6 +52,20 @@ struct KvExportInfo {
   std::string signature;  // see RemoteKvSource::signature
 };
 
+// Retention (docs/architecture.md, "Retention"): leading prompt prefixes the
+// client asked to keep cached for a time (Anthropic's cache_control, OpenAI's
+// prompt_cache_retention), as plain data: the scheduler never sees the field.
+struct RetainedPrefix {
+  int64_t num_tokens = 0;  // leading prompt tokens; only the full blocks among them are held
+  int64_t ttl_ns = 0;      // > 0; the hold lasts ttl_ns from the request's admission, refreshed by each marked reuse
+  bool operator==(const RetainedPrefix&) const = default;
+};
+struct Retention {
+  std::vector<RetainedPrefix> prefixes;  // empty: nothing retained
+  std::string tenant;  // whose budget it counts against: a digest of the API key ("" : the keyless tenant)
+  std::string field;   // the request field that asked, quoted in budget errors (400/429 name it)
+};
+
 struct Request {
   std::string id;  // unique among live requests; chosen by the front end
   std::vector<int32_t> prompt_token_ids;
@@ -72,6 +86,9 @@ struct Request {
   // aborted), its prompt's full blocks stay pinned under its id until a decode
   // instance pulls them or the pin times out. Needs n == 1.
   bool export_kv = false;
+  // Prefixes to hold past their use (see Retention); checked against the
+  // retention budgets at AddRequest.
+  Retention retention;
 };
 
 // What the client asked, checked once, in the front end (docs/architecture.md,

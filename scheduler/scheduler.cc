@@ -31,6 +31,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerOptions options)
     if (c == nullptr) return InvalidArgument("scheduler: a KV connector is null");
   }
   ASSIGN_OR_RETURN(auto kv, KvCacheManager::Create(o.kv));
+  if (options.retention.max_tokens < 0) {
+    options.retention.max_tokens = int64_t{kv->num_blocks()} * kv->block_size() / 2;
+  }
   if (!options.clock) {
     options.clock = [] {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -44,7 +47,9 @@ Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<KvCacheManager> k
     : options_(std::move(options)),
       kv_(std::move(kv)),
       key_less_{options_.policy == SchedulingPolicy::kPriority},
-      waiting_(key_less_) {
+      waiting_(key_less_),
+      retention_(options_.retention, kv_->block_size()) {
+  kv_->mutable_pool().set_demoter(options_.retention_demoter);
   for (const KvConnector* c : options_.kv_connectors) wants_computed_blocks_ |= c->WantsComputedBlocks();
 }
 
@@ -93,12 +98,23 @@ Status Scheduler::AddRequest(Request request) {
     return ResourceExhausted("the server is at capacity: " + std::to_string(waiting_.size()) +
                              " requests are already waiting; retry later");
   }
+  std::vector<Sequence::Hold> holds;
+  if (!request.retention.prefixes.empty()) {
+    StatusOr<std::vector<Sequence::Hold>> admitted = AdmitRetention(request, options_.clock());
+    if (!admitted.ok()) {
+      ++counters_.requests_rejected;
+      return admitted.status();
+    }
+    holds = std::move(*admitted);
+  }
   ++counters_.requests_added;
   const int64_t arrival_ns = request.arrival_time_ns != 0 ? request.arrival_time_ns : options_.clock();
   const int32_t n = request.params.n;
   Sequence* leader = NewSequence(std::make_shared<const Request>(std::move(request)), 0, next_arrival_++,
                                  arrival_ns);
   leader->pending_forks = n - 1;
+  leader->retain_pending = !holds.empty();
+  leader->retain = std::move(holds);
   waiting_.insert(leader);
   return Status::Ok();
 }
@@ -272,6 +288,9 @@ SchedulerOutput Scheduler::Schedule() {
   out.finished = std::move(finished_since_plan_);
   finished_since_plan_.clear();
   plan_.clear();
+  const int64_t now_ns = options_.clock();
+  kv_->mutable_pool().ExpireRetention(now_ns);
+  retention_.Expire(now_ns);
   ResolveForks();
 
   struct Entry {
@@ -367,6 +386,7 @@ SchedulerOutput Scheduler::Schedule() {
     waiting_.erase(next);
     seq->status = SeqStatus::kRunning;
     InsertRunning(seq);
+    if (seq->retain_pending) ApplyRetention(seq);  // a hit on a retained prefix refreshes its hold
     if (seq->first_scheduled_ns < 0) {
       seq->first_scheduled_ns = options_.clock();
       seq->num_cached_tokens = hit.num_tokens;
@@ -475,6 +495,7 @@ StatusOr<std::vector<SequenceOutput>> Scheduler::UpdateFromOutput(std::span<cons
     std::vector<std::pair<BlockId, BlockHash>> fresh;
     kv_->CacheComputedBlocks(s->id, s->block_hashes, std::min(s->num_computed_tokens, s->num_tokens()), s->token_ids,
                              wants_computed_blocks_ ? &fresh : nullptr);
+    if (s->retain_pending) ApplyRetention(s);  // before the connectors see them: a tier pins held blocks
     if (!fresh.empty()) {
       for (KvConnector* c : options_.kv_connectors) {
         if (c->WantsComputedBlocks()) c->OnBlocksComputed(*s->request, fresh);
@@ -546,6 +567,7 @@ SchedulerMetrics Scheduler::metrics() const {
   m.gauges.num_waiting = num_waiting();
   m.gauges.kv_usage = kv_->Usage();
   m.gauges.num_exported = num_kv_holds();
+  m.gauges.retained_blocks = kv_->pool().num_retained_blocks();
   for (const KvConnector* c : options_.kv_connectors) c->AddCounters(&m.counters);
   return m;
 }

@@ -29,6 +29,7 @@
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/kv_connector.h"
 #include "scheduler/request.h"
+#include "scheduler/retention_ledger.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_output.h"
 #include "scheduler/sequence.h"
@@ -56,6 +57,10 @@ struct SchedulerOptions {
   // (scheduler/kv_connector.h), in the order they are offered a request. Not
   // owned: each must outlive the Scheduler's use of it.
   std::vector<KvConnector*> kv_connectors;
+  // Retention budgets (scheduler/retention_ledger.h) and the lower tier that
+  // takes over retained blocks the pool needs (null: none, so they stay).
+  RetentionOptions retention;
+  RetainedBlockDemoter* retention_demoter = nullptr;
 };
 
 class Scheduler {
@@ -63,9 +68,10 @@ class Scheduler {
   static StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerOptions options);
 
   // Queues a request (n choices) the front end validated (ValidateRequest).
-  // INVALID_ARGUMENT for an id already live or a request that could never fit
-  // in the KV cache even alone; RESOURCE_EXHAUSTED when the waiting queue is
-  // full; INTERNAL when CheckRequestInvariants fails (it was not validated).
+  // INVALID_ARGUMENT for an id already live, a request that could never fit
+  // in the KV cache even alone, or a retention no budget can ever hold;
+  // RESOURCE_EXHAUSTED when the waiting queue is full or the retention budget
+  // is taken now; INTERNAL when CheckRequestInvariants fails (it was not validated).
   Status AddRequest(Request request);
 
   // Ends every choice of `request_id` and frees its blocks. NOT_FOUND if unknown.
@@ -152,6 +158,7 @@ class Scheduler {
   const KvCacheManager& kv_cache() const { return *kv_; }
   KvCacheManager& mutable_kv_cache() { return *kv_; }
   const SchedulerOptions& options() const { return options_; }
+  const RetentionLedger& retention() const { return retention_; }
 
  private:
   struct KeyLess {
@@ -175,6 +182,11 @@ class Scheduler {
   void EraseRunning(Sequence* seq);
   void Preempt(Sequence* seq);
   void UpdateHashes(Sequence* seq);
+  // Checks `request`'s retention against the budgets and books it; the holds
+  // (blocks, until) to apply as its blocks are cached.
+  StatusOr<std::vector<Sequence::Hold>> AdmitRetention(const Request& request, int64_t now_ns);
+  // Holds what `seq` asked to retain among its cached blocks.
+  void ApplyRetention(Sequence* seq);
   FinishReason CheckStop(const Sequence& seq, int32_t token) const;
   // Ends `seq` (frees blocks, records stats) and destroys it.
   void Finish(Sequence* seq, FinishReason reason);
@@ -192,6 +204,7 @@ class Scheduler {
   std::vector<SeqId> finished_since_plan_;
   std::vector<FinishedSequenceStats> finished_stats_;
   SchedulerCounters counters_;
+  RetentionLedger retention_;
   // KV connectors (scheduler_kv.cc).
   struct KvLoadState {
     KvLoadPlan plan;

@@ -33,6 +33,10 @@ struct SchedulerCounters {
   int64_t kv_blocks_reused = 0;
   int64_t kv_pull_failures = 0;
   int64_t kv_exports = 0;  // prefill side: requests whose blocks were pinned for a decode
+  // Retention (docs/architecture.md, "Retention"): requests refused because
+  // their retained prefix can never fit a budget (400) or does not fit now (429).
+  int64_t retention_rejected_too_large = 0;
+  int64_t retention_rejected_full = 0;
 };
 
 struct SchedulerGauges {
@@ -40,6 +44,7 @@ struct SchedulerGauges {
   int64_t num_waiting = 0;  // sequences, incl. preempted (vllm:num_requests_waiting)
   double kv_usage = 0.0;    // fraction of blocks in use (vllm:kv_cache_usage_perc)
   int64_t num_exported = 0; // prefill side: requests whose blocks are pinned for a decode
+  int64_t retained_blocks = 0;  // device-pool blocks held by an unexpired retention
 };
 
 // Speculative decoding, monotonic (vLLM's spec_decode_* counters). Filled by

@@ -48,6 +48,15 @@ struct Sequence {
   // Per leading prompt block: where a finished KV load got it (kPool: not
   // loaded). Read once, on the first admission (the cache waterfall).
   std::vector<CacheSource> loaded_from;
+  // Retention (docs/architecture.md, "Retention"), index 0 only: hold the
+  // first `blocks` prompt blocks until `until_ns`, each as soon as it is
+  // cached; `retain_pending` until every one has been held.
+  struct Hold {
+    int64_t blocks = 0;
+    int64_t until_ns = 0;
+  };
+  std::vector<Hold> retain;
+  bool retain_pending = false;
 
   // Metrics.
   int64_t arrival_time_ns = 0;

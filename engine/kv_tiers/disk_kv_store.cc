@@ -83,7 +83,7 @@ Status DiskKvStore::Scan() {
     stats_.bytes_stored += f.bytes;
   }
   stats_.blocks_stored = static_cast<int64_t>(entries_.size());
-  EvictLocked(0);
+  (void)EvictLocked(0);  // pins do not survive a restart: nothing is pinned yet
   if (!found.empty()) {
     LogInfo("disk KV store: {} blocks ({:.1f} MiB) kept from a previous run in {}", entries_.size(),
             stats_.bytes_stored / 1048576.0, options_.dir);
@@ -100,14 +100,17 @@ void DiskKvStore::EraseLocked(const std::string& id) {
   stats_.blocks_stored = static_cast<int64_t>(entries_.size());
 }
 
-void DiskKvStore::EvictLocked(int64_t incoming) {
+bool DiskKvStore::EvictLocked(int64_t incoming) {
   std::error_code ec;
-  while (!lru_.empty() && stats_.bytes_stored + incoming > options_.max_bytes) {
-    const std::string id = lru_.front();
+  const int64_t now = options_.clock();
+  for (auto victim = lru_.begin(); victim != lru_.end() && stats_.bytes_stored + incoming > options_.max_bytes;) {
+    const std::string id = *victim++;
+    if (entries_.at(id).pinned_until > now) continue;  // retained: kept until its pin ends
     EraseLocked(id);
     fs::remove(PathOfId(id), ec);
     ++stats_.evictions;
   }
+  return stats_.bytes_stored + incoming <= options_.max_bytes;
 }
 
 Status DiskKvStore::Put(const KvBlockKey& key, std::string_view bytes) {
@@ -137,15 +140,22 @@ Status DiskKvStore::Put(const KvBlockKey& key, std::string_view bytes) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  EraseLocked(id);  // a replaced block
-  EvictLocked(size);
+  int64_t pinned_until = 0;  // a replaced block keeps its pin
+  if (auto it = entries_.find(id); it != entries_.end()) pinned_until = it->second.pinned_until;
+  EraseLocked(id);
+  if (!EvictLocked(size)) {
+    fs::remove(tmp, ec);
+    fs::remove(path, ec);
+    ++stats_.errors;
+    return ResourceExhausted("disk KV store: full of pinned (retained) blocks");
+  }
   fs::rename(tmp, path, ec);
   if (ec) {
     fs::remove(tmp, ec);
     ++stats_.errors;
     return Status(StatusCode::kUnavailable, "disk KV store: cannot rename into " + path);
   }
-  entries_[id] = {size, lru_.insert(lru_.end(), id)};
+  entries_[id] = {size, lru_.insert(lru_.end(), id), pinned_until};
   stats_.bytes_stored += size;
   stats_.blocks_stored = static_cast<int64_t>(entries_.size());
   ++stats_.puts;
@@ -201,9 +211,20 @@ Status DiskKvStore::Delete(const KvBlockKey& key) {
   return Status::Ok();
 }
 
-KvStoreStats DiskKvStore::stats() const {
+bool DiskKvStore::Pin(const KvBlockKey& key, int64_t until_ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  auto it = entries_.find(KeyId(key));
+  if (it == entries_.end()) return false;
+  it->second.pinned_until = std::max(it->second.pinned_until, until_ns);
+  return true;
+}
+
+KvStoreStats DiskKvStore::stats() const {
+  const int64_t now = options_.clock();
+  std::lock_guard<std::mutex> lock(mu_);
+  KvStoreStats s = stats_;
+  for (const auto& [id, e] : entries_) s.pinned_blocks += e.pinned_until > now;
+  return s;
 }
 
 }  // namespace tessera::kv_tiers

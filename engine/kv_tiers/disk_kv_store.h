@@ -1,6 +1,6 @@
 // DiskKvStore (--kv-offload-disk-dir): blocks as files under one directory,
-// bounded in total bytes with least-recently-used eviction, kept across
-// restarts of the instance.
+// bounded in total bytes with least-recently-used eviction that passes over
+// pinned (retained) blocks, kept across restarts of the instance (pins are not).
 //
 // Files: DIR/<2 hex>/<KeyId>.kvb, each a record (kv_block_record.h) written to
 // a temporary name and renamed, so a crash leaves whole files or none. Open()
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,7 @@ struct DiskKvStoreOptions {
   // The deployment secret records are authenticated under ("" : none): with
   // one, a record whose MAC is not this secret's is refused (kv_block_record.h).
   std::string secret = "";
+  std::function<int64_t()> clock = KvPinClockNs;  // for pins; tests pass a fake
 };
 
 class DiskKvStore final : public KvBlockStore {
@@ -40,8 +42,9 @@ class DiskKvStore final : public KvBlockStore {
   StatusOr<std::string> Get(const KvBlockKey& key) override;
   StatusOr<bool> Contains(const KvBlockKey& key) override;
   Status Delete(const KvBlockKey& key) override;
-  KvStoreStats stats() const override;
+  KvStoreStats stats() const override;  // O(blocks stored): counts pins
   const char* name() const override { return "disk"; }
+  bool Pin(const KvBlockKey& key, int64_t until_ns) override;
 
   // The file a key's record lives in (tests corrupt it).
   std::string PathOf(const KvBlockKey& key) const;
@@ -50,7 +53,8 @@ class DiskKvStore final : public KvBlockStore {
   explicit DiskKvStore(const DiskKvStoreOptions& options) : options_(options) {}
   Status Scan();
   void EraseLocked(const std::string& id);  // index only
-  void EvictLocked(int64_t incoming);
+  // Evicts unpinned blocks until `incoming` more bytes fit; false when pins leave no room.
+  bool EvictLocked(int64_t incoming);
   std::string PathOfId(const std::string& id) const;
 
   DiskKvStoreOptions options_;
@@ -58,6 +62,7 @@ class DiskKvStore final : public KvBlockStore {
   struct Entry {
     int64_t bytes = 0;
     std::list<std::string>::iterator lru;
+    int64_t pinned_until = 0;
   };
   std::unordered_map<std::string, Entry> entries_;  // KeyId -> file
   std::list<std::string> lru_;                      // least recently used first

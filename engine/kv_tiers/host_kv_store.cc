@@ -1,5 +1,7 @@
 #include "engine/kv_tiers/host_kv_store.h"
 
+#include <algorithm>
+
 #include "engine/kv_tiers/kv_block_record.h"
 
 namespace tessera::kv_tiers {
@@ -20,13 +22,24 @@ Status HostKvStore::Put(const KvBlockKey& key, std::string_view bytes) {
   }
   const std::string id = KeyId(key);
   std::lock_guard lock(mu_);
-  if (auto it = entries_.find(id); it != entries_.end()) EraseLocked(it);
-  while (stats_.bytes_stored + size > options_.max_bytes && !lru_.empty()) {
-    EraseLocked(entries_.find(lru_.front()));
+  int64_t pinned_until = 0;  // a replaced block keeps its pin
+  if (auto it = entries_.find(id); it != entries_.end()) {
+    pinned_until = it->second.pinned_until;
+    EraseLocked(it);
+  }
+  const int64_t now = options_.clock();
+  for (auto victim = lru_.begin(); stats_.bytes_stored + size > options_.max_bytes && victim != lru_.end();) {
+    auto e = entries_.find(*victim++);
+    if (e->second.pinned_until > now) continue;  // retained: kept until its pin ends
+    EraseLocked(e);
     ++stats_.evictions;
   }
+  if (stats_.bytes_stored + size > options_.max_bytes) {
+    ++stats_.errors;
+    return ResourceExhausted("host kv tier: full of pinned (retained) blocks");
+  }
   lru_.push_back(id);
-  entries_.emplace(id, Entry{std::move(record), std::prev(lru_.end())});
+  entries_.emplace(id, Entry{std::move(record), std::prev(lru_.end()), pinned_until});
   stats_.bytes_stored += size;
   ++stats_.blocks_stored;
   ++stats_.puts;
@@ -65,9 +78,20 @@ Status HostKvStore::Delete(const KvBlockKey& key) {
   return Status::Ok();
 }
 
-KvStoreStats HostKvStore::stats() const {
+bool HostKvStore::Pin(const KvBlockKey& key, int64_t until_ns) {
   std::lock_guard lock(mu_);
-  return stats_;
+  auto it = entries_.find(KeyId(key));
+  if (it == entries_.end()) return false;
+  it->second.pinned_until = std::max(it->second.pinned_until, until_ns);
+  return true;
+}
+
+KvStoreStats HostKvStore::stats() const {
+  const int64_t now = options_.clock();
+  std::lock_guard lock(mu_);
+  KvStoreStats s = stats_;
+  for (const auto& [id, e] : entries_) s.pinned_blocks += e.pinned_until > now;
+  return s;
 }
 
 bool HostKvStore::CorruptForTest(const KvBlockKey& key) {

@@ -1,5 +1,6 @@
 // HostKvStore (--kv-offload-host-gb): blocks in host DRAM, bounded in total
-// bytes with least-recently-used eviction; lost on restart. The tier right
+// bytes with least-recently-used eviction that passes over pinned (retained)
+// blocks; lost on restart. The tier right
 // below the device pool: on a GPU instance it saves a recompute for the price
 // of a host-to-device copy; on a CPU instance it still holds blocks the
 // (smaller) pool evicted.
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -24,6 +26,7 @@ namespace tessera::kv_tiers {
 
 struct HostKvStoreOptions {
   int64_t max_bytes = int64_t{1} << 30;  // total record bytes kept
+  std::function<int64_t()> clock = KvPinClockNs;  // for pins; tests pass a fake
 };
 
 class HostKvStore final : public KvBlockStore {
@@ -34,8 +37,9 @@ class HostKvStore final : public KvBlockStore {
   StatusOr<std::string> Get(const KvBlockKey& key) override;
   StatusOr<bool> Contains(const KvBlockKey& key) override;
   Status Delete(const KvBlockKey& key) override;
-  KvStoreStats stats() const override;
+  KvStoreStats stats() const override;  // O(blocks stored): counts pins
   const char* name() const override { return "host"; }
+  bool Pin(const KvBlockKey& key, int64_t until_ns) override;
 
   // Tests: flips one payload byte of the stored record (as a bit error would).
   bool CorruptForTest(const KvBlockKey& key);
@@ -44,6 +48,7 @@ class HostKvStore final : public KvBlockStore {
   struct Entry {
     std::string record;
     std::list<std::string>::iterator lru;
+    int64_t pinned_until = 0;
   };
   void EraseLocked(std::unordered_map<std::string, Entry>::iterator it);
 

@@ -1,5 +1,7 @@
 #include "engine/kv_tiers/kv_block_record.h"
 
+#include <chrono>
+
 #include <cstring>
 
 #include "common/sha256.h"
@@ -50,6 +52,11 @@ std::string SerializeKey(const KvBlockKey& key) {
   out.append(reinterpret_cast<const char*>(key.hash.data()), key.hash.size());
   PutField(key.tenant, &out);
   return out;
+}
+
+int64_t KvPinClockNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string KeyId(const KvBlockKey& key) {

@@ -49,7 +49,11 @@ struct KvStoreStats {
   int64_t evictions = 0;    // dropped to stay within the size bound
   int64_t bytes_stored = 0; // disk: current total; Redis: not tracked (0)
   int64_t blocks_stored = 0;
+  int64_t pinned_blocks = 0;  // held for a retention (Pin) and not yet past it
 };
+
+// The clock pins are in: steady_clock nanoseconds, the scheduler's clock.
+int64_t KvPinClockNs();
 
 class KvBlockStore {
  public:
@@ -63,6 +67,14 @@ class KvBlockStore {
   virtual StatusOr<bool> Contains(const KvBlockKey& key) = 0;
   virtual Status Delete(const KvBlockKey& key) = 0;
   virtual KvStoreStats stats() const = 0;
+  // Retention (docs/architecture.md, "Retention"): keeps the stored block
+  // until `until_ns` (KvPinClockNs; a later time extends, an earlier one
+  // changes nothing): its own eviction passes over it until then, and a Put
+  // that finds only pinned blocks to evict is refused. True when the block
+  // is stored (and now pinned). Never does I/O (an index operation): the
+  // engine loop calls it. Default: the store cannot pin (a shared Redis
+  // evicts on its own terms), false.
+  virtual bool Pin(const KvBlockKey& /*key*/, int64_t /*until_ns*/) { return false; }
   virtual const char* name() const = 0;  // "disk", "redis"
 };
 

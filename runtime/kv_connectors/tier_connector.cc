@@ -1,13 +1,25 @@
 #include "runtime/kv_connectors/tier_connector.h"
-#include "common/log.h"
 
+#include <algorithm>
+#include <chrono>
 #include <limits>
 
+#include "common/log.h"
 
 #include "engine/kv_cache.h"
 #include "scheduler/scheduler.h"
 
 namespace tessera {
+namespace {
+
+constexpr int64_t kSaltTtlNs = int64_t{25} * 3600 * 1000000000;  // past the longest hold (24 h)
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<TierConnector>> TierConnector::Create(KvTierOptions options) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvTierManager> tiers, KvTierManager::Create(std::move(options)));
@@ -20,13 +32,31 @@ bool TierConnector::Offers(const Request& request) const {
 
 int64_t TierConnector::MaxBlocks(const Request& /*request*/) const { return std::numeric_limits<int64_t>::max(); }
 
+void TierConnector::NoteRetained(const Request& request, std::span<const BlockHash> hashes) {
+  if (request.retention.prefixes.empty()) return;
+  const int64_t now = NowNs();
+  for (const BlockHash& h : hashes) retained_salts_[h] = {request.cache_salt, now};
+  if (retained_salts_.size() < 2 * salts_pruned_at_) return;
+  std::erase_if(retained_salts_, [&](const auto& e) { return now - e.second.seen_ns > kSaltTtlNs; });
+  salts_pruned_at_ = std::max<size_t>(1024, retained_salts_.size());
+}
+
+bool TierConnector::HoldUntil(const BlockHash& hash, int64_t until_ns) {
+  auto it = retained_salts_.find(hash);
+  return it != retained_salts_.end() && tiers_->Pin(hash, it->second.cache_salt, until_ns);
+}
+
 void TierConnector::OnLoadPlanned(const Request& request, const KvLoadPlan& plan) {
+  NoteRetained(request, plan.hashes);
   fetches_.push_back({plan.id, plan.request_id, request.cache_salt, plan.first_block, plan.hashes});
 }
 
 void TierConnector::OnBlocksComputed(const Request& request,
                                      std::span<const std::pair<BlockId, BlockHash>> blocks) {
-  for (const auto& [block, hash] : blocks) spills_.push_back({block, hash, request.cache_salt});
+  for (const auto& [block, hash] : blocks) {
+    spills_.push_back({block, hash, request.cache_salt});
+    if (!request.retention.prefixes.empty()) NoteRetained(request, std::span<const BlockHash>(&hash, 1));
+  }
 }
 
 std::optional<ComputeReason> TierConnector::MissReason(const BlockHash& hash) const {
@@ -35,6 +65,7 @@ std::optional<ComputeReason> TierConnector::MissReason(const BlockHash& hash) co
 }
 
 void TierConnector::BeforeStep(Scheduler& scheduler, KvCache& cache) {
+  pool_ = &scheduler.kv_cache().pool();
   for (KvTierFetched& f : tiers_->TakeFetched()) {
     int64_t first = 0;
     const std::vector<BlockId> blocks =
@@ -76,7 +107,9 @@ void TierConnector::AfterStep(KvCache& cache) {
       LogWarn("kv tiers: {}", st.ToString());
       continue;
     }
-    tiers_->Spill(s.hash, s.cache_salt, std::move(bytes));
+    // A held block is pinned below for as long as the pool holds it.
+    const int64_t pin_until = pool_ != nullptr ? pool_->retained_until(s.block) : 0;
+    tiers_->Spill(s.hash, s.cache_salt, std::move(bytes), pin_until);
   }
   spills_.clear();
 }

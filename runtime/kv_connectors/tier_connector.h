@@ -15,6 +15,10 @@
 //    bytes written in, and the blocks registered in the prefix cache; the
 //    admission that follows takes them as a hit. A busy loader means the
 //    prompt is computed instead.
+//  - Retention (docs/architecture.md, "Retention"): a block the pool holds
+//    for a retention is spilled pinned until its hold ends, and the pool's
+//    RetainedBlockDemoter asks here before dropping a held block: true only
+//    when the host or disk tier has it pinned that long (Redis cannot pin).
 //
 // Threading: scheduler-half methods are called by the Scheduler and worker
 // methods by the engine loop, on the loop thread; the manager's threads run
@@ -24,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -34,7 +39,7 @@
 
 namespace tessera {
 
-class TierConnector final : public KvConnector, public KvConnectorWorker {
+class TierConnector final : public KvConnector, public KvConnectorWorker, public RetainedBlockDemoter {
  public:
   // Opens the tiers (KvTierManager::Create); options must carry the
   // fingerprint, layout, block size in bytes and notify.
@@ -60,6 +65,9 @@ class TierConnector final : public KvConnector, public KvConnectorWorker {
   void BeforeStep(Scheduler& scheduler, KvCache& cache) override;
   void AfterStep(KvCache& cache) override;
 
+  // RetainedBlockDemoter (the pool, on the loop thread).
+  bool HoldUntil(const BlockHash& hash, int64_t until_ns) override;
+
  private:
   // A full block just registered in the prefix cache: its bytes are valid
   // until the next Schedule().
@@ -68,6 +76,16 @@ class TierConnector final : public KvConnector, public KvConnectorWorker {
     BlockHash hash;
     std::string cache_salt;  // the request's; becomes the tier key's tenant tag (a digest)
   };
+  // The salt of each block a retaining request computed or loaded, to name
+  // its tier key when the pool asks; entries older than kSaltTtlNs go when the map has doubled.
+  struct RetainedSalt {
+    std::string cache_salt;
+    int64_t seen_ns = 0;
+  };
+  void NoteRetained(const Request& request, std::span<const BlockHash> hashes);
+  std::unordered_map<BlockHash, RetainedSalt, BlockHashHasher> retained_salts_;
+  size_t salts_pruned_at_ = 1024;
+  const BlockPool* pool_ = nullptr;  // the scheduler's, seen at BeforeStep: a spilled block's hold
   explicit TierConnector(std::unique_ptr<KvTierManager> tiers) : tiers_(std::move(tiers)) {}
 
   std::vector<KvTierFetch> fetches_;  // planned, not yet handed to the manager

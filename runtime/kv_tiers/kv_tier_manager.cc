@@ -93,9 +93,10 @@ kv_tiers::KvBlockKey KvTierManager::KeyOf(const BlockHash& hash, const std::stri
   return {options_.model_fingerprint, options_.layout, hash.digest, TenantTag(cache_salt)};
 }
 
-void KvTierManager::SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes) {
+void KvTierManager::SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes,
+                           int64_t pin_until_ns) {
   const auto start = Clock::now();
-  const bool queued = tiers_[tier].spill->Put(key, std::move(bytes), [this, tier, start, hash](Status s) {
+  auto done = [this, tier, start, hash, key, pin_until_ns](Status s) {
     {
       std::lock_guard lock(mu_);
       if (!s.ok()) {
@@ -104,27 +105,37 @@ void KvTierManager::SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::
       }
       unwritten_.Erase(hash);
     }
+    if (pin_until_ns > 0) (void)tiers_[tier].store->Pin(key, pin_until_ns);
     if (options_.on_op) options_.on_op(names_[tier], KvTierOp::kSpill, Since(start));
-  });
+  };
+  const bool queued = tiers_[tier].spill->Put(key, std::move(bytes), std::move(done));
   if (!queued) {
     std::lock_guard lock(mu_);
     ++extra_[tier].spills_skipped;
   }
 }
 
-void KvTierManager::Spill(const BlockHash& hash, const std::string& cache_salt, std::string bytes) {
+void KvTierManager::Spill(const BlockHash& hash, const std::string& cache_salt, std::string bytes,
+                         int64_t pin_until_ns) {
   const kv_tiers::KvBlockKey key = KeyOf(hash, cache_salt);
   {
     std::lock_guard lock(mu_);
     unwritten_.Insert(hash);  // until a tier stores it
   }
-  for (size_t t = 0; t + 1 < tiers_.size(); ++t) SpillTo(t, hash, key, bytes);
-  SpillTo(tiers_.size() - 1, hash, key, std::move(bytes));
+  for (size_t t = 0; t + 1 < tiers_.size(); ++t) SpillTo(t, hash, key, bytes, pin_until_ns);
+  SpillTo(tiers_.size() - 1, hash, key, std::move(bytes), pin_until_ns);
 }
 
 bool KvTierManager::NotWrittenThrough(const BlockHash& hash) const {
   std::lock_guard lock(mu_);
   return unwritten_.Contains(hash);
+}
+
+bool KvTierManager::Pin(const BlockHash& hash, const std::string& cache_salt, int64_t until_ns) {
+  const kv_tiers::KvBlockKey key = KeyOf(hash, cache_salt);
+  bool held = false;
+  for (Tier& t : tiers_) held = t.store->Pin(key, until_ns) || held;
+  return held;
 }
 
 bool KvTierManager::Fetch(KvTierFetch fetch) {
@@ -158,7 +169,7 @@ KvTierFetched KvTierManager::RunFetch(KvTierFetch fetch) {
         continue;
       }
       if (options_.on_op) options_.on_op(names_[t], KvTierOp::kLoad, Since(start));
-      for (size_t u = 0; u < t; ++u) SpillTo(u, h, key, *got);  // promote into the faster tiers
+      for (size_t u = 0; u < t; ++u) SpillTo(u, h, key, *got, 0);  // promote into the faster tiers
       out.blocks.push_back(std::move(*got));
       out.tier_of.push_back(static_cast<int>(t));
       found = true;

@@ -112,8 +112,13 @@ class KvTierManager {
   static StatusOr<std::unique_ptr<KvTierManager>> Create(KvTierOptions options);
   ~KvTierManager();  // finishes queued spills and fetches, joins the threads
 
-  // Queues `bytes` (one block) for every tier. Never blocks.
-  void Spill(const BlockHash& hash, const std::string& cache_salt, std::string bytes);
+  // Queues `bytes` (one block) for every tier. Never blocks. With
+  // `pin_until_ns` > 0 (a retained block; docs/architecture.md, "Retention")
+  // each tier that can pins it until then once stored (KvBlockStore::Pin).
+  void Spill(const BlockHash& hash, const std::string& cache_salt, std::string bytes, int64_t pin_until_ns = 0);
+  // Pins a stored block in every tier that has it and can pin, until
+  // `until_ns`; true when one does. Index operations only (the loop calls it).
+  bool Pin(const BlockHash& hash, const std::string& cache_salt, int64_t until_ns);
   // Queues a lookup; false (nothing queued) when too many are in flight.
   bool Fetch(KvTierFetch fetch);
   // Fetches answered since the last call.
@@ -142,7 +147,8 @@ class KvTierManager {
   explicit KvTierManager(KvTierOptions options) : options_(std::move(options)) {}
   void LoaderMain();
   KvTierFetched RunFetch(KvTierFetch fetch);
-  void SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes);
+  void SpillTo(size_t tier, const BlockHash& hash, const kv_tiers::KvBlockKey& key, std::string bytes,
+               int64_t pin_until_ns);
 
   KvTierOptions options_;
   std::vector<Tier> tiers_;

@@ -20,6 +20,7 @@ using openai::TypeError;
 constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
 constexpr size_t kMaxUserIdBytes = 256;
 constexpr size_t kMaxToolNameBytes = 128;
+constexpr int kMaxCacheControlMarks = 4;  // Anthropic's limit of cache breakpoints
 
 std::string Join(const std::string& at, std::string_view key) {
   return at.empty() ? std::string(key) : at + "." + std::string(key);
@@ -75,8 +76,10 @@ class Parser {
  public:
   Parser(const MessagesParseOptions& options, MessagesRequest* out) : options_(options), out_(out) {}
 
-  // {"type":"ephemeral","ttl":"5m"|"1h"} on a block; refused unless serve
-  // runs with --cache-control best-effort (MessagesParseOptions).
+  // {"type":"ephemeral","ttl":"5m"|"1h"} on a block: the prompt up to this
+  // block is retained for the TTL (docs/architecture.md, "Retention"); the
+  // mark waits in pending_ until its message is known (Resolve). Refused
+  // (400 naming it) under --cache-control refuse, and past Anthropic's 4 marks.
   std::optional<ApiError> CacheControl(const Json& block, const std::string& at) {
     auto it = block.find("cache_control");
     if (it == block.end() || it->is_null()) return std::nullopt;
@@ -85,18 +88,37 @@ class Parser {
     if (auto e = TypeOf(*it, param, &type)) return e;
     if (type != "ephemeral") return TypeError(param + ".type", "\"ephemeral\"", (*it)["type"]);
     if (auto e = OnlyKnownKeys(*it, param, {"type", "ttl"})) return e;
-    if (auto ttl = it->find("ttl"); ttl != it->end() && !ttl->is_null() && *ttl != "5m" && *ttl != "1h") {
-      return TypeError(param + ".ttl", "\"5m\" or \"1h\"", *ttl);
+    constexpr int64_t kMinute = int64_t{60} * 1000000000;
+    int64_t ttl = 5 * kMinute;
+    if (auto t = it->find("ttl"); t != it->end() && !t->is_null()) {
+      if (*t != "5m" && *t != "1h") return TypeError(param + ".ttl", "\"5m\" or \"1h\"", *t);
+      if (*t == "1h") ttl = 60 * kMinute;
     }
     if (!options_.accept_cache_control) {
       return BadRequest("'" + param +
-                            "': prompt retention is not offered by this server; start it with --cache-control "
-                            "best-effort to accept cache_control as a hint the ordinary prefix cache serves "
-                            "(no retention promise), or leave the field out",
+                            "': prompt retention is refused by this server (--cache-control refuse); leave the field "
+                            "out",
                         param);
     }
-    ++out_->cache_control_markers;
+    if (++out_->cache_control_markers > kMaxCacheControlMarks) {
+      return BadRequest("'" + param + "': at most " + std::to_string(kMaxCacheControlMarks) +
+                            " blocks may carry cache_control",
+                        param);
+    }
+    if (out_->chat.retention.field.empty()) out_->chat.retention.field = param;
+    pending_.push_back({.messages = -1, .tokens = -1, .ttl_ns = ttl});
     return std::nullopt;
+  }
+
+  // The marks made since the last call cover the first `messages` chat
+  // messages (0: the tools alone): the Anthropic message (or system, or tool
+  // list) that carried them, whole.
+  void Resolve(int64_t messages) {
+    for (openai::RetentionMark& m : pending_) {
+      m.messages = messages;
+      out_->chat.retention.marks.push_back(m);
+    }
+    pending_.clear();
   }
 
   // A text block {"type":"text","text","cache_control"?}; its text appended to *text.
@@ -249,6 +271,7 @@ class Parser {
       if (auto e = role == "user" ? UserBlocks(*content, cp, messages) : AssistantBlocks(*content, cp, messages)) {
         return e;
       }
+      Resolve(static_cast<int64_t>(messages->size()));
     }
     return std::nullopt;
   }
@@ -420,6 +443,7 @@ class Parser {
  private:
   const MessagesParseOptions& options_;
   MessagesRequest* out_;
+  std::vector<openai::RetentionMark> pending_;  // cache_control marks of the message being parsed
 };
 
 }  // namespace
@@ -453,6 +477,7 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body_text, const o
   Json messages = Json::array();
   bool ends_with_assistant = false;
   if (auto e = p.System(body, &messages)) return e;
+  p.Resolve(static_cast<int64_t>(messages.size()));
   if (auto e = p.Messages(body, &messages, &ends_with_assistant)) return e;
   chat.messages = std::move(messages);
   // A final assistant message is Anthropic's prefill: the answer continues it
@@ -460,6 +485,7 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body_text, const o
   chat.continue_final_message = ends_with_assistant;
   chat.add_generation_prompt = !ends_with_assistant;
   if (auto e = p.Tools(body, &chat.tools)) return e;
+  p.Resolve(0);
   if (auto e = p.ToolChoice(body, chat.tools)) return e;
   chat.template_kwargs = Json::object();
   if (auto e = p.Thinking(body)) return e;

@@ -24,10 +24,10 @@ namespace tessera::anthropic {
 using Json = openai::Json;
 
 struct MessagesParseOptions {
-  // serve --cache-control best-effort: `cache_control` markers are accepted
-  // (validated) as hints the ordinary prefix cache serves, with no retention
-  // promise. false (the default): any `cache_control` is a 400 naming it.
-  bool accept_cache_control = false;
+  // `cache_control` markers become retention marks on chat.retention (serve
+  // --cache-control retain, the default); false (--cache-control refuse): any
+  // `cache_control` is a 400 naming it.
+  bool accept_cache_control = true;
   // count_tokens: `max_tokens`, `stream`, sampling and `metadata` are not
   // part of the body (Anthropic's MessageCountTokensParams).
   bool count_tokens = false;
@@ -44,7 +44,10 @@ struct MessagesRequest {
   Thinking thinking = Thinking::kDefault;
   int64_t thinking_budget_tokens = 0;  // kEnabled only
   std::string user_id;                 // metadata.user_id ("" : none); logged, no other effect
-  int cache_control_markers = 0;       // how many blocks carried cache_control
+  // How many blocks carried cache_control (at most 4); their marks are in
+  // chat.retention, each covering the chat messages up to and including the
+  // one its block belongs to (0 messages: the tools alone).
+  int cache_control_markers = 0;
 };
 
 // On failure the error to send: 400 naming the field ("messages[1].content[0].type"),

@@ -34,7 +34,7 @@ class MessagesOutput : public JobOutput {
 };
 
 anthropic::MessagesParseOptions ParseOptions(const ServeContext& ctx, bool count_tokens) {
-  return {.accept_cache_control = ctx.cache_control_best_effort, .count_tokens = count_tokens};
+  return {.accept_cache_control = ctx.cache_control_retain, .count_tokens = count_tokens};
 }
 
 void HandleMessages(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {

@@ -57,10 +57,10 @@ struct ServeContext {
   // Reasoning / tool-call output parsing of chat completions; written with
   // the engine, before state turns kReady (read only by ready handlers).
   openai::tools::ChatOutputConfig chat_output;
-  // serve --cache-control best-effort: Anthropic cache_control markers are
-  // accepted as prefix-cache hints (no retention promise); false: refused
-  // (server/anthropic/README.md).
-  bool cache_control_best_effort = false;
+  // serve --cache-control retain (the default): Anthropic cache_control
+  // markers retain their prefixes (docs/architecture.md, "Retention");
+  // false (refuse): a 400 naming the field (server/anthropic/README.md).
+  bool cache_control_retain = true;
   // /v1/responses' stored responses (server/responses/response_store.h); not
   // owned; null: the Responses API is not registered.
   responses::ResponseStore* response_store = nullptr;

@@ -49,8 +49,12 @@ ApiError ErrorFromStatus(const Status& s) {
       return BadRequest(s.message(), QuotedParam(s.message()), "context_length_exceeded");
     case StatusCode::kFailedPrecondition: return BadRequest(s.message(), "", "unsupported");
     case StatusCode::kNotFound: return {ApiStatus::kNotFound, s.message(), "invalid_request_error", "", "not_found"};
-    case StatusCode::kResourceExhausted:
-      return {ApiStatus::kTooManyRequests, s.message(), "rate_limit_error", "", "queue_full"};
+    case StatusCode::kResourceExhausted: {
+      // A budget that is full now names its field ('prompt_cache_retention': ...); the queue names none.
+      std::string param = QuotedParam(s.message());
+      const char* code = param.empty() ? "queue_full" : "budget_exceeded";
+      return {ApiStatus::kTooManyRequests, s.message(), "rate_limit_error", std::move(param), code};
+    }
     case StatusCode::kUnavailable:
       return {ApiStatus::kServiceUnavailable, s.message(), "server_error", "", "unavailable"};
     case StatusCode::kDeadlineExceeded:

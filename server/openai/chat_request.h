@@ -39,6 +39,7 @@ struct ChatRequest {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::string cache_salt;  // "" : none (see StreamFlags)
+  RetentionAsk retention;  // prompt_cache_retention (Anthropic: cache_control)
   bool logprobs = false;
   int32_t top_logprobs = 0;
   bool return_token_ids = false;   // vLLM: each choice also carries its new "token_ids"

@@ -42,6 +42,7 @@ struct CompletionRequest {
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
   std::string cache_salt;                  // "" : none (see StreamFlags)
+  RetentionAsk retention;  // prompt_cache_retention (Anthropic: cache_control)
   std::optional<int32_t> logprobs;         // completions style: alternatives per token
   std::optional<int32_t> prompt_logprobs;  // as asked (vLLM); reported per choice
   bool return_token_ids = false;           // vLLM: each choice also carries its new "token_ids"

@@ -251,6 +251,19 @@ bool IsTokenId(int64_t id, int64_t vocab_size) {
   return id >= 0 && id <= std::numeric_limits<int32_t>::max() && (vocab_size <= 0 || id < vocab_size);
 }
 
+std::optional<ApiError> ReadPromptCacheRetention(const Json& body, RetentionAsk* out) {
+  constexpr int64_t kMinute = int64_t{60} * 1000000000;
+  auto it = body.find("prompt_cache_retention");
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  int64_t ttl = 0;
+  if (*it == "in_memory") ttl = 5 * kMinute;
+  if (*it == "24h") ttl = 24 * 60 * kMinute;
+  if (ttl == 0) return TypeError("prompt_cache_retention", "\"in_memory\" or \"24h\"", *it);
+  out->marks = {{.messages = -1, .tokens = -1, .ttl_ns = ttl}};
+  out->field = "prompt_cache_retention";
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits, SamplingParams* params,
                                             StreamFlags* flags) {
   constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
@@ -301,6 +314,7 @@ std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimit
     if (auto e = CheckCacheSalt(it->get_ref<const std::string&>())) return e;
     flags->cache_salt = it->get<std::string>();
   }
+  if (auto e = ReadPromptCacheRetention(body, &flags->retention)) return e;
   if (auto e = ReadBool(body, "skip_special_tokens", "skip_special_tokens", &flags->skip_special_tokens)) return e;
   if (auto e = ReadBool(body, "include_stop_str_in_output", "include_stop_str_in_output",
                         &flags->include_stop_str_in_output)) {

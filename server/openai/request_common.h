@@ -63,6 +63,22 @@ std::optional<ApiError> ReadNumber(const Json& obj, const char* key, std::string
 bool IsTokenId(const Json& v, int64_t vocab_size);
 bool IsTokenId(int64_t id, int64_t vocab_size);
 
+// Retention (docs/architecture.md, "Retention"): a prompt prefix a request
+// asked to keep cached for a time, before tokenization.
+struct RetentionMark {
+  int64_t messages = -1;  // chat: the first `messages` chat messages (0: the tools alone); -1: the whole prompt
+  int64_t tokens = -1;    // the prefix in tokens once resolved against the rendered prompt; -1: the whole prompt
+  int64_t ttl_ns = 0;
+};
+struct RetentionAsk {
+  std::vector<RetentionMark> marks;  // empty: nothing retained
+  std::string field;                 // the field that asked, named in budget refusals
+};
+// OpenAI's prompt_cache_retention: "in_memory" (5 minutes, Anthropic's default
+// and the low end of OpenAI's 5-10 minutes of inactivity) or "24h"; null or
+// absent: nothing retained. Retains the whole prompt. 400 naming it otherwise.
+std::optional<ApiError> ReadPromptCacheRetention(const Json& body, RetentionAsk* out);
+
 // Flags shared by both generation endpoints besides SamplingParams.
 struct StreamFlags {
   bool stream = false;
@@ -73,6 +89,7 @@ struct StreamFlags {
   // vLLM's cache_salt: a non-empty string (at most kMaxCacheSaltBytes) that
   // keeps this request's prefix-cache blocks apart from other salts'.
   std::string cache_salt;
+  RetentionAsk retention;  // prompt_cache_retention
 };
 
 // Copies the flags into a parsed request (CompletionRequest or ChatRequest).
@@ -84,11 +101,12 @@ void SetStreamFlags(const StreamFlags& flags, Parsed* r) {
   r->skip_special_tokens = flags.skip_special_tokens;
   r->include_stop_str_in_output = flags.include_stop_str_in_output;
   r->cache_salt = flags.cache_salt;
+  r->retention = flags.retention;
 }
 
 // Reads temperature, top_p, top_k, min_p, penalties, seed, stop,
 // stop_token_ids, ignore_eos, min_tokens, n, best_of, logit_bias, priority,
-// user, cache_salt, stream, stream_options, skip_special_tokens,
+// user, cache_salt, prompt_cache_retention, stream, stream_options, skip_special_tokens,
 // include_stop_str_in_output. Not max_tokens or logprobs (they differ).
 std::optional<ApiError> ParseSamplingFields(const Json& body, const RequestLimits& limits,
                                             SamplingParams* params, StreamFlags* flags);

@@ -33,6 +33,10 @@ std::optional<ApiError> ProcessPrompt(const RequestModel& model, std::vector<int
   request.export_kv = req.kv_transfer.do_remote_decode;
   request.remote_kv = req.kv_transfer.remote;
   const int64_t n = static_cast<int64_t>(request.prompt_token_ids.size());
+  for (const RetentionMark& m : req.retention.marks) {
+    request.retention.prefixes.push_back({m.tokens < 0 ? n : std::min(m.tokens, n), m.ttl_ns});
+  }
+  request.retention.field = req.retention.field;
   StatusOr<GenerateInput> in =
       ProcessInput(std::move(request), req.skip_special_tokens, req.include_stop_str_in_output, model.limits.model);
   if (in.ok()) {
@@ -63,6 +67,31 @@ ChatPromptInput ChatInput(const RequestModel& model, const Json& messages, const
           .template_kwargs = template_kwargs,
           .add_special_tokens = add_special_tokens,
           .content_special_tokens = model.chat_content_special_tokens};
+}
+
+// Anthropic's cache_control marks a prefix of the conversation: the chat
+// messages up to a point (or the tools alone). Each mark becomes the tokens
+// its partial render shares with the full prompt (the template renders a
+// prefix of the conversation as a prefix of the prompt; where it does not, the
+// shared part is what can be reused anyway). One render per mark (at most 4).
+void ResolveRetentionMarks(const RequestModel& model, const ChatRequest& req, std::span<const int32_t> full,
+                           std::vector<RetentionMark>* marks) {
+  for (RetentionMark& m : *marks) {
+    if (m.messages < 0) continue;
+    Json head = Json::array();
+    for (int64_t i = 0; i < m.messages && i < static_cast<int64_t>(req.messages.size()); ++i) {
+      head.push_back(req.messages[static_cast<size_t>(i)]);
+    }
+    StatusOr<ChatPrompt> part = RenderChatPromptTokens(
+        *model.tokenizer, ChatInput(model, head, req.tools, /*add_generation_prompt=*/false, req.template_kwargs,
+                                    req.add_special_tokens, /*continue_final_message=*/false));
+    m.tokens = 0;
+    if (!part.ok()) continue;  // e.g. a template that needs a user message: nothing of it is held
+    const size_t n = std::min(part->ids.size(), full.size());
+    size_t shared = 0;
+    while (shared < n && part->ids[shared] == full[shared]) ++shared;
+    m.tokens = static_cast<int64_t>(shared);
+  }
 }
 
 // tool_choice "required" / a named function: the grammar of the calls
@@ -187,6 +216,7 @@ std::optional<ApiError> PrepareParsedChat(const RequestModel& model, ChatRequest
                                   req.add_special_tokens, req.continue_final_message));
   if (!prompt.ok()) return RenderError(prompt.status());
   if (prompt->ids.empty()) return BadRequest("'messages' render to no tokens", "messages");
+  ResolveRetentionMarks(model, req, prompt->ids, &p.request.retention.marks);
   if (auto err = ProcessPrompt(model, std::move(prompt->ids), req, "messages", &p.input)) return err;
   p.output.tool_choice = req.tool_choice;
   p.output.tool_parser = model.output.tool_parser;

@@ -398,7 +398,6 @@ std::optional<ApiError> RefuseUnsupported(const Json& body) {
       {"max_tool_calls", "a limit on built-in tool calls is not supported"},
       {"top_logprobs", "log probabilities are not supported on this endpoint"},
       {"prompt_cache_key", "prompt cache keys are not supported"},
-      {"prompt_cache_retention", "prompt retention is not supported"},
       {"context_management", "context management is not supported"},
       {"stream_options", "stream options are not supported"},
   };
@@ -431,6 +430,7 @@ std::optional<ApiError> Sampling(const Json& body, ResponsesRequest* r) {
   r->echo["top_p"] = v ? Json(*v) : Json();
   r->echo["max_output_tokens"] = max_tokens ? Json(*max_tokens) : Json();
   if (auto e = ReadBool(body, "stream", "stream", &r->chat.stream)) return e;
+  if (auto e = openai::ReadPromptCacheRetention(body, &r->chat.retention)) return e;
   if (auto e = ReadString(body, "cache_salt", "cache_salt", &r->chat.cache_salt)) return e;
   if (body.contains("cache_salt")) {
     if (auto e = openai::CheckCacheSalt(r->chat.cache_salt)) return e;

@@ -154,6 +154,19 @@ ServingMetrics::ServingMetrics(const std::string& model_name)
                        .Help("KV tiers: time to move one block, op=\"load\" (the tier's read and checks) or "
                              "op=\"spill\" (queued to stored).")
                        .Register(r);
+  retained_blocks_ = &BuildGauge()
+                          .Name("tessera:kv_retained_blocks")
+                          .Help("Retention: blocks held for a retained prompt prefix, by tier (pool: the device "
+                                "pool, in use or free; host, disk: pinned in that KV tier).")
+                          .Register(r);
+  auto& rejections = BuildCounter()
+                         .Name("tessera:kv_retention_rejections_total")
+                         .Help("Retention: requests refused by the retention budgets, reason=\"too_large\" (no "
+                               "budget can ever hold the prefix: 400) or \"budget_full\" (held prefixes fill it now: "
+                               "429).")
+                         .Register(r);
+  retention_too_large_ = &rejections.Add({{"model_name", model_name}, {"reason", "too_large"}});
+  retention_full_ = &rejections.Add({{"model_name", model_name}, {"reason", "budget_full"}});
   tier_loaded_tokens_ = counter("tessera:kv_offload_loaded_tokens_total",
                                 "KV tiers: prompt tokens whose KV was loaded from a tier instead of computed.");
   tier_fetches_ = counter("tessera:kv_offload_lookups_total",
@@ -272,6 +285,8 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   waiting_->Set(static_cast<double>(m.gauges.num_waiting));
   kv_usage_->Set(m.gauges.kv_usage);
   kv_exported_->Set(static_cast<double>(m.gauges.num_exported));
+  retained_blocks_->Add({{"model_name", model_name_}, {"tier", "pool"}})
+      .Set(static_cast<double>(m.gauges.retained_blocks));
   prefix_hit_rate_->Set(m.prefix_cache_hit_rate());
   std::lock_guard lock(mu_);
   const SchedulerCounters& c = m.counters;
@@ -285,6 +300,8 @@ void ServingMetrics::UpdateFromScheduler(const SchedulerMetrics& m) {
   advance(kv_blocks_pulled_, c.kv_blocks_pulled, last_.kv_blocks_pulled);
   advance(kv_blocks_reused_, c.kv_blocks_reused, last_.kv_blocks_reused);
   advance(kv_pull_failures_, c.kv_pull_failures, last_.kv_pull_failures);
+  advance(retention_too_large_, c.retention_rejected_too_large, last_.retention_rejected_too_large);
+  advance(retention_full_, c.retention_rejected_full, last_.retention_rejected_full);
   last_ = c;
   const SpecDecodeCounters& sp = m.spec;
   advance(spec_drafts_, sp.num_drafts, last_spec_.num_drafts);
@@ -399,6 +416,7 @@ void ServingMetrics::UpdateKvTiers(const std::vector<KvTierStats>& tiers, const 
     error("spill_failed", t.spill_errors, was.spill_errors);
     error("spill_skipped", t.spills_skipped, was.spills_skipped);
     tier_usage_->Add(l).Set(static_cast<double>(t.store.bytes_stored));
+    retained_blocks_->Add(l).Set(static_cast<double>(t.store.pinned_blocks));
     last_tier_[t.name] = t;
   }
   advance(*tier_loaded_tokens_, totals.tokens_loaded, last_tier_totals_.tokens_loaded);

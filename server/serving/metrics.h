@@ -152,6 +152,10 @@ class ServingMetrics {
   prometheus::Family<prometheus::Counter>* tier_rejected_;
   prometheus::Family<prometheus::Counter>* tier_evictions_;
   prometheus::Family<prometheus::Gauge>* tier_usage_;
+  // Retention (docs/architecture.md, "Retention").
+  prometheus::Family<prometheus::Gauge>* retained_blocks_;       // {tier}: pool, host, disk
+  prometheus::Counter* retention_too_large_;                    // {reason="too_large"}: 400
+  prometheus::Counter* retention_full_;                         // {reason="budget_full"}: 429
   prometheus::Family<prometheus::Histogram>* tier_seconds_;
   prometheus::Counter* tier_loaded_tokens_;
   prometheus::Counter* tier_fetches_;

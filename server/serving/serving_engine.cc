@@ -342,6 +342,7 @@ StatusOr<std::unique_ptr<ServingEngine>> ServingEngine::Create(ServingOptions op
   engine->max_in_flight_ = options.max_in_flight;
   engine->chat_content_special_tokens_ = options.chat_content_special_tokens;
   engine->cache_isolation_ = options.cache_isolation;
+  engine->retention_ttl_scale_ = options.retention_ttl_scale;
   return engine;
 }
 
@@ -391,6 +392,13 @@ LogprobEntry ServingEngine::MakeLogprobEntry(int32_t token_id, float logprob) co
 StatusOr<std::shared_ptr<Generation>> ServingEngine::Submit(GenerateInput input, std::function<void()> notify) {
   if (draining_.load()) return Status(StatusCode::kUnavailable, "the server is shutting down");
   RETURN_IF_ERROR(ApplyCacheIsolation(cache_isolation_, input.tenant, &input.request));
+  // Retention budgets count per API key: the key the request authenticated with (as cache isolation names it).
+  if (Retention& r = input.request.retention; !r.prefixes.empty()) {
+    r.tenant = input.tenant;
+    for (RetainedPrefix& p : r.prefixes) {
+      p.ttl_ns = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(p.ttl_ns) * retention_ttl_scale_));
+    }
+  }
   const int64_t in_flight_before = in_flight_->fetch_add(1);
   if (in_flight_before >= max_in_flight_) {
     in_flight_->fetch_sub(1);

@@ -66,6 +66,8 @@ struct ServingOptions {
   bool chat_content_special_tokens = false;
   // Which requests share prefix-cache blocks (cache_isolation.h), applied by Submit.
   CacheIsolation cache_isolation = CacheIsolation::kNone;
+  // --retention-ttl-scale (testing only): multiplies each retained prefix's TTL.
+  double retention_ttl_scale = 1.0;
   // Receipts (receipts.h): --receipt-key (an Ed25519 key file; "" : unsigned
   // receipts), and where the weights digest is cached when the checkpoint's
   // directory is read-only ("" : recomputed at each start then).
@@ -229,6 +231,7 @@ class ServingEngine {
   int64_t max_in_flight_ = 0;
   bool chat_content_special_tokens_ = false;
   CacheIsolation cache_isolation_ = CacheIsolation::kNone;
+  double retention_ttl_scale_ = 1.0;
   ServingMetrics* metrics_ = nullptr;
   // Shared with the loop's on_step and with Generations (which Leave on their first token).
   std::shared_ptr<TtftSlo> ttft_slo_;

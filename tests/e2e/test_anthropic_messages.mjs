@@ -3,8 +3,8 @@
 // in front of it) driven by the official `@anthropic-ai/sdk` npm client:
 // messages, streaming parsed by the SDK's own MessageStream, a tool-use round
 // trip forced by tool_choice, thinking blocks, count_tokens, x-api-key and
-// Bearer auth, cache_control under --cache-control best-effort with the
-// prefix cache's share in usage.cache_read_input_tokens, errors in
+// Bearer auth, cache_control (retention, the default) with the prefix
+// cache's share in usage.cache_read_input_tokens, errors in
 // Anthropic's shape naming the field.
 //
 //   TESSERA_NPM_DIR=.deps/npm node tests/e2e/test_anthropic_messages.mjs --tessera build/tessera [--keep]
@@ -136,7 +136,7 @@ await run(async (workdir) => {
   fs.writeFileSync(keyFile, `internal-${process.pid}-secret-key\n`);
   if (!(await synthTinyQwen3(model))) return;
   const inst = start('instance', workdir, ['--model', model, '--served-model-name', NAME, '--reasoning-parser',
-    'qwen3', '--cache-control', 'best-effort', '--internal-api-key-file', keyFile]);
+    'qwen3', '--internal-api-key-file', keyFile]);
   if (!(await check('instance becomes ready', () => waitReady(inst, READY_TIMEOUT_MS)))) throw new Error('no instance');
   const router = start('router', workdir, ['--role', 'router', '--decode-instances', `127.0.0.1:${inst.port}`,
     '--internal-api-key-file', keyFile, '--router-poll-interval', '0.1']);
@@ -156,7 +156,7 @@ await run(async (workdir) => {
       Anthropic.BadRequestError, 'invalid_request_error', 'thinking.budget_tokens');
   });
 
-  await check('instance: cache_control accepted (--cache-control best-effort); a repeat is read from the prefix cache',
+  await check('instance: cache_control retains the prefix (the default); a repeat is read from the prefix cache',
     async () => {
       const system = [{ type: 'text', text: 'You are a weather assistant. '.repeat(12),
         cache_control: { type: 'ephemeral', ttl: '5m' } }];

@@ -83,7 +83,10 @@ TEST(ServeOptionsTest, Defaults) {
   EXPECT_FALSE(o->kv_events.has_value());
   EXPECT_FALSE(o->tool_parser.has_value());
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kNone);
-  EXPECT_FALSE(o->cache_control_best_effort);  // Anthropic cache_control refused
+  EXPECT_TRUE(o->cache_control_retain);  // Anthropic cache_control retains
+  EXPECT_EQ(o->serving.loop.scheduler.retention.max_tokens, -1);  // half the pool, resolved by the scheduler
+  EXPECT_EQ(o->serving.loop.scheduler.retention.per_key_tokens, -1);
+  EXPECT_EQ(o->serving.retention_ttl_scale, 1.0);
   EXPECT_EQ(o->responses_store_bytes, size_t{256} << 20);
 }
 
@@ -313,7 +316,8 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   StatusOr<ServeOptions> o = FromArgs(
       {"--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4})",
        "--tool-call-parser", "hermes", "--chat-template-content-special-tokens",
-       "--reasoning-parser", "qwen3", "--cache-control", "best-effort", "--responses-store-mb", "3",
+       "--reasoning-parser", "qwen3", "--cache-control", "refuse", "--responses-store-mb", "3",
+       "--retention-max-tokens", "4096", "--retention-per-key-tokens", "1024", "--retention-ttl-scale", "0.01",
        "--kv-events-config",
        R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"})"});
   ASSERT_TRUE(o.ok()) << o.status().ToString();
@@ -322,7 +326,10 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   EXPECT_EQ(o->serving.loop.speculative->prompt_lookup_max, 4);
   EXPECT_EQ(o->tool_parser, openai::tools::ToolParserKind::kHermes);
   EXPECT_EQ(o->reasoning_parser, openai::tools::ReasoningParserKind::kQwen3);
-  EXPECT_TRUE(o->cache_control_best_effort);
+  EXPECT_FALSE(o->cache_control_retain);
+  EXPECT_EQ(o->serving.loop.scheduler.retention.max_tokens, 4096);
+  EXPECT_EQ(o->serving.loop.scheduler.retention.per_key_tokens, 1024);
+  EXPECT_DOUBLE_EQ(o->serving.retention_ttl_scale, 0.01);
   EXPECT_EQ(o->responses_store_bytes, size_t{3} << 20);
   EXPECT_TRUE(o->serving.chat_content_special_tokens);
   // Harmony is one parser for both: its flag beside another format's is refused, naming both.

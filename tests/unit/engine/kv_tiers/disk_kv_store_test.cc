@@ -45,6 +45,26 @@ TEST_F(DiskKvStoreTest, PutGetContainsDelete) {
   EXPECT_FALSE(fs::exists(s->PathOf(Key(1))));
 }
 
+TEST_F(DiskKvStoreTest, PinnedBlocksOutliveTheLruUntilTheirPinEnds) {
+  int64_t now = 100;
+  const int64_t record = 4096 + 200;
+  auto opened = DiskKvStore::Open({.dir = dir_.string(), .max_bytes = 2 * record, .clock = [&] { return now; }});
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  DiskKvStore& s = **opened;
+  ASSERT_TRUE(s.Put(Key(0), Bytes(0, 4096)).ok());
+  ASSERT_TRUE(s.Put(Key(1), Bytes(1, 4096)).ok());
+  EXPECT_TRUE(s.Pin(Key(0), 500));
+  ASSERT_TRUE(s.Put(Key(2), Bytes(2, 4096)).ok());  // evicts 1, not the pinned 0
+  EXPECT_TRUE(*s.Contains(Key(0)));
+  EXPECT_FALSE(*s.Contains(Key(1)));
+  ASSERT_TRUE(s.Pin(Key(2), 500));
+  EXPECT_EQ(s.Put(Key(3), Bytes(3, 4096)).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.stats().pinned_blocks, 2);
+  now = 500;
+  ASSERT_TRUE(s.Put(Key(3), Bytes(3, 4096)).ok());
+  EXPECT_FALSE(*s.Contains(Key(0)));
+}
+
 TEST_F(DiskKvStoreTest, SurvivesARestartAndKeepsLruOrder) {
   {
     auto s = Open();

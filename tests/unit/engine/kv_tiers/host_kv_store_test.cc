@@ -31,6 +31,30 @@ TEST(HostKvStoreTest, RoundTripLruBoundAndTenants) {
   EXPECT_EQ(s.Put(Key(9), Bytes(9, 4 * record)).code(), StatusCode::kResourceExhausted);
 }
 
+// Retention: LRU passes over pinned blocks until their pin ends; a Put
+// finding only pinned ones to evict is refused.
+TEST(HostKvStoreTest, PinnedBlocksOutliveTheLruUntilTheirPinEnds) {
+  const int64_t record = static_cast<int64_t>(EncodeKvRecord(Key(0), Bytes(0)).size());
+  int64_t now = 100;
+  HostKvStore s({.max_bytes = 2 * record, .clock = [&] { return now; }});
+  ASSERT_TRUE(s.Put(Key(0), Bytes(0)).ok());
+  ASSERT_TRUE(s.Put(Key(1), Bytes(1)).ok());
+  EXPECT_FALSE(s.Pin(Key(7), 500));  // not stored
+  EXPECT_TRUE(s.Pin(Key(0), 500));   // the least recently used, pinned
+  EXPECT_TRUE(s.Pin(Key(0), 300));   // an earlier time does not shorten it
+  ASSERT_TRUE(s.Put(Key(2), Bytes(2)).ok());  // evicts 1, not 0
+  EXPECT_TRUE(*s.Contains(Key(0)));
+  EXPECT_FALSE(*s.Contains(Key(1)));
+  EXPECT_EQ(s.stats().pinned_blocks, 1);
+  ASSERT_TRUE(s.Pin(Key(2), 500));
+  EXPECT_EQ(s.Put(Key(3), Bytes(3)).code(), StatusCode::kResourceExhausted);  // only pinned blocks to evict
+  ASSERT_TRUE(s.Put(Key(0), Bytes(0)).ok());  // a replaced block keeps its pin
+  now = 500;  // the pins end: ordinary LRU again
+  EXPECT_EQ(s.stats().pinned_blocks, 0);
+  ASSERT_TRUE(s.Put(Key(3), Bytes(3)).ok());
+  EXPECT_FALSE(*s.Contains(Key(2)));
+}
+
 TEST(HostKvStoreTest, CorruptRecordIsDroppedAsAMiss) {
   HostKvStore s({1 << 20});
   ASSERT_TRUE(s.Put(Key(1), Bytes(1)).ok());

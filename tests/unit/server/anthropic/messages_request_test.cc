@@ -236,7 +236,7 @@ TEST(MessagesRequestTest, ThinkingSetsTheTemplateSwitch) {
   EXPECT_EQ(off.chat.template_kwargs, Json::parse(R"({"enable_thinking":false})"));
 }
 
-TEST(MessagesRequestTest, CacheControlAcceptedOnlyWhenTheServerSaysSo) {
+TEST(MessagesRequestTest, CacheControlMarksRetainedPrefixesUnlessRefused) {
   const std::string body = "{" + kHead +
                            R"("system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}],
     "messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}]}],
@@ -244,10 +244,27 @@ TEST(MessagesRequestTest, CacheControlAcceptedOnlyWhenTheServerSaysSo) {
   MessagesRequest r;
   auto refused = Parse(body, &r);
   ASSERT_TRUE(refused);
-  EXPECT_NE(refused->message.find("--cache-control best-effort"), std::string::npos) << refused->message;
+  EXPECT_NE(refused->message.find("--cache-control refuse"), std::string::npos) << refused->message;
   auto err = Parse(body, &r, /*cache_control=*/true);
   ASSERT_FALSE(err) << err->message;
   EXPECT_EQ(r.cache_control_markers, 3);
+  // Each mark covers the chat messages through its own (system = 1, messages[0] = 2), the tools' none.
+  constexpr int64_t kMinute = int64_t{60} * 1000000000;
+  ASSERT_EQ(r.chat.retention.marks.size(), 3u);
+  EXPECT_EQ(r.chat.retention.marks[0].messages, 1);
+  EXPECT_EQ(r.chat.retention.marks[0].ttl_ns, 60 * kMinute);
+  EXPECT_EQ(r.chat.retention.marks[1].messages, 2);
+  EXPECT_EQ(r.chat.retention.marks[1].ttl_ns, 5 * kMinute);
+  EXPECT_EQ(r.chat.retention.marks[2].messages, 0);
+  EXPECT_EQ(r.chat.retention.field, "system[0].cache_control");
+  // Anthropic's limit: 4 marks.
+  std::string five = "{" + kHead + R"("messages":[)";
+  for (int i = 0; i < 5; ++i) {
+    five += std::string(i ? "," : "") + R"({"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}]})";
+  }
+  auto over = Parse(five + "]}", &r, /*cache_control=*/true);
+  ASSERT_TRUE(over);
+  EXPECT_EQ(over->param, "messages[4].content[0].cache_control");
 }
 
 TEST(MessagesRequestTest, CountTokensBody) {

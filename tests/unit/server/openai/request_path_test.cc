@@ -72,5 +72,41 @@ TEST_F(RequestPathTest, RawPromptKeepsParsingSpecialTokens) {
   EXPECT_EQ(ImEnds(c.inputs[0].request.prompt_token_ids), 1u);
 }
 
+// Retention (docs/architecture.md, "Retention"): prompt_cache_retention holds the whole
+// prompt; a chat mark through message k holds the tokens its partial render shares with
+// the full prompt: the system turn, not the user's.
+TEST_F(RequestPathTest, RetentionMarksBecomeTokenPrefixes) {
+  constexpr const char* kTwo =
+      R"({"model": "m", "prompt_cache_retention": "in_memory", "messages": [{"role": "system", "content": "be brief"},
+          {"role": "user", "content": "hello there"}]})";
+  PreparedChat chat;
+  std::optional<ApiError> err = PrepareChat(model_, kTwo, &chat);
+  ASSERT_FALSE(err.has_value()) << err->message;
+  const Request& whole = chat.input.request;
+  const int64_t n = static_cast<int64_t>(whole.prompt_token_ids.size());
+  ASSERT_EQ(whole.retention.prefixes.size(), 1u);
+  EXPECT_EQ(whole.retention.prefixes[0], (RetainedPrefix{n, int64_t{300} * 1000000000}));
+  EXPECT_EQ(whole.retention.field, "prompt_cache_retention");
+
+  ChatRequest req = std::move(chat.request);
+  req.retention.marks = {{.messages = 1, .tokens = -1, .ttl_ns = 7}, {.messages = 2, .tokens = -1, .ttl_ns = 9}};
+  err = PrepareParsedChat(model_, std::move(req), &chat);
+  ASSERT_FALSE(err.has_value()) << err->message;
+  const std::vector<RetainedPrefix>& p = chat.input.request.retention.prefixes;
+  ASSERT_EQ(p.size(), 2u);
+  // "<|im_start|>system\nbe brief<|im_end|>\n": through the system turn's newline.
+  const std::vector<int32_t>& ids = chat.input.request.prompt_token_ids;
+  EXPECT_EQ(std::count(ids.begin(), ids.begin() + p[0].num_tokens, kImEnd), 1);
+  EXPECT_GT(p[0].num_tokens, 4);
+  EXPECT_LT(p[0].num_tokens, p[1].num_tokens);
+  EXPECT_LE(p[1].num_tokens, n);
+  EXPECT_EQ(p[1].ttl_ns, 9);
+  PreparedChat none;
+  err = PrepareChat(model_, R"({"model": "m", "prompt_cache_retention": "1h", "messages": [{"role": "user",
+      "content": "x"}]})", &none);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_EQ(err->param, "prompt_cache_retention");
+}
+
 }  // namespace
 }  // namespace tessera::openai

@@ -150,7 +150,7 @@ TEST(ResponsesRequestTest, RefusalsNameTheField) {
       {R"({"model":"m","input":"x","include":["reasoning.encrypted_content"]})", "include"},
       {R"({"model":"m","input":"x","conversation":"c"})", "conversation"},
       {R"({"model":"m","input":"x","truncation":"auto"})", "truncation"},
-      {R"({"model":"m","input":"x","prompt_cache_retention":"24h"})", "prompt_cache_retention"},
+      {R"({"model":"m","input":"x","prompt_cache_retention":"1h"})", "prompt_cache_retention"},
       {R"({"model":"m","input":"x","max_output_tokens":0})", "max_output_tokens"},
       {R"({"model":"m","input":"x","temperature":3})", "temperature"},
       {R"({"model":"m","input":"x","metadata":{"k":1}})", "metadata"},
