@@ -4,11 +4,9 @@
 // model name or salt, and every Get re-checks size, checksum and key (model
 // fingerprint, layout, hash, tenant); a bad value is deleted and is a miss.
 //
-// Connections: a small pool, each used by one thread at a time. Every command
-// runs under connect_timeout / op_timeout, so a stopped or hung server costs a
-// caller at most those (UNAVAILABLE), never a hang. After a failure the store
-// fails fast (UNAVAILABLE, no connection attempt) for retry_interval, then
-// reconnects on the next call: a Redis that comes back is used again.
+// Connections: a RedisClient (redis_client.h): pooled, every command under
+// connect_timeout / op_timeout (UNAVAILABLE, never a hang), fail-fast for
+// retry_interval after a failure, then reconnecting.
 //
 // Thread-safe. Call from AsyncKvStore's workers, not the engine loop.
 #pragma once
@@ -21,8 +19,7 @@
 #include <vector>
 
 #include "engine/kv_tiers/kv_block_store.h"
-
-struct redisContext;
+#include "engine/kv_tiers/redis_client.h"
 
 namespace tessera::kv_tiers {
 
@@ -48,6 +45,9 @@ struct RedisKvStoreOptions {
 // the password only, Redis < 6 style).
 StatusOr<RedisKvStoreOptions> ParseRedisUrl(const std::string& url, RedisKvStoreOptions base = {});
 
+// The connection part of `o` (host, port, password, db, timeouts, pool size).
+RedisClientOptions ClientOptionsOf(const RedisKvStoreOptions& o, std::string name);
+
 class RedisKvStore final : public KvBlockStore {
  public:
   // Does not connect: an unreachable server is not an error until used.
@@ -64,19 +64,13 @@ class RedisKvStore final : public KvBlockStore {
   std::string RedisKeyOf(const KvBlockKey& key) const { return options_.key_prefix + KeyId(key); }
 
  private:
-  struct Reply;
-  explicit RedisKvStore(const RedisKvStoreOptions& options) : options_(options) {}
-  // A connected context (pooled or new), or UNAVAILABLE.
-  StatusOr<redisContext*> Acquire();
-  void Release(redisContext* c, bool healthy);
-  // Runs one command; UNAVAILABLE on any I/O failure (the connection is dropped).
-  StatusOr<Reply> Command(const std::vector<std::string_view>& argv);
+  RedisKvStore(const RedisKvStoreOptions& options, std::unique_ptr<RedisClient> client)
+      : options_(options), client_(std::move(client)) {}
 
   RedisKvStoreOptions options_;
+  std::unique_ptr<RedisClient> client_;
   mutable std::mutex mu_;
-  std::vector<redisContext*> idle_;                  // guarded by mu_
-  std::chrono::steady_clock::time_point down_until_; // guarded by mu_
-  KvStoreStats stats_;                               // guarded by mu_
+  KvStoreStats stats_;  // guarded by mu_; errors: client_'s
 };
 
 }  // namespace tessera::kv_tiers
