@@ -180,6 +180,8 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   if (!f.reasoning_parser.empty()) o.reasoning_parser = *openai::tools::ReasoningParserFromName(f.reasoning_parser);
   o.cache_control_best_effort = f.cache_control == "best-effort";
   o.responses_store_bytes = static_cast<size_t>(f.responses_store_mb) << 20;
+  o.responses_store_url = f.responses_store_url;
+  o.responses_store_ttl_s = f.responses_store_ttl_s;
   return o;
 }
 

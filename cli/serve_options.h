@@ -55,6 +55,8 @@ struct ServeOptions {
   openai::tools::ReasoningParserKind reasoning_parser = openai::tools::ReasoningParserKind::kNone;
   bool cache_control_best_effort = false;  // --cache-control best-effort
   size_t responses_store_bytes = 0;        // --responses-store-mb, in bytes
+  std::string responses_store_url;         // --responses-store-url ("": in memory)
+  int64_t responses_store_ttl_s = 0;       // --responses-store-ttl-s
 };
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& flags);
