@@ -81,7 +81,7 @@ struct ServeFlags {
   std::string cache_control = "refuse";  // Anthropic cache_control: refuse | best-effort
   int64_t responses_store_mb = 256;       // /v1/responses' in-memory store cap (0: store nothing)
   std::string responses_store_url;        // redis://HOST:PORT[/DB]: finished responses shared in Redis
-  int64_t responses_store_ttl_s = int64_t{30} * 86400;  // a record's lifetime there
+  int64_t responses_store_ttl_s = 0;      // a record's lifetime there (0: 30 days)
   // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;

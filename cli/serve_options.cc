@@ -181,7 +181,7 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
   o.cache_control_best_effort = f.cache_control == "best-effort";
   o.responses_store_bytes = static_cast<size_t>(f.responses_store_mb) << 20;
   o.responses_store_url = f.responses_store_url;
-  o.responses_store_ttl_s = f.responses_store_ttl_s;
+  o.responses_store_ttl_s = f.responses_store_ttl_s > 0 ? f.responses_store_ttl_s : int64_t{30} * 86400;
   return o;
 }
 

@@ -43,20 +43,10 @@ StatusOr<RedisKvStoreOptions> ParseRedisUrl(const std::string& url, RedisKvStore
   base.port = std::stoi(port);
   return base;
 }
-RedisClientOptions ClientOptionsOf(const RedisKvStoreOptions& o, std::string name) {
-  return {.host = o.host,
-          .port = o.port,
-          .password = o.password,
-          .db = o.db,
-          .connect_timeout_ms = o.connect_timeout_ms,
-          .op_timeout_ms = o.op_timeout_ms,
-          .retry_interval_ms = o.retry_interval_ms,
-          .max_connections = o.max_connections,
-          .name = std::move(name)};
-}
-
 StatusOr<std::unique_ptr<RedisKvStore>> RedisKvStore::Create(const RedisKvStoreOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> client, RedisClient::Create(ClientOptionsOf(options, "redis KV store")));
+  RedisClientOptions connection = options;  // the connection part
+  connection.name = "redis KV store";
+  ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> client, RedisClient::Create(connection));
   return std::unique_ptr<RedisKvStore>(new RedisKvStore(options, std::move(client)));
 }
 

@@ -23,17 +23,10 @@
 
 namespace tessera::kv_tiers {
 
-struct RedisKvStoreOptions {
-  std::string host = "127.0.0.1";
-  int port = 6379;
-  std::string password;  // "" : no AUTH
-  int db = 0;
+// The connection (host, port, password, db, timeouts, pool) is the client's.
+struct RedisKvStoreOptions : RedisClientOptions {
   std::string key_prefix = "tessera:kv:";
   int64_t ttl_s = 0;     // 0: no expiry (rely on Redis' maxmemory policy)
-  int connect_timeout_ms = 200;
-  int op_timeout_ms = 500;
-  int retry_interval_ms = 1000;
-  int max_connections = 4;
   // The deployment secret records are authenticated under ("" : none): with
   // one, a record whose MAC is not this secret's is refused (kv_block_record.h).
   std::string secret = "";
@@ -44,9 +37,6 @@ struct RedisKvStoreOptions {
 // INVALID_ARGUMENT naming what is wrong. The user name is ignored (AUTH with
 // the password only, Redis < 6 style).
 StatusOr<RedisKvStoreOptions> ParseRedisUrl(const std::string& url, RedisKvStoreOptions base = {});
-
-// The connection part of `o` (host, port, password, db, timeouts, pool size).
-RedisClientOptions ClientOptionsOf(const RedisKvStoreOptions& o, std::string name);
 
 class RedisKvStore final : public KvBlockStore {
  public:

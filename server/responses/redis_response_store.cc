@@ -32,8 +32,9 @@ StatusOr<std::unique_ptr<RedisResponseStore>> RedisResponseStore::Create(const R
   url->connect_timeout_ms = options.connect_timeout_ms;
   url->op_timeout_ms = options.op_timeout_ms;
   url->retry_interval_ms = options.retry_interval_ms;
-  ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> client,
-                   RedisClient::Create(kv_tiers::ClientOptionsOf(*url, "redis responses store")));
+  kv_tiers::RedisClientOptions connection = *url;  // the connection part
+  connection.name = "redis responses store";
+  ASSIGN_OR_RETURN(std::unique_ptr<RedisClient> client, RedisClient::Create(connection));
   return std::unique_ptr<RedisResponseStore>(new RedisResponseStore(options, std::move(client)));
 }
 

@@ -7,6 +7,7 @@ Starts a real redis-server on a free loopback port, two `tessera serve`
 instances on a tiny synthetic qwen3 with the same --responses-store-url and
 API keys, and a router over both (the client's keys on the router, the
 internal key between them). Checks:
+  * bad --responses-store-* values are refused by --check-config naming the flag;
   * /server_info says responses_store "redis";
   * a response created on instance A is continued on B (same tokens as the
     continuation on A), read (GET, input_items) and deleted on B;
@@ -20,6 +21,7 @@ Skips (exit 77) without redis-server. Prints one line per check.
 """
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +58,17 @@ def main():
     start = time.time()
     servers, redis = [], None
     try:
+        def bad_flags_refused():
+            for extra, flag in ((["--responses-store-url", "http://127.0.0.1:1"], "--responses-store-url"),
+                                (["--responses-store-ttl-s", "60"], "--responses-store-ttl-s"),
+                                (["--role", "router", "--decode-instances", "127.0.0.1:1",
+                                  "--responses-store-url", "redis://127.0.0.1:1"], "--responses-store-url")):
+                p = subprocess.run([args.tessera, "serve", "--check-config", "flags"] + extra, capture_output=True,
+                                   timeout=30)
+                out = (p.stdout + p.stderr).decode(errors="replace")
+                assert p.returncode != 0 and flag in out, (extra, p.returncode, out[-500:])
+        res.run("bad --responses-store-* values refused naming the flag", bad_flags_refused)
+
         redis = Redis(workdir)
         model = synth_model(args.tessera, workdir)
         key_file = os.path.join(workdir, "internal.key")
