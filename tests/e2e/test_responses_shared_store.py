@@ -14,6 +14,7 @@ internal key between them). Checks:
   * through the router a response created directly on A is continued, read and
     deleted (the router names the client's tenant to the instance);
   * another API key's request for the id is a 404 on B and through the router;
+  * the router asks one instance for an unknown id (a cancel still asks each);
   * Redis stopped: a continuation answers 503 naming the store (directly and
     through the router), a create still answers 200 and the skipped write is
     counted in tessera:responses_store_errors_total.
@@ -122,6 +123,22 @@ def main():
                 status, _, body = request(port, "DELETE", f"/v1/responses/{rid}", headers=auth(KEY_TWO))
                 assert status == 404, (port, status, body)
         res.run("another API key: 404 on B and through the router", other_key_is_404)
+
+        def router_does_not_probe():
+            def calls(path):
+                n = 0
+                for srv in (a, b):
+                    with open(srv.log_path, "rb") as f:
+                        n += f.read().decode(errors="replace").count(path + " 404")
+                return n
+            status, _, _ = request(router.port, "GET", "/v1/responses/resp_nosuchone1", headers=auth(KEY_ONE))
+            assert status == 404, status
+            status, _, _ = request(router.port, "POST", "/v1/responses/resp_nosuchone2/cancel", {},
+                                   headers=auth(KEY_ONE))
+            assert status == 404, status
+            wait_until(lambda: calls("POST /v1/responses/resp_nosuchone2/cancel") == 2, 5, "cancel tried on both")
+            assert calls("GET /v1/responses/resp_nosuchone1") == 1, "a shared store's 404 is the answer"
+        res.run("router: one instance answers a by-id 404 (cancel still tries each)", router_does_not_probe)
 
         def through_router():
             rid = state["id"]
