@@ -404,6 +404,7 @@ int RunInstance(const ServeOptions& o) {
   workers_guard.reset();
   workers.stop();
   for (auto& t : worker_threads) t.join();
+  response_store.FlushWrites();  // responses finished in the drain: their shared-store writes the workers dropped
 
   if (ctx.state.load() == ModelState::kLoading) {
     // Model::Load and synthesis cannot be interrupted; a partial default model

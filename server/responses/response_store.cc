@@ -1,6 +1,7 @@
 #include "server/responses/response_store.h"
 
 #include <utility>
+#include <vector>
 
 #include "common/log.h"
 
@@ -77,6 +78,15 @@ void ResponseStore::WriteShared(std::shared_ptr<const StoredResponse> entry) {
   if (deleted && put.ok()) {
     if (auto d = options_.shared->Delete(entry->id, entry->owner); !d.ok()) CountError(d.status());
   }
+}
+
+void ResponseStore::FlushWrites() {
+  std::vector<std::shared_ptr<const StoredResponse>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, entry] : writing_) pending.push_back(entry);
+  }
+  for (auto& entry : pending) WriteShared(std::move(entry));
 }
 
 void ResponseStore::CountError(const Status&) {

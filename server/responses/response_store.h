@@ -83,6 +83,9 @@ class ResponseStore {
   void Complete(StoredResponse entry);
   // The generation ended without a Response (failed, client gone).
   void Abandon(const std::string& id);
+  // Writes, on the calling thread, the shared store's writes that
+  // run_blocking has not run (at shutdown, once it runs nothing more).
+  void FlushWrites();
 
   // The stored (or stored-and-in-flight) response; nullptr when unknown or
   // another owner's; the shared store's error (UNAVAILABLE) when it cannot say.

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "tests/unit/engine/kv_tiers/redis_server.h"
 
@@ -62,6 +64,28 @@ TEST_F(RedisResponseStoreTest, PutGetDeleteByOwner) {
 TEST_F(RedisResponseStoreTest, OverTheCapIsRefused) {
   EXPECT_EQ(redis_->Put(Entry("resp_big", "t", 8192)).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(*redis_->Get("resp_big", "t"), nullptr);
+}
+
+TEST_F(RedisResponseStoreTest, WritesPendingOnWorkersAreServedHereAndFlushed) {
+  std::vector<std::function<void()>> queued;  // a worker pool that never runs (stopped at shutdown)
+  ResponseStoreOptions o;
+  o.shared = redis_;
+  o.run_blocking = [&queued](std::function<void()> fn) { queued.push_back(std::move(fn)); };
+  ResponseStore one(o);
+  ResponseStoreOptions plain;
+  plain.shared = redis_;
+  ResponseStore two(plain);
+  one.Complete(Entry("resp_p", "t"));
+  ASSERT_EQ(queued.size(), 1u);
+  EXPECT_NE(one.Get("resp_p", "t"), nullptr);  // served by the instance that made it meanwhile
+  EXPECT_EQ(two.Get("resp_p", "t"), nullptr);
+  one.FlushWrites();
+  EXPECT_NE(two.Get("resp_p", "t"), nullptr);
+  // Deleted while its write was queued: the write, when it runs, does not bring it back.
+  one.Complete(Entry("resp_q", "t"));
+  EXPECT_TRUE(one.Delete("resp_q", "t"));
+  queued.back()();
+  EXPECT_EQ(two.Get("resp_q", "t"), nullptr);
 }
 
 TEST_F(RedisResponseStoreTest, SharedThroughResponseStoreAndRedisDown) {
