@@ -16,7 +16,6 @@
 namespace tessera::responses {
 namespace {
 
-using kv_tiers::testing::FreePort;
 using kv_tiers::testing::HaveRedis;
 using kv_tiers::testing::RedisServer;
 
@@ -29,11 +28,9 @@ class RedisResponseStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveRedis()) GTEST_SKIP() << "redis-server is not installed (scripts/bootstrap)";
-    const int port = FreePort();
-    ASSERT_GT(port, 0);
-    ASSERT_TRUE(server_.Start(port));
+    ASSERT_TRUE(server_.StartOnFreePort());
     RedisResponseStoreOptions o;
-    o.url = "redis://127.0.0.1:" + std::to_string(port) + "/2";
+    o.url = "redis://127.0.0.1:" + std::to_string(server_.port()) + "/2";
     o.max_record_bytes = 4096;
     o.op_timeout_ms = 300;
     o.retry_interval_ms = 100;
