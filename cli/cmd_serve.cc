@@ -341,6 +341,15 @@ void AddServeFlags(CLI::App* cmd, ServeFlags* f) {
   cmd->add_option("--record-max-mb", f->record_max_mb,
                   "bound of --record's files together; the oldest are deleted first (default 256)")
       ->check(CLI::Range(0.004, 1e7));
+  cmd->add_option("--responses-store-url", f->responses_store_url,
+                  "keep finished /v1/responses in Redis/Valkey (redis://[[user]:password@]HOST:PORT[/DB]) instead "
+                  "of memory, so every instance given the same URL (and a router over them) can read, continue "
+                  "and delete them; records over 16 MiB are not kept; Redis down: previous_response_id and by-id "
+                  "calls answer 503, creates still answer and skip the store "
+                  "(tessera:responses_store_errors_total)");
+  cmd->add_option("--responses-store-ttl-s", f->responses_store_ttl_s,
+                  "lifetime of a response kept with --responses-store-url, in seconds (default 2592000: 30 days)")
+      ->check(CLI::Range(int64_t{1}, int64_t{10} * 365 * 86400));
   cmd->add_flag("--enable-auto-tool-choice", f->enable_auto_tool_choice,
                 "accepted for vLLM command lines: tool_choice \"auto\" is always on when a tool-call parser is "
                 "known");

@@ -100,6 +100,21 @@ Status ValidateKvOffloadFlags(const ServeFlags& f) {
 
 // Without the deployment credential nothing that carries KV or its events may
 // leave the machine (docs/architecture.md, "Threat model").
+Status ValidateResponsesStoreFlags(const ServeFlags& f) {
+  if (f.responses_store_url.empty()) {
+    if (f.responses_store_ttl_s != 0) return InvalidArgument("serve: --responses-store-ttl-s needs --responses-store-url");
+    return Status::Ok();
+  }
+  if (f.role == "router") {
+    return InvalidArgument("serve: --responses-store-url is an instance setting (the router learns it from the "
+                           "instances' /server_info), not --role router's");
+  }
+  if (auto r = kv_tiers::ParseRedisUrl(f.responses_store_url); !r.ok()) {
+    return InvalidArgument("serve: --responses-store-url " + r.status().message());
+  }
+  return Status::Ok();
+}
+
 Status ValidateUnauthenticatedTopology(const ServeFlags& f) {
   if (!f.internal_api_key.empty() || f.role == "router") return Status::Ok();
   const bool transfer = f.role == "prefill" || f.role == "decode" || f.kv_peer_fetch;
@@ -199,6 +214,7 @@ StatusOr<std::optional<SpeculativeConfig>> ValidateServeFlags(const ServeFlags& 
     if (auto kc = kv_events::ParseKvEventsConfig(f.kv_events_config); !kc.ok()) return kc.status();
   }
   if (Status s = ValidateKvOffloadFlags(f); !s.ok()) return s;
+  if (Status s = ValidateResponsesStoreFlags(f); !s.ok()) return s;
   if (Status s = ValidateUnauthenticatedTopology(f); !s.ok()) return s;
   if (Status s = ValidateKvSecurityFlags(f); !s.ok()) return s;
   StatusOr<parallel::EplbOptions> eplb = parallel::EplbFromFlags(f.enable_eplb, f.eplb_config, f.num_redundant_experts);

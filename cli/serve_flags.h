@@ -88,6 +88,8 @@ struct ServeFlags {
   int64_t responses_store_mb = 256;       // /v1/responses' in-memory store cap (0: store nothing)
   std::string record;                     // --record DIR: the request log replay reads ("" : off)
   double record_max_mb = 256;             // its bound, all files together
+  std::string responses_store_url;        // redis://HOST:PORT[/DB]: finished responses shared in Redis
+  int64_t responses_store_ttl_s = 0;      // a record's lifetime there (0: 30 days)
   // Parallel ranks (engine/parallel/shard/rank_group.h), vLLM's names.
   int tensor_parallel_size = 1;
   int data_parallel_size = 1;

@@ -204,6 +204,8 @@ StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& f) {
     o.record.dir = f.record;
     o.record.max_bytes = static_cast<uint64_t>(f.record_max_mb * 1024 * 1024);
   }
+  o.responses_store_url = f.responses_store_url;
+  o.responses_store_ttl_s = f.responses_store_ttl_s > 0 ? f.responses_store_ttl_s : int64_t{30} * 86400;
   return o;
 }
 

@@ -58,6 +58,8 @@ struct ServeOptions {
   size_t responses_store_bytes = 0;        // --responses-store-mb, in bytes
   // --record (server/record/request_log.h); dir "" : off.
   record::RequestLogOptions record;
+  std::string responses_store_url;         // --responses-store-url ("": in memory)
+  int64_t responses_store_ttl_s = 0;       // --responses-store-ttl-s
 };
 
 StatusOr<ServeOptions> ServeOptionsFromFlags(const ServeFlags& flags);

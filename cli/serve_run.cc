@@ -33,6 +33,7 @@
 #include "server/http/anthropic_routes.h"
 #include "server/http/http_server.h"
 #include "server/http/responses_routes.h"
+#include "server/responses/redis_response_store.h"
 #include "server/responses/response_store.h"
 #include "server/http/openai_routes.h"
 #include "server/kv_events/kv_event_publisher.h"
@@ -274,7 +275,16 @@ int RunInstance(const ServeOptions& o) {
   const std::string& served = planned->served;
 
   // Before the io contexts: a job their queues still hold at exit reaches it.
-  responses::ResponseStore response_store({.max_bytes = o.responses_store_bytes});
+  responses::ResponseStoreOptions store_options;
+  store_options.max_bytes = o.responses_store_bytes;
+  if (!o.responses_store_url.empty()) {
+    responses::RedisResponseStoreOptions redis;
+    redis.url = o.responses_store_url;
+    redis.ttl_s = o.responses_store_ttl_s;
+    auto shared = responses::RedisResponseStore::Create(redis);
+    if (!shared.ok()) return Fail(shared.status());
+    store_options.shared = std::move(*shared);
+  }
   std::unique_ptr<record::RequestLog> request_log;  // written out and joined after the servers stop
   if (!o.record.dir.empty()) {
     StatusOr<std::unique_ptr<record::RequestLog>> log = record::RequestLog::Open(o.record);
@@ -283,8 +293,13 @@ int RunInstance(const ServeOptions& o) {
     LogInfo("serve: recording finished generations to {} (at most {:.1f} MB)",
             o.record.dir, static_cast<double>(o.record.max_bytes) / (1 << 20));
   }
-  net::io_context ioc{kIoThreads};
   net::io_context workers{kWorkerThreads};
+  // A shared store's writes run on the workers, never on the I/O strand that finishes a response.
+  if (store_options.shared) {
+    store_options.run_blocking = [&workers](std::function<void()> fn) { net::post(workers, std::move(fn)); };
+  }
+  responses::ResponseStore response_store(std::move(store_options));
+  net::io_context ioc{kIoThreads};
   auto workers_guard = net::make_work_guard(workers);
   HttpServer server(ioc, o.http);
   ServingMetrics metrics(served);
@@ -302,6 +317,14 @@ int RunInstance(const ServeOptions& o) {
   ctx.cache_control_retain = o.cache_control_retain;
   ctx.response_store = &response_store;
   ctx.request_log = request_log.get();
+  ctx.extra_metrics = [&response_store, more = std::move(ctx.extra_metrics)] {
+    return fmt::format("# HELP tessera:responses_store_errors_total /v1/responses store operations that failed: "
+                       "writes skipped (shared store unavailable, record over its cap) and reads it could not "
+                       "answer.\n# TYPE tessera:responses_store_errors_total counter\n"
+                       "tessera:responses_store_errors_total {}\n",
+                       response_store.errors()) +
+           (more ? more() : std::string());
+  };
   RegisterOpenAiRoutes(&ctx);
   RegisterAnthropicRoutes(&ctx);
   RegisterResponsesRoutes(&ctx);
@@ -393,6 +416,7 @@ int RunInstance(const ServeOptions& o) {
   workers_guard.reset();
   workers.stop();
   for (auto& t : worker_threads) t.join();
+  response_store.FlushWrites();  // responses finished in the drain: their shared-store writes the workers dropped
 
   if (ctx.state.load() == ModelState::kLoading) {
     // Model::Load and synthesis cannot be interrupted; a partial default model

@@ -4,11 +4,9 @@
 // model name or salt, and every Get re-checks size, checksum and key (model
 // fingerprint, layout, hash, tenant); a bad value is deleted and is a miss.
 //
-// Connections: a small pool, each used by one thread at a time. Every command
-// runs under connect_timeout / op_timeout, so a stopped or hung server costs a
-// caller at most those (UNAVAILABLE), never a hang. After a failure the store
-// fails fast (UNAVAILABLE, no connection attempt) for retry_interval, then
-// reconnects on the next call: a Redis that comes back is used again.
+// Connections: a RedisClient (redis_client.h): pooled, every command under
+// connect_timeout / op_timeout (UNAVAILABLE, never a hang), fail-fast for
+// retry_interval after a failure, then reconnecting.
 //
 // Thread-safe. Call from AsyncKvStore's workers, not the engine loop.
 #pragma once
@@ -21,22 +19,14 @@
 #include <vector>
 
 #include "engine/kv_tiers/kv_block_store.h"
-
-struct redisContext;
+#include "engine/kv_tiers/redis_client.h"
 
 namespace tessera::kv_tiers {
 
-struct RedisKvStoreOptions {
-  std::string host = "127.0.0.1";
-  int port = 6379;
-  std::string password;  // "" : no AUTH
-  int db = 0;
+// The connection (host, port, password, db, timeouts, pool) is the client's.
+struct RedisKvStoreOptions : RedisClientOptions {
   std::string key_prefix = "tessera:kv:";
   int64_t ttl_s = 0;     // 0: no expiry (rely on Redis' maxmemory policy)
-  int connect_timeout_ms = 200;
-  int op_timeout_ms = 500;
-  int retry_interval_ms = 1000;
-  int max_connections = 4;
   // The deployment secret records are authenticated under ("" : none): with
   // one, a record whose MAC is not this secret's is refused (kv_block_record.h).
   std::string secret = "";
@@ -64,19 +54,13 @@ class RedisKvStore final : public KvBlockStore {
   std::string RedisKeyOf(const KvBlockKey& key) const { return options_.key_prefix + KeyId(key); }
 
  private:
-  struct Reply;
-  explicit RedisKvStore(const RedisKvStoreOptions& options) : options_(options) {}
-  // A connected context (pooled or new), or UNAVAILABLE.
-  StatusOr<redisContext*> Acquire();
-  void Release(redisContext* c, bool healthy);
-  // Runs one command; UNAVAILABLE on any I/O failure (the connection is dropped).
-  StatusOr<Reply> Command(const std::vector<std::string_view>& argv);
+  RedisKvStore(const RedisKvStoreOptions& options, std::unique_ptr<RedisClient> client)
+      : options_(options), client_(std::move(client)) {}
 
   RedisKvStoreOptions options_;
+  std::unique_ptr<RedisClient> client_;
   mutable std::mutex mu_;
-  std::vector<redisContext*> idle_;                  // guarded by mu_
-  std::chrono::steady_clock::time_point down_until_; // guarded by mu_
-  KvStoreStats stats_;                               // guarded by mu_
+  KvStoreStats stats_;  // guarded by mu_; errors: client_'s
 };
 
 }  // namespace tessera::kv_tiers

@@ -9,6 +9,7 @@
 #include "server/openai/request_path.h"
 #include "server/openai/sse.h"
 #include "server/openai/tokenize_request.h"
+#include "server/responses/response_store.h"
 
 namespace tessera {
 namespace {
@@ -73,6 +74,9 @@ void HandleModels(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
 void HandleServerInfo(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   json info = {{"role", ctx->role}, {"model", ctx->served_model_name}, {"block_size", nullptr},
                {"kv_events", nullptr}, {"kv_transfer", nullptr}};
+  // Where finished /v1/responses live: "memory" (this instance) or "redis"
+  // (shared: the router then sends by-id requests to any instance).
+  if (ctx->response_store != nullptr) info["responses_store"] = ctx->response_store->kind();
   if (!ctx->kv_events_endpoint.empty()) {
     info["kv_events"] = {{"endpoint", ctx->kv_events_endpoint},
                          {"replay_endpoint", ctx->kv_events_replay_endpoint},

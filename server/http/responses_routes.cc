@@ -18,6 +18,7 @@
 #include "server/responses/response_render.h"
 #include "server/responses/response_store.h"
 #include "server/responses/responses_request.h"
+#include "server/responses/shared_store_wire.h"
 #include "server/serving/cache_isolation.h"
 
 namespace tessera {
@@ -27,6 +28,8 @@ namespace http = boost::beast::http;
 using responses::Json;
 using responses::ResponseStore;
 using responses::StoredResponse;
+using responses::kOwnerHeader;
+using responses::kStoreUnavailableCode;
 
 constexpr std::string_view kPrefix = "/v1/responses/";
 
@@ -56,10 +59,29 @@ class CancelHandle {
   bool cancelled_ = false;
 };
 
-// The owner of stored responses: the API key's tenant; the router's requests
-// share one (see server/responses/README.md).
+// The owner of stored responses: the API key's tenant. A request with the
+// internal key (the router) names its client's tenant in kOwnerHeader (the
+// router and the instances derive the same tenant from the same key), so
+// clients stay apart behind the router too and a response created directly
+// can be continued through it; without the header the router's requests
+// share one owner. The header is ignored from anyone else (a client cannot
+// claim another's responses).
 std::string Owner(const ServeContext& ctx, const HttpExchange& ex) {
-  return InternalCaller(ctx, ex) ? std::string(kRouterTenant) : ex.tenant();
+  if (!InternalCaller(ctx, ex)) return ex.tenant();
+  const auto h = ex.request().find(boost::beast::string_view(kOwnerHeader.data(), kOwnerHeader.size()));
+  if (h == ex.request().end() || h->value().empty() || h->value().size() > 128) return std::string(kRouterTenant);
+  return std::string(h->value().data(), h->value().size());
+}
+
+// The shared store could not answer: a 503 naming it (the router relays
+// it as it is, rather than trying another instance that shares the store).
+HttpResponse StoreUnavailable(const Status& s, const char* param = nullptr) {
+  LogWarn("responses store: {}", s.message());
+  return ErrorResponse({ApiStatus::kServiceUnavailable,
+                        "the responses store is unavailable" +
+                            std::string(param != nullptr ? std::string(" to look up '") + param + "'" : "") +
+                            "; retry later",
+                        "server_error", param == nullptr ? "" : param, std::string(kStoreUnavailableCode)});
 }
 
 HttpResponse NotFound(const std::string& id, const char* param = nullptr) {
@@ -138,7 +160,9 @@ void HandleCreate(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   const std::string owner = Owner(*ctx, *ex);
   Json prior = Json::array();
   if (!req.previous_response_id.empty()) {
-    auto prev = ctx->response_store->Get(req.previous_response_id, owner);
+    auto found = ctx->response_store->Find(req.previous_response_id, owner);
+    if (!found.ok()) return ex->Send(StoreUnavailable(found.status(), "previous_response_id"));
+    const auto& prev = *found;
     if (prev == nullptr) return ex->Send(NotFound(req.previous_response_id, "previous_response_id"));
     if (prev->response.value("status", "") == "in_progress") {
       return ex->Send(ErrorResponse(BadRequest("'previous_response_id': response '" + prev->id +
@@ -256,7 +280,9 @@ void HandleGet(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   if (!action.empty() && action != "input_items") {
     return ex->Send(ErrorResponse({ApiStatus::kNotFound, "no such route", "invalid_request_error", "", ""}));
   }
-  auto r = ctx->response_store->Get(id, Owner(*ctx, *ex));
+  auto found = ctx->response_store->Find(id, Owner(*ctx, *ex));
+  if (!found.ok()) return ex->Send(StoreUnavailable(found.status()));
+  const auto& r = *found;
   if (r == nullptr) return ex->Send(NotFound(id));
   if (action == "input_items") return ex->Send(InputItems(*ex, *r));
   if (QueryValue(*ex, "stream") == "true") {
@@ -268,7 +294,10 @@ void HandleGet(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
 
 void HandleDelete(ServeContext* ctx, const std::shared_ptr<HttpExchange>& ex) {
   const auto [id, action] = IdAndAction(*ex);
-  if (!action.empty() || !ctx->response_store->Delete(id, Owner(*ctx, *ex))) return ex->Send(NotFound(id));
+  if (!action.empty()) return ex->Send(NotFound(id));
+  auto deleted = ctx->response_store->Erase(id, Owner(*ctx, *ex));
+  if (!deleted.ok()) return ex->Send(StoreUnavailable(deleted.status()));
+  if (!*deleted) return ex->Send(NotFound(id));
   ex->Send(JsonResponse(HttpStatus::ok, {{"id", id}, {"object", "response.deleted"}, {"deleted", true}}));
 }
 
@@ -300,12 +329,13 @@ void RegisterResponsesRoutes(ServeContext* ctx) {
       http::verb::post, "/v1/responses",
       [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleCreate); }, json_route);
   const std::string prefix(kPrefix);
+  // Off the I/O threads: with a shared store these wait on it (bounded by its timeouts).
   ctx->server->HandlePrefix(http::verb::get, prefix,
-                            [ctx](std::shared_ptr<HttpExchange> ex) { HandleGet(ctx, ex); });
+                            [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleGet); });
   ctx->server->HandlePrefix(http::verb::delete_, prefix,
-                            [ctx](std::shared_ptr<HttpExchange> ex) { HandleDelete(ctx, ex); });
+                            [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleDelete); });
   ctx->server->HandlePrefix(http::verb::post, prefix,
-                            [ctx](std::shared_ptr<HttpExchange> ex) { HandleCancel(ctx, ex); });
+                            [ctx](std::shared_ptr<HttpExchange> ex) { OffIo(ctx, std::move(ex), HandleCancel); });
 }
 
 }  // namespace tessera

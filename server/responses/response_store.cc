@@ -1,6 +1,9 @@
 #include "server/responses/response_store.h"
 
 #include <utility>
+#include <vector>
+
+#include "common/log.h"
 
 namespace tessera::responses {
 
@@ -24,6 +27,20 @@ void ResponseStore::Begin(StoredResponse snapshot, bool store, std::function<voi
 }
 
 void ResponseStore::Complete(StoredResponse entry) {
+  if (options_.shared) {
+    auto shared = std::make_shared<const StoredResponse>(std::move(entry));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = in_flight_.find(shared->id);
+      const bool keep = it == in_flight_.end() || (it->second.store && !it->second.deleted);
+      if (it != in_flight_.end()) in_flight_.erase(it);
+      if (!keep) return;
+      writing_[shared->id] = shared;
+    }
+    auto write = [this, shared] { WriteShared(shared); };
+    if (options_.run_blocking) return options_.run_blocking(std::move(write));
+    return write();
+  }
   const size_t bytes = EntryBytes(entry);  // outside the lock: linear in the entry
   std::lock_guard<std::mutex> lock(mu_);
   auto it = in_flight_.find(entry.id);
@@ -42,6 +59,46 @@ void ResponseStore::Complete(StoredResponse entry) {
   bytes_ += bytes;
 }
 
+// The entry stays in writing_ (readable here) until its write is done; one
+// deleted meanwhile (gone from writing_) is deleted from the shared store
+// again, after the write, so it cannot come back.
+void ResponseStore::WriteShared(std::shared_ptr<const StoredResponse> entry) {
+  const Status put = options_.shared->Put(*entry);
+  if (!put.ok()) {
+    LogWarn("responses store: {} not stored: {}", entry->id, put.message());
+    CountError(put);
+  }
+  bool deleted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = writing_.find(entry->id);
+    deleted = it == writing_.end() || it->second != entry;
+    if (!deleted) writing_.erase(it);
+  }
+  if (deleted && put.ok()) {
+    if (auto d = options_.shared->Delete(entry->id, entry->owner); !d.ok()) CountError(d.status());
+  }
+}
+
+void ResponseStore::FlushWrites() {
+  std::vector<std::shared_ptr<const StoredResponse>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, entry] : writing_) pending.push_back(entry);
+  }
+  for (auto& entry : pending) WriteShared(std::move(entry));
+}
+
+void ResponseStore::CountError(const Status&) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++errors_;
+}
+
+int64_t ResponseStore::errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return errors_;
+}
+
 void ResponseStore::Abandon(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   in_flight_.erase(id);
@@ -56,22 +113,34 @@ void ResponseStore::EvictTo(size_t budget) {
   }
 }
 
-std::shared_ptr<const StoredResponse> ResponseStore::Get(const std::string& id, const std::string& owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = stored_.find(id); it != stored_.end()) {
-    if (it->second.entry->owner != owner) return nullptr;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-    return it->second.entry;
+StatusOr<std::shared_ptr<const StoredResponse>> ResponseStore::Find(const std::string& id,
+                                                                      const std::string& owner) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = stored_.find(id); it != stored_.end()) {
+      if (it->second.entry->owner != owner) return std::shared_ptr<const StoredResponse>();
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.entry;
+    }
+    if (auto w = writing_.find(id); w != writing_.end()) {
+      return w->second->owner == owner ? w->second : std::shared_ptr<const StoredResponse>();
+    }
+    if (auto f = in_flight_.find(id); f != in_flight_.end()) {
+      if (f->second.snapshot->owner != owner || !f->second.store || f->second.deleted) {
+        return std::shared_ptr<const StoredResponse>();
+      }
+      return std::make_shared<const StoredResponse>(*f->second.snapshot);
+    }
   }
-  auto f = in_flight_.find(id);
-  if (f == in_flight_.end() || f->second.snapshot->owner != owner || !f->second.store || f->second.deleted) {
-    return nullptr;
-  }
-  return std::make_shared<const StoredResponse>(*f->second.snapshot);
+  if (!options_.shared) return std::shared_ptr<const StoredResponse>();
+  auto r = options_.shared->Get(id, owner);
+  if (!r.ok()) CountError(r.status());
+  return r;
 }
 
-bool ResponseStore::Delete(const std::string& id, const std::string& owner) {
+StatusOr<bool> ResponseStore::Erase(const std::string& id, const std::string& owner) {
   std::function<void()> cancel;
+  bool was_writing = false, in_flight = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = stored_.find(id); it != stored_.end() && it->second.entry->owner == owner) {
@@ -80,24 +149,44 @@ bool ResponseStore::Delete(const std::string& id, const std::string& owner) {
       stored_.erase(it);
       return true;
     }
-    auto f = in_flight_.find(id);
-    if (f == in_flight_.end() || f->second.snapshot->owner != owner || !f->second.store || f->second.deleted) {
+    if (auto w = writing_.find(id); w != writing_.end() && w->second->owner == owner) {
+      writing_.erase(w);  // WriteShared deletes it again once written
+      was_writing = true;
+    } else if (auto f = in_flight_.find(id); f != in_flight_.end()) {
+      if (f->second.snapshot->owner != owner || !f->second.store || f->second.deleted) return false;
+      f->second.deleted = true;
+      f->second.cancelled = true;
+      cancel = f->second.cancel;
+      in_flight = true;
+    } else if (!options_.shared) {
       return false;
     }
-    f->second.deleted = true;
-    f->second.cancelled = true;
-    cancel = f->second.cancel;
   }
-  if (cancel) cancel();
-  return true;
+  if (cancel) cancel();  // outside the lock: it may take the engine's
+  if (in_flight || was_writing) return true;
+  auto d = options_.shared->Delete(id, owner);
+  if (!d.ok()) CountError(d.status());
+  return d;
+}
+
+std::shared_ptr<const StoredResponse> ResponseStore::Get(const std::string& id, const std::string& owner) {
+  auto r = Find(id, owner);
+  return r.ok() ? *r : nullptr;
+}
+
+bool ResponseStore::Delete(const std::string& id, const std::string& owner) {
+  auto r = Erase(id, owner);
+  return r.ok() && *r;
 }
 
 ResponseStore::CancelResult ResponseStore::Cancel(const std::string& id, const std::string& owner, Json* snapshot) {
   std::function<void()> cancel;
+  bool in_flight = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto f = in_flight_.find(id);
     if (f != in_flight_.end() && f->second.snapshot->owner == owner && !f->second.deleted) {
+      in_flight = true;
       f->second.cancelled = true;
       f->second.snapshot->response["status"] = "cancelled";
       *snapshot = f->second.snapshot->response;
@@ -105,9 +194,19 @@ ResponseStore::CancelResult ResponseStore::Cancel(const std::string& id, const s
     } else if (auto it = stored_.find(id); it != stored_.end() && it->second.entry->owner == owner) {
       *snapshot = it->second.entry->response;
       return CancelResult::kNotInProgress;
-    } else {
+    } else if (auto w = writing_.find(id); w != writing_.end() && w->second->owner == owner) {
+      *snapshot = w->second->response;
+      return CancelResult::kNotInProgress;
+    } else if (!options_.shared) {
       return CancelResult::kNotFound;
     }
+  }
+  if (!in_flight) {  // not in flight here: finished in the shared store, or unknown (an error reads as unknown)
+    auto r = options_.shared->Get(id, owner);
+    if (!r.ok()) CountError(r.status());
+    if (!r.ok() || *r == nullptr) return CancelResult::kNotFound;
+    *snapshot = (*r)->response;
+    return CancelResult::kNotInProgress;
   }
   if (cancel) cancel();  // outside the lock: it may take the engine's
   return CancelResult::kCancelled;

@@ -7,11 +7,14 @@
 // their generation.
 //
 // Every lookup names the owner (the API key's tenant, server/http/): another
-// owner's id is "not found", as an unknown one. One store per instance: an
-// id created on one instance is unknown to the others (the router probes
-// each instance; a shared Redis store is a later part: server/responses/README.md).
+// owner's id is "not found", as an unknown one. Finished responses live in
+// this process (LRU above) or, with a SharedResponseStore (serve
+// --responses-store-url: redis_response_store.h), there, so that every
+// instance sharing it can read and continue them; in-flight ones stay here.
 // Thread-safe (one mutex; every operation O(1) besides copying a shared_ptr,
-// Complete's size estimate is linear in the entry).
+// Complete's size estimate is linear in the entry). With a shared store,
+// Find/Erase/Cancel block on it (call them off the I/O threads); Complete
+// hands its write to options.run_blocking.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,8 @@
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
+
+#include "common/status.h"
 
 namespace tessera::responses {
 
@@ -40,8 +45,28 @@ struct StoredResponse {
   Json conversation;
 };
 
+// Finished responses kept outside this process. Thread-safe; blocking
+// (bounded by the backend's timeouts). UNAVAILABLE when it cannot answer.
+class SharedResponseStore {
+ public:
+  virtual ~SharedResponseStore() = default;
+  // RESOURCE_EXHAUSTED when the record is over the backend's size cap.
+  virtual Status Put(const StoredResponse& entry) = 0;
+  // nullptr: unknown, expired or another owner's.
+  virtual StatusOr<std::shared_ptr<const StoredResponse>> Get(const std::string& id, const std::string& owner) = 0;
+  // Whether it existed (and was the owner's).
+  virtual StatusOr<bool> Delete(const std::string& id, const std::string& owner) = 0;
+  virtual const char* kind() const = 0;  // "redis"; server_info's responses_store
+};
+
 struct ResponseStoreOptions {
   size_t max_bytes = size_t{256} << 20;  // 0: nothing is stored (previous_response_id then always 404)
+  // Finished responses go here instead of the LRU (max_bytes then unused).
+  std::shared_ptr<SharedResponseStore> shared;
+  // Runs a shared store's write off the caller's thread (the I/O strand that
+  // finishes a response); unset: inline. Until the write lands the entry is
+  // served from this process.
+  std::function<void(std::function<void()>)> run_blocking;
 };
 
 class ResponseStore {
@@ -58,11 +83,18 @@ class ResponseStore {
   void Complete(StoredResponse entry);
   // The generation ended without a Response (failed, client gone).
   void Abandon(const std::string& id);
+  // Writes, on the calling thread, the shared store's writes that
+  // run_blocking has not run (at shutdown, once it runs nothing more).
+  void FlushWrites();
 
-  // The stored (or stored-and-in-flight) response; nullptr when unknown or another owner's.
-  std::shared_ptr<const StoredResponse> Get(const std::string& id, const std::string& owner);
+  // The stored (or stored-and-in-flight) response; nullptr when unknown or
+  // another owner's; the shared store's error (UNAVAILABLE) when it cannot say.
+  StatusOr<std::shared_ptr<const StoredResponse>> Find(const std::string& id, const std::string& owner);
   // True when it existed (stored or in flight) and was the owner's; an
   // in-flight one is also cancelled and not stored when it ends.
+  StatusOr<bool> Erase(const std::string& id, const std::string& owner);
+  // Find / Erase with an error read as "not found" (counted in errors()).
+  std::shared_ptr<const StoredResponse> Get(const std::string& id, const std::string& owner);
   bool Delete(const std::string& id, const std::string& owner);
   enum class CancelResult { kNotFound, kCancelled, kNotInProgress };
   // Aborts an in-flight response's generation; it ends with status
@@ -72,6 +104,10 @@ class ResponseStore {
   // when its generation ends with an abort).
   bool CancelRequested(const std::string& id);
 
+  // Shared store failures: writes skipped (unavailable, over its size cap)
+  // and reads that could not be answered.
+  int64_t errors() const;
+  const char* kind() const { return options_.shared ? options_.shared->kind() : "memory"; }
   size_t bytes() const;
   size_t size() const;
   // An entry's charge against the cap: its JSON text's length plus a fixed overhead.
@@ -91,13 +127,18 @@ class ResponseStore {
     std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
   };
   void EvictTo(size_t budget);  // mu_ held
+  void WriteShared(std::shared_ptr<const StoredResponse> entry);
+  void CountError(const Status& s);
 
   const ResponseStoreOptions options_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Slot> stored_;
   std::list<std::string> lru_;
   std::unordered_map<std::string, InFlight> in_flight_;
+  // Finished, on their way to the shared store (served from here meanwhile).
+  std::unordered_map<std::string, std::shared_ptr<const StoredResponse>> writing_;
   size_t bytes_ = 0;
+  int64_t errors_ = 0;
 };
 
 }  // namespace tessera::responses

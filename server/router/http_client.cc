@@ -94,6 +94,10 @@ Status HttpCall(const std::string& host, int port, const std::string& method, co
   }
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: " + peer + "\r\nConnection: close\r\n";
   if (!options.bearer.empty()) req += "Authorization: Bearer " + options.bearer + "\r\n";
+  for (const auto& [name, value] : options.headers) {
+    if (value.find_first_of("\r\n") != std::string::npos) return InvalidArgument("header " + name + ": CR/LF in value");
+    req += name + ": " + value + "\r\n";
+  }
   if (!body.empty() || method == "POST") {
     req += "Content-Type: " + options.content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -21,6 +23,9 @@ struct HttpCallOptions {
   // Sent as `Authorization: Bearer <bearer>` when not empty: the router's own
   // credential (--internal-api-key-file), never a client's.
   std::string bearer;
+  // Extra request headers (name, value), e.g. the client's tenant a relay
+  // names to an instance with the router's bearer. Values must not hold CR/LF.
+  std::vector<std::pair<std::string, std::string>> headers;
   // Polled about every 250 ms while the call waits for its peer (connect,
   // send, read); true ends the call with UNAVAILABLE "abandoned". For a peer
   // that stops answering without closing (frozen, partitioned), which the

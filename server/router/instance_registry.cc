@@ -157,11 +157,22 @@ void InstanceRegistry::PollLoop() {
       HttpCallResult ready;
       if (s.ok() && res.status == 200) s = HttpCall(in.ref.host, in.ref.port, "GET", "/ready", "", o, &ready);
       const bool up = s.ok() && res.status == 200 && ready.status == 200;
+      std::string store_kind;  // relearnt when it (re)joins: a restart may change its flags
+      if (up && (!in.healthy || !in.answered || in.responses_store.empty())) {
+        HttpCallResult info;
+        if (HttpCall(in.ref.host, in.ref.port, "GET", "/server_info", "", o, &info).ok() && info.status == 200) {
+          const auto j = nlohmann::json::parse(info.body, nullptr, false);
+          store_kind = j.is_object() && j.contains("responses_store") && j["responses_store"].is_string()
+                           ? j["responses_store"].get<std::string>()
+                           : "none";
+        }
+      }
       std::lock_guard g(mu_);
       auto it = instances_.find(Key(in.role, in.ref.address));
       if (it == instances_.end()) continue;
       Instance& cur = it->second;
       if (up) {
+        if (!store_kind.empty()) cur.responses_store = store_kind;
         if (!cur.healthy) LogInfo("router: {} {} is back", InstanceRoleName(cur.role), cur.ref.address);
         cur.healthy = true;
         cur.answered = true;
@@ -240,6 +251,17 @@ bool InstanceRegistry::Healthy(const std::string& address) const {
     if (in.ref.address == address) return in.healthy;
   }
   return false;
+}
+
+bool InstanceRegistry::DecodeResponsesStoreIs(std::string_view kind) const {
+  std::lock_guard g(mu_);
+  bool any = false;
+  for (const auto& [k, in] : instances_) {
+    if (in.role != InstanceRole::kDecode) continue;
+    if (in.responses_store != kind) return false;
+    any = true;
+  }
+  return any;
 }
 
 bool InstanceRegistry::AnyHealthy(InstanceRole role) const {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -71,6 +72,11 @@ class InstanceRegistry {
   // Options for a call to an instance: the router's own credential set (never
   // a client's), the rest defaults. Every call the router makes starts here.
   HttpCallOptions CallOptions() const;
+  // Every decode instance said (in /server_info, learnt when it first
+  // answers or comes back) that its finished /v1/responses live in a store
+  // of `kind` ("redis"): any of them can serve a stored id. False while one
+  // is unknown or says otherwise.
+  bool DecodeResponsesStoreIs(std::string_view kind) const;
 
  private:
   struct Instance {
@@ -84,6 +90,7 @@ class InstanceRegistry {
     int64_t waiting = 0;
     std::chrono::milliseconds backoff{0};
     std::chrono::steady_clock::time_point next_poll{};
+    std::string responses_store;  // /server_info's "responses_store" ("": not learnt)
   };
   InstanceRegistry() = default;
   // Entries as configured (names unresolved); resolves them (blocking DNS: poller thread or Create only).

@@ -36,7 +36,10 @@ void RunMessagesProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchang
   if (!payload) return;
   static const RelayApi kAnthropic{.error_response = AnthropicErrorResponse,
                                    .stream_error = anthropic::SseError,
-                                   .stream_ends = {"event: message_stop"}};
+                                   .stream_ends = {"event: message_stop"},
+                                   .probe_on_404 = false,
+                                   .owner_header = {},
+                                   .relay_503_code = {}};
   RelayToInstance(ctx, ex, "POST", path, *payload, kAnthropic);
 }
 
@@ -53,6 +56,9 @@ void RelayToInstance(const ProxyContext& ctx, const std::shared_ptr<HttpExchange
     HttpCallOptions o = ctx.registry->CallOptions();
     o.idle_timeout = std::chrono::milliseconds(120000);
     o.abandon = gone;
+    if (!api.owner_header.empty() && !ex->tenant().empty()) {
+      o.headers.emplace_back(std::string(api.owner_header), ex->tenant());
+    }
     bool streaming = false;
     bool stopped = false;  // a terminal event relayed: the stream is complete
     std::string tail;      // the last bytes relayed, to find message_stop across pieces
@@ -88,6 +94,14 @@ void RelayToInstance(const ProxyContext& ctx, const std::shared_ptr<HttpExchange
       return ex->EndStream();
     }
     if (gone()) break;
+    if (s.ok() && r.status == 503 && !api.relay_503_code.empty() &&
+        held.find("\"" + std::string(api.relay_503_code) + "\"") != std::string::npos) {
+      HttpResponse res{HttpStatus::service_unavailable, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = std::move(held);
+      res.prepare_payload();
+      return ex->Send(std::move(res));
+    }
     if (!s.ok() || r.status == 0 || r.status >= 500) {
       ctx.registry->MarkFailed(inst->address);
       failed.push_back(inst->address);

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,12 @@ struct RelayApi {
   // A 404 is the instance's own answer (an id it does not hold): the others
   // are tried in turn, and the last 404 is relayed when none holds it.
   bool probe_on_404 = false;
+  // Sent with the router's bearer when the client authenticated (its tenant,
+  // ApiKeyTenantId): the header an instance keys what it stores by ("" : none).
+  std::string_view owner_header;
+  // A 503 whose body names this error code is the instance's own answer (a
+  // store they share is down): relayed, the instance kept in rotation.
+  std::string_view relay_503_code;
 };
 
 // `body` as sent on: the client key's namespace put in its cache_salt when

@@ -1,6 +1,7 @@
 #include "server/router/responses_proxy.h"
 
 #include "server/openai/sse.h"
+#include "server/responses/shared_store_wire.h"
 #include "server/router/messages_proxy.h"
 
 namespace tessera {
@@ -16,13 +17,25 @@ std::string ResponsesStreamError(const ApiError& e) {
   return "event: error\ndata: " + openai::DumpJson(event) + "\n\n";
 }
 
-const RelayApi& Api() {
-  static const RelayApi api{.error_response = ErrorResponse,
-                            .stream_error = ResponsesStreamError,
-                            .stream_ends = {"event: response.completed", "event: response.incomplete",
-                                            "event: response.failed", "event: error"},
-                            .probe_on_404 = true};
-  return api;
+// `probe`: a 404 means "not on this instance" (per-instance stores, or a
+// cancel, which only the instance generating the response can do); with a
+// store every instance shares, the first instance's 404 is the answer.
+const RelayApi& Api(bool probe) {
+  static const auto make = [](bool p) {
+    return RelayApi{.error_response = ErrorResponse,
+                    .stream_error = ResponsesStreamError,
+                    .stream_ends = {"event: response.completed", "event: response.incomplete",
+                                    "event: response.failed", "event: error"},
+                    .probe_on_404 = p,
+                    .owner_header = responses::kOwnerHeader,
+                    .relay_503_code = responses::kStoreUnavailableCode};
+  };
+  static const RelayApi probing = make(true), direct = make(false);
+  return probe ? probing : direct;
+}
+
+bool SharedStore(const ProxyContext& ctx) {
+  return ctx.registry->DecodeResponsesStoreIs(responses::kSharedStoreKind);
 }
 
 }  // namespace
@@ -30,13 +43,14 @@ const RelayApi& Api() {
 void RunResponsesCreateProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex,
                              nlohmann::ordered_json body) {
   std::optional<std::string> payload = SaltedPayload(ctx, *ex, std::move(body), true, ErrorResponse);
-  if (payload) RelayToInstance(ctx, ex, "POST", "/v1/responses", *payload, Api());
+  if (payload) RelayToInstance(ctx, ex, "POST", "/v1/responses", *payload, Api(!SharedStore(ctx)));
 }
 
 void RunResponsesByIdProxy(const ProxyContext& ctx, const std::shared_ptr<HttpExchange>& ex) {
   const auto& target = ex->request().target();
+  const bool cancel = ex->request().method() == boost::beast::http::verb::post;  // POST …/{id}/cancel
   RelayToInstance(ctx, ex, std::string(ex->request().method_string()), std::string(target.data(), target.size()), "",
-                  Api());
+                  Api(cancel || !SharedStore(ctx)));
 }
 
 }  // namespace tessera

@@ -227,12 +227,13 @@ await run(async (workdir) => {
   if (await check('router becomes ready', () => waitReady(router, READY_TIMEOUT_MS))) {
     const rc = client(router.port);
     await conversationChecks(rc, 'router over two instances');
-    await check('router: by-id requests find the instance that holds the response', async () => {
-      // Made on each instance directly, as the router's key (the owner the router's requests have).
-      const internal = fs.readFileSync(keyFile, 'utf8').trim();
-      const on = (s) => new OpenAI({ apiKey: internal, baseURL: `http://127.0.0.1:${s.port}/v1`, maxRetries: 0 });
+    await check('router: by-id requests find the instance that holds the response, as the client\'s owner', async () => {
+      // Made on each instance directly with the client's key: the router names that key's tenant to
+      // the instance it relays to, so the owner is the same either way.
       const made = [];
-      for (const s of [a, b]) made.push(await on(s).responses.create({ model: NAME, input: 'x', max_output_tokens: 1 }));
+      for (const s of [a, b]) {
+        made.push(await client(s.port).responses.create({ model: NAME, input: 'x', max_output_tokens: 1 }));
+      }
       for (const r of made) {
         assertEq((await rc.responses.retrieve(r.id)).id, r.id, 'retrieve');
         assertEq((await rc.responses.inputItems.list(r.id)).data.length, 1, 'input items');
@@ -242,7 +243,12 @@ await run(async (workdir) => {
       assert(next.usage.input_tokens > made[1].usage.input_tokens, 'continued on the instance holding it');
       await rc.responses.delete(made[1].id);
       await expectError(rc.responses.retrieve(made[1].id), OpenAI.NotFoundError);
-      await expectError(c.responses.retrieve(made[0].id), OpenAI.NotFoundError);  // another key's
+      // Another owner's: one made with the internal key (the router's own owner) is not the client's.
+      const internal = fs.readFileSync(keyFile, 'utf8').trim();
+      const theirs = await new OpenAI({ apiKey: internal, baseURL: `http://127.0.0.1:${a.port}/v1`, maxRetries: 0 })
+        .responses.create({ model: NAME, input: 'x', max_output_tokens: 1 });
+      await expectError(rc.responses.retrieve(theirs.id), OpenAI.NotFoundError);
+      await expectError(c.responses.retrieve(theirs.id), OpenAI.NotFoundError);
     });
   }
 });

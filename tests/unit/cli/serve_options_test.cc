@@ -331,6 +331,16 @@ TEST(ServeOptionsTest, SpeculativeParallelParsersAndKvEvents) {
   EXPECT_EQ(o->serving.loop.scheduler.retention.per_key_tokens, 1024);
   EXPECT_DOUBLE_EQ(o->serving.retention_ttl_scale, 0.01);
   EXPECT_EQ(o->responses_store_bytes, size_t{3} << 20);
+  EXPECT_EQ(o->responses_store_url, "");
+  StatusOr<ServeOptions> shared = FromArgs({"--responses-store-url", "redis://127.0.0.1:6379/2"});
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(shared->responses_store_url, "redis://127.0.0.1:6379/2");
+  EXPECT_EQ(shared->responses_store_ttl_s, int64_t{30} * 86400);  // OpenAI's 30 days
+  shared = FromArgs({"--responses-store-url", "redis://h:1", "--responses-store-ttl-s", "60"});
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(shared->responses_store_ttl_s, 60);
+  EXPECT_EQ(Refusal({"--responses-store-ttl-s", "60"}), "serve: --responses-store-ttl-s needs --responses-store-url");
+  EXPECT_NE(Refusal({"--responses-store-url", "http://h:1"}).find("--responses-store-url"), std::string::npos);
   EXPECT_TRUE(o->serving.chat_content_special_tokens);
   // Harmony is one parser for both: its flag beside another format's is refused, naming both.
   EXPECT_NE(Refusal({"--tool-call-parser", "hermes", "--reasoning-parser", "openai_gptoss"}).find("--tool-call-parser hermes"),

@@ -68,6 +68,10 @@ class RedisServer {
     }
     return false;
   }
+  bool StartOnFreePort() {
+    const int port = FreePort();
+    return port > 0 && Start(port);
+  }
   void Stop() {
     if (pid_ <= 0) return;
     kill(pid_, SIGKILL);

@@ -31,7 +31,9 @@ TEST(ResponseStoreTest, OwnerOnlyAndDelete) {
 
 TEST(ResponseStoreTest, ByteCapEvictsLeastRecentlyUsed) {
   const size_t one = ResponseStore::EntryBytes(Entry("a", "k", 1000));
-  ResponseStore s({.max_bytes = 3 * one});
+  ResponseStoreOptions o;
+  o.max_bytes = 3 * one;
+  ResponseStore s(o);
   s.Complete(Entry("a", "k", 1000));
   s.Complete(Entry("b", "k", 1000));
   s.Complete(Entry("c", "k", 1000));
@@ -47,7 +49,9 @@ TEST(ResponseStoreTest, ByteCapEvictsLeastRecentlyUsed) {
   s.Complete(Entry("huge", "k", 4 * one));  // over the cap on its own: not kept, nothing evicted
   EXPECT_EQ(s.Get("huge", "k"), nullptr);
   EXPECT_EQ(s.size(), 3u);
-  ResponseStore none({.max_bytes = 0});
+  ResponseStoreOptions zero;
+  zero.max_bytes = 0;
+  ResponseStore none(zero);
   none.Complete(Entry("a"));
   EXPECT_EQ(none.Get("a", "k"), nullptr);
 }
